@@ -1,0 +1,33 @@
+"""The ``pulsarcast`` command line: one sub-command module per area."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pulsarcast_ipfs.cli import _cluster, _sim
+
+    parser = argparse.ArgumentParser(
+        prog="pulsarcast",
+        description="Reliable, persistent, topic-based publish/subscribe for IPFS.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _cluster.add_parser(sub)
+    _sim.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = args.handler
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

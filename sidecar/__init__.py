@@ -1,0 +1,1 @@
+"""The Pulsarcast sidecar daemon that runs beside a Kubo node."""
