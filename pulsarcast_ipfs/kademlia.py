@@ -68,7 +68,9 @@ def peer_id_bytes(peer_id: str) -> bytes:
         try:
             cid = CID.decode(peer_id)
         except Exception as exc:
-            raise InvalidPeerId(f"invalid peer ID {peer_id!r}: neither base58btc nor a CID") from exc
+            raise InvalidPeerId(
+                f"invalid peer ID {peer_id!r}: neither base58btc nor a CID"
+            ) from exc
         if cid.codec.code != _LIBP2P_KEY:
             raise InvalidPeerId(f"invalid peer ID {peer_id!r}: CID codec is not libp2p-key")
         raw = bytes(cid.digest)
