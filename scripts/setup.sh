@@ -43,6 +43,12 @@ if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
   log "installing pinned Python dependencies (constraints.txt)"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet -c constraints.txt -e '.[dev,spark]'
+  if [ ! -s constraints.txt ]; then
+    # First install: pin what was resolved so that later installs are reproducible.
+    log "writing constraints.txt (pinned versions of every dependency)"
+    "$venv/bin/python" -m pip freeze --exclude-editable > constraints.txt
+    want=$(hash_of pyproject.toml constraints.txt)
+  fi
   echo "$want" > "$venv/.installed"
 else
   log "Python dependencies up to date"
@@ -75,7 +81,22 @@ if [ -n "${PULSARCAST_TOXIPROXY_BIN:-}" ]; then
   [ -x "$PULSARCAST_TOXIPROXY_BIN" ] || die "PULSARCAST_TOXIPROXY_BIN=$PULSARCAST_TOXIPROXY_BIN is not an executable"
   log "using Toxiproxy from PULSARCAST_TOXIPROXY_BIN"
 else
-  build_go_tool "Toxiproxy" tools/toxiproxy "$tools/bin/toxiproxy-server"
+  # Toxiproxy's module installs cleanly with `go install`; its binary is named
+  # `server`, so it is built into a scratch dir and renamed. Cached by version.
+  toxiproxy_version=v2.5.0
+  out="$tools/bin/toxiproxy-server"
+  if [ -x "$out" ] && [ "$(cat "$out.built" 2>/dev/null)" = "$toxiproxy_version" ]; then
+    log "Toxiproxy up to date ($toxiproxy_version)"
+  else
+    command -v go >/dev/null 2>&1 || die "Go is needed to build Toxiproxy (or set PULSARCAST_TOXIPROXY_BIN)"
+    log "building Toxiproxy $toxiproxy_version from its Go module (about a minute)"
+    scratch=$(mktemp -d)
+    GOBIN="$scratch" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$toxiproxy_version" \
+      || { rm -rf "$scratch"; die "building Toxiproxy failed"; }
+    mv "$scratch/server" "$out"
+    rm -rf "$scratch"
+    echo "$toxiproxy_version" > "$out.built"
+  fi
 fi
 
 # --- Java for PySpark -------------------------------------------------------
