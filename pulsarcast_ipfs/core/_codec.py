@@ -1,0 +1,419 @@
+"""Tree RPC messages and their frames (PROTOCOL.md §6).
+
+Theory of operation
+-------------------
+A frame is an unsigned varint (minimal, at most 9 bytes) giving the body length,
+then the body: one canonical dag-cbor map with an ``op`` field. Each message is a
+frozen dataclass that validates itself; :func:`encode_frame` turns it into bytes
+and :class:`FrameDecoder` turns bytes that arrive in arbitrary pieces back into
+messages. Anything malformed — a bad varint, a frame over the size limit, bad
+dag-cbor, an unknown op, a missing or extra field, a wrong type, a bad CID or
+peer ID — raises :class:`RemoteProtocolError` and nothing else; after that the
+decoder refuses further input (the stream is out of sync and must be closed).
+
+Messages (``topic`` is always the CID of the topic's *first version*, which keys
+the dissemination tree across updates)::
+
+    JOIN               {op, topic, descriptor}        descriptor = first-version block
+    JOIN_ACK           {op, topic, ok}
+    LEAVE              {op, topic}
+    EVENT              {op, topic, event, topicBlock}  event block; topic-version block or null
+    REQUEST_TO_PUBLISH {op, topic, descriptor, requestId, author, payload, parent, created,
+                        injectId}
+    REQUEST_ACK        {op, topic, requestId, ok, event}
+    PING / PONG        {op, nonce}
+    HEADS              {op, topic, heads: [[CID, created seconds], ...]}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Final
+
+import dag_cbor
+from multiformats import CID
+
+from ._descriptors import MAX_DESCRIPTOR_SIZE, MAX_PAYLOAD_SIZE, check_link, parse_created
+from ._descriptors import _peer as _check_peer
+from ._errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = [
+    "MAX_FRAME_SIZE",
+    "MAX_HEADS",
+    "Event",
+    "FrameDecoder",
+    "Heads",
+    "Join",
+    "JoinAck",
+    "Leave",
+    "Ping",
+    "Pong",
+    "RequestAck",
+    "RequestToPublish",
+    "Rpc",
+    "decode_rpc",
+    "encode_frame",
+    "encode_rpc",
+]
+
+MAX_FRAME_SIZE: Final = 1024 * 1024
+"""Default largest frame body (1 MiB)."""
+MAX_HEADS: Final = 64
+MAX_ID_LENGTH: Final = 256
+_MAX_VARINT_BYTES: Final = 9
+
+
+def _bad(msg: str) -> ValueError:
+    return ValueError(msg)
+
+
+def _cid(value: object, where: str) -> CID:
+    return check_link(value, where)
+
+
+def _opt_cid(value: object, where: str) -> CID | None:
+    return None if value is None else check_link(value, where)
+
+
+def _bytes(value: object, where: str, limit: int) -> bytes:
+    if not isinstance(value, bytes):
+        raise _bad(f"{where}: expected bytes")
+    if len(value) > limit:
+        raise _bad(f"{where}: larger than {limit} bytes")
+    return value
+
+
+def _ident(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        raise _bad(f"{where}: expected a non-empty string of at most {MAX_ID_LENGTH}")
+    return value
+
+
+def _bool(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(f"{where}: expected a bool")
+    return value
+
+
+class _Message:
+    """Base of the RPC messages: ``op`` on the wire, validation on construction."""
+
+    __slots__ = ()
+    op: ClassVar[str]
+    _wire: ClassVar[dict[str, str]]  # python field -> wire key
+
+    def _validate(self) -> None:
+        raise NotImplementedError
+
+    def __post_init__(self) -> None:
+        try:
+            self._validate()
+        except ValueError as exc:
+            raise LocalProtocolError(f"invalid {self.op} message: {exc}") from exc
+
+    def to_ipld(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {"op": self.op}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            obj[self._wire.get(f.name, f.name)] = value
+        return obj
+
+    @property
+    def topic_cid(self) -> CID | None:
+        return getattr(self, "topic", None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join(_Message):
+    """JOIN (Algorithm 2): the sender asks to become a child in ``topic``'s tree."""
+
+    op: ClassVar[str] = "JOIN"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    descriptor: bytes
+    """The first-version topic block, so the receiver can route without a fetch."""
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinAck(_Message):
+    """JOIN_ACK: ``ok`` true if the sender became the receiver's parent."""
+
+    op: ClassVar[str] = "JOIN_ACK"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    ok: bool
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bool(self.ok, "ok")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leave(_Message):
+    """LEAVE: the sender is no longer the receiver's child (or parent) in ``topic``."""
+
+    op: ClassVar[str] = "LEAVE"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event(_Message):
+    """EVENT: an event block travelling along the tree (§5 "Forward")."""
+
+    op: ClassVar[str] = "EVENT"
+    _wire: ClassVar[dict[str, str]] = {"topic_block": "topicBlock"}
+    topic: CID
+    event: bytes
+    topic_block: bytes | None = None
+    """The block of the topic version the event names, when it is not the first version."""
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bytes(self.event, "event", MAX_DESCRIPTOR_SIZE)
+        if self.topic_block is not None:
+            _bytes(self.topic_block, "topicBlock", MAX_DESCRIPTOR_SIZE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestToPublish(_Message):
+    """REQUEST_TO_PUBLISH (Algorithm 4): travels up the tree to the first allowed node."""
+
+    op: ClassVar[str] = "REQUEST_TO_PUBLISH"
+    _wire: ClassVar[dict[str, str]] = {"request_id": "requestId", "inject_id": "injectId"}
+    topic: CID
+    descriptor: bytes
+    request_id: str
+    author: str
+    payload: bytes
+    parent: CID | None = None
+    created: str
+    inject_id: str | None = None
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
+        _ident(self.request_id, "requestId")
+        _check_peer(self.author, "author")
+        _bytes(self.payload, "payload", MAX_PAYLOAD_SIZE)
+        _opt_cid(self.parent, "parent")
+        parse_created(self.created)
+        if self.inject_id is not None:
+            _ident(self.inject_id, "injectId")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestAck(_Message):
+    """REQUEST_ACK: sent by the publishing node straight to the requester."""
+
+    op: ClassVar[str] = "REQUEST_ACK"
+    _wire: ClassVar[dict[str, str]] = {"request_id": "requestId"}
+    topic: CID
+    request_id: str
+    ok: bool
+    event: CID | None = None
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _ident(self.request_id, "requestId")
+        _bool(self.ok, "ok")
+        _opt_cid(self.event, "event")
+
+
+def _nonce(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise _bad("nonce: expected an integer in [0, 2**63)")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping(_Message):
+    """PING: keep-alive on a tree edge (child → parent)."""
+
+    op: ClassVar[str] = "PING"
+    _wire: ClassVar[dict[str, str]] = {}
+    nonce: int
+
+    def _validate(self) -> None:
+        _nonce(self.nonce)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pong(_Message):
+    """PONG: answer to a PING."""
+
+    op: ClassVar[str] = "PONG"
+    _wire: ClassVar[dict[str, str]] = {}
+    nonce: int
+
+    def _validate(self) -> None:
+        _nonce(self.nonce)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heads(_Message):
+    """HEADS: the sender's most recent event CIDs in ``topic`` (gap repair, §5)."""
+
+    op: ClassVar[str] = "HEADS"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    heads: tuple[tuple[CID, float], ...]
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        if not isinstance(self.heads, tuple) or len(self.heads) > MAX_HEADS:
+            raise _bad(f"heads: expected at most {MAX_HEADS} entries")
+        for entry in self.heads:
+            if not isinstance(entry, tuple) or len(entry) != 2:
+                raise _bad("heads: entries are [CID, created]")
+            _cid(entry[0], "heads[].cid")
+            ts = entry[1]
+            if not isinstance(ts, float) or not math.isfinite(ts):
+                raise _bad("heads[].created: expected a finite float")
+
+
+Rpc = Join | JoinAck | Leave | Event | RequestToPublish | RequestAck | Ping | Pong | Heads
+"""Any tree RPC message."""
+
+_BY_OP: Final[dict[str, type[_Message]]] = {
+    cls.op: cls
+    for cls in (Join, JoinAck, Leave, Event, RequestToPublish, RequestAck, Ping, Pong, Heads)
+}
+
+
+def encode_rpc(rpc: Rpc) -> bytes:
+    """The dag-cbor body of one message (no length prefix)."""
+    data = dag_cbor.encode(rpc.to_ipld())
+    assert isinstance(data, bytes)
+    return data
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_frame(rpc: Rpc) -> bytes:
+    """One frame: unsigned-varint body length, then the dag-cbor body (§6)."""
+    body = encode_rpc(rpc)
+    return _varint(len(body)) + body
+
+
+def decode_rpc(body: bytes) -> Rpc:
+    """Decode one frame body strictly; only :class:`RemoteProtocolError`."""
+    try:
+        obj = dag_cbor.decode(bytes(body))
+    except Exception as exc:  # dag_cbor raises several error types, and RecursionError
+        raise RemoteProtocolError(f"RPC body is not valid dag-cbor: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise RemoteProtocolError("RPC body must be a dag-cbor map")
+    op = obj.get("op")
+    if not isinstance(op, str) or op not in _BY_OP:
+        raise RemoteProtocolError(f"unknown RPC op {op!r}")
+    cls = _BY_OP[op]
+    names = {f.name: cls._wire.get(f.name, f.name) for f in fields(cls)}  # type: ignore[arg-type]
+    expected = {"op", *names.values()}
+    if set(obj) != expected:
+        raise RemoteProtocolError(
+            f"{op}: missing fields {sorted(expected - set(obj))}, "
+            f"unknown fields {sorted(set(obj) - expected)}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, wire in names.items():
+        value: Any = obj[wire]
+        if name == "heads":
+            if not isinstance(value, list):
+                raise RemoteProtocolError("HEADS: heads must be a list")
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        kwargs[name] = value
+    try:
+        rpc = cls(**kwargs)
+    except LocalProtocolError as exc:
+        raise RemoteProtocolError(str(exc)) from exc
+    except Exception as exc:  # a type error deep in a validator must not escape as such
+        raise RemoteProtocolError(f"invalid {op} message: {exc}") from exc
+    return rpc  # type: ignore[return-value]
+
+
+class FrameDecoder:
+    """Incremental frame decoder: feed bytes in any pieces, get whole messages.
+
+    Raises only :class:`RemoteProtocolError`; once it has, it refuses more input.
+    """
+
+    __slots__ = ("_broken", "_buf", "max_frame_size")
+
+    def __init__(self, *, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        if not isinstance(max_frame_size, int) or max_frame_size <= 0:
+            raise LocalProtocolError("max_frame_size must be a positive integer")
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._broken: RemoteProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a whole frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Rpc]:
+        """Add ``data``; return every message completed by it, in order."""
+        if self._broken is not None:
+            raise RemoteProtocolError(f"stream already failed: {self._broken}")
+        try:
+            self._buf += data
+            out: list[Rpc] = []
+            while True:
+                parsed = self._next_length()
+                if parsed is None:
+                    return out
+                length, header = parsed
+                if len(self._buf) < header + length:
+                    return out
+                body = bytes(self._buf[header : header + length])
+                del self._buf[: header + length]
+                out.append(decode_rpc(body))
+        except RemoteProtocolError as exc:
+            self._broken = exc
+            raise
+        except Exception as exc:  # defensive: nothing else may escape
+            self._broken = RemoteProtocolError(f"undecodable input: {exc}")
+            raise self._broken from exc
+
+    def _next_length(self) -> tuple[int, int] | None:
+        value = 0
+        for i, byte in enumerate(self._buf[:_MAX_VARINT_BYTES]):
+            value |= (byte & 0x7F) << (7 * i)
+            if not byte & 0x80:
+                if i > 0 and byte == 0:
+                    raise RemoteProtocolError("frame length varint is not minimal")
+                if value > self.max_frame_size:
+                    raise RemoteProtocolError(
+                        f"frame of {value} bytes exceeds the limit of {self.max_frame_size}"
+                    )
+                if value == 0:
+                    raise RemoteProtocolError("empty frame")
+                return value, i + 1
+            if value > self.max_frame_size:
+                raise RemoteProtocolError(
+                    f"frame length exceeds the limit of {self.max_frame_size}"
+                )
+        if len(self._buf) >= _MAX_VARINT_BYTES:
+            raise RemoteProtocolError("frame length varint too long")
+        return None

@@ -1,0 +1,64 @@
+"""Configuration of a protocol node (timers, limits). All times in seconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ._codec import MAX_FRAME_SIZE
+from ._errors import LocalProtocolError
+
+__all__ = ["NodeConfig"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """Timers and limits of a :class:`PulsarcastNode` (see docs/protocol-notes.md)."""
+
+    ping_interval: float = 5.0
+    """A child PINGs each of its parents this often (keep-alive, §6)."""
+    dead_after: int = 3
+    """A parent is dead after this many ping intervals without hearing from it;
+    a child after twice as many (children ping, parents only answer)."""
+    join_timeout: float = 2.0
+    """A JOIN not acknowledged in time is retried through the next closest peer (§5)."""
+    root_recheck_interval: float = 10.0
+    """An acting root (root failover) looks for a closer live peer this often."""
+    suspect_ttl: float = 30.0
+    """A failed peer is avoided for this long, then tried again (the author may return)."""
+    heads_interval: float = 5.0
+    """Tree neighbours exchange HEADS (recent event CIDs) this often when they changed."""
+    heads_refresh_every: int = 6
+    """...and unconditionally every this many HEADS intervals."""
+    heads_size: int = 16
+    """Recent event CIDs kept per topic and sent in HEADS."""
+    request_timeout: float = 3.0
+    """A REQUEST_TO_PUBLISH not acknowledged in time is sent again (same request id)."""
+    request_attempts: int = 20
+    fetch_timeout: float = 10.0
+    """A FetchBlock not answered in time is retried."""
+    fetch_retry_delay: float = 2.0
+    fetch_attempts: int = 4
+    """After this many failed fetches, gap repair gives up on that event."""
+    seen_cache_size: int = 65536
+    """Event CIDs remembered for duplicate suppression (LRU)."""
+    delivered_cache_size: int = 65536
+    event_cache_size: int = 4096
+    """Event descriptors kept for linking, history and HEADS (LRU)."""
+    max_pending_fetches: int = 1024
+    max_waiting_events: int = 4096
+    """Events held back until their parent is delivered (causal order)."""
+    request_cache_size: int = 4096
+    """Request ids already published, so retried requests publish once."""
+    max_frame_size: int = MAX_FRAME_SIZE
+    rpc_records: bool = True
+    """Emit ``rpc_sent`` / ``rpc_received`` metric records."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "rpc_records":
+                if not isinstance(value, bool):
+                    raise LocalProtocolError("rpc_records must be a bool")
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise LocalProtocolError(f"NodeConfig.{f.name} must be a positive number")

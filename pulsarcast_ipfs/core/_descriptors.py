@@ -1,0 +1,552 @@
+"""Topic and event descriptors: immutable dag-cbor blocks (PROTOCOL.md §3, §4).
+
+Theory of operation
+-------------------
+A descriptor is a frozen dataclass that validates itself on construction and
+computes, once, its canonical dag-cbor bytes and its CID (CIDv1, dag-cbor,
+sha2-256). The CID is always *recomputed* from the bytes, never trusted from the
+wire: :meth:`TopicDescriptor.decode` decodes strictly (exact key set, types,
+supported ``protocolVersion``, link targets that are CIDv1 dag-cbor sha2-256,
+canonical peer IDs, canonical bytes: re-encoding must give the input back) and
+checks ``expected_cid`` if given. Every failure is a :class:`DescriptorError`.
+
+Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
+
+    topic = {"name": str, "author": peer-id, "parent": CID | null,
+             "#": {"meta": CID, "<sub-topic name>": CID, ...},
+             "metadata": {"created": str, "protocolVersion": str,
+                          "allowedPublishers": {"enabled": bool, "peers": [peer-id]},
+                          "requestToPublish": {"enabled": bool, "peers": [peer-id]},
+                          "eventLinking": "LAST_SEEN" | "CUSTOM"}}
+    event = {"topic": CID, "author": peer-id, "publisher": peer-id, "parent": CID | null,
+             "payload": bytes, "metadata": {"created": str, "protocolVersion": str}}
+
+``created`` is ISO-8601 UTC with microseconds (``2026-01-01T00:00:00.000000Z``;
+``+00:00`` is accepted on decoding). It comes from the ``now`` given to the core.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+import dag_cbor
+from multiformats import CID, multihash
+
+from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
+
+from ._errors import DescriptorError, LocalProtocolError
+
+__all__ = [
+    "MAX_DESCRIPTOR_SIZE",
+    "MAX_PAYLOAD_SIZE",
+    "PROTOCOL_VERSION",
+    "EventDescriptor",
+    "EventLinking",
+    "PeerPolicy",
+    "TopicDescriptor",
+    "TopicOptions",
+    "check_link",
+    "cid_str",
+    "compute_cid",
+    "decode_descriptor",
+    "format_created",
+    "parse_created",
+]
+
+PROTOCOL_VERSION: Final = "1.0.0"
+"""The ``protocolVersion`` written by this implementation (PROTOCOL.md §4)."""
+SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION})
+MAX_PAYLOAD_SIZE: Final = 512 * 1024
+"""Largest event payload, so that an EVENT frame fits the default frame limit."""
+MAX_DESCRIPTOR_SIZE: Final = MAX_PAYLOAD_SIZE + 16 * 1024
+MAX_NAME_LENGTH: Final = 256
+MAX_LINKS: Final = 256
+MAX_PEERS: Final = 1024
+
+_CREATED_RE: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(Z|\+00:00)\Z"
+)
+_MAX_TS: Final = 253402300799.0  # 9999-12-31T23:59:59Z
+
+
+class EventLinking(enum.StrEnum):
+    """How a publisher chooses an event's ``parent`` (PROTOCOL.md §5 "Event linking")."""
+
+    LAST_SEEN = "LAST_SEEN"
+    """``parent`` is the most recent event the publisher has seen in the topic."""
+    CUSTOM = "CUSTOM"
+    """``parent`` is named by the publish call; it must exist in the same topic."""
+
+
+def compute_cid(data: bytes) -> CID:
+    """The CID of a dag-cbor block: CIDv1, dag-cbor, sha2-256, base32 text (§3)."""
+    return CID("base32", 1, "dag-cbor", multihash.digest(data, "sha2-256"))
+
+
+def cid_str(cid: CID) -> str:
+    """Canonical text form of a CID (base32, ``bafyrei…``)."""
+    return str(cid.encode("base32"))
+
+
+def check_link(value: object, where: str) -> CID:
+    """Return ``value`` if it is a CIDv1 dag-cbor sha2-256 link, else raise ``ValueError``."""
+    if not isinstance(value, CID):
+        raise ValueError(f"{where}: expected a CID link, got {type(value).__name__}")
+    if value.version != 1 or value.codec.name != "dag-cbor" or value.hashfun.name != "sha2-256":
+        raise ValueError(f"{where}: link target must be CIDv1 dag-cbor sha2-256, got {value}")
+    if len(value.raw_digest) != 32:
+        raise ValueError(f"{where}: sha2-256 digest must be 32 bytes")
+    return value
+
+
+def format_created(now: float) -> str:
+    """``now`` (seconds since the epoch) as the ``created`` string of a descriptor."""
+    if not isinstance(now, int | float) or not math.isfinite(now) or not 0 <= now <= _MAX_TS:
+        raise LocalProtocolError(f"now must be a finite time since the epoch, got {now!r}")
+    dt = datetime.fromtimestamp(now, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@functools.lru_cache(maxsize=16384)
+def parse_created(text: str) -> float:
+    """Parse a ``created`` string strictly; return seconds since the epoch.
+
+    Raises ``ValueError`` on anything but ISO-8601 UTC (``Z`` or ``+00:00``).
+    """
+    if not isinstance(text, str):
+        raise ValueError("created must be a string")
+    m = _CREATED_RE.match(text)
+    if m is None:
+        raise ValueError(f"created must be ISO-8601 UTC, got {text!r}")
+    y, mo, d, h, mi, s, frac, _tz = m.groups()
+    micro = int((frac or "0").ljust(6, "0"))
+    try:
+        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micro, tzinfo=UTC)
+    except ValueError as exc:
+        raise ValueError(f"created is not a valid date: {text!r}") from exc
+    return dt.timestamp()
+
+
+@functools.lru_cache(maxsize=16384)
+def _canonical_peer(peer: str) -> str:
+    return validate_peer_id(peer)
+
+
+def _peer(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a peer ID string")
+    try:
+        canonical = _canonical_peer(value)
+    except InvalidPeerId as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    if canonical != value:
+        raise ValueError(f"{where}: peer ID not in canonical form ({canonical})")
+    return value
+
+
+def _name(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{where}: expected a non-empty string of at most {MAX_NAME_LENGTH}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerPolicy:
+    """``{"enabled": bool, "peers": [peer-id]}`` of ``allowedPublishers`` / ``requestToPublish``."""
+
+    enabled: bool = False
+    peers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise LocalProtocolError("PeerPolicy.enabled must be a bool")
+        given: object = self.peers
+        if isinstance(given, str) or not isinstance(given, Sequence):
+            raise LocalProtocolError("PeerPolicy.peers must be a sequence of peer IDs")
+        if len(self.peers) > MAX_PEERS:
+            raise LocalProtocolError(f"PeerPolicy.peers: at most {MAX_PEERS} peers")
+        try:
+            peers = tuple(_peer(p, "peers") for p in self.peers)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc)) from exc
+        if len(set(peers)) != len(peers):
+            raise LocalProtocolError("PeerPolicy.peers: duplicate peer")
+        object.__setattr__(self, "peers", peers)
+
+    def to_ipld(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "peers": list(self.peers)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicOptions:
+    """The publish rules of a topic version (``metadata`` of §4).
+
+    ``allowed_publishers.enabled``: only the listed peers (and the author, always)
+    may publish; disabled: anyone may. ``request_to_publish.enabled``: the listed
+    peers (empty = anyone) may ask an allowed node to publish for them.
+    """
+
+    allowed_publishers: PeerPolicy = field(default_factory=PeerPolicy)
+    request_to_publish: PeerPolicy = field(default_factory=PeerPolicy)
+    event_linking: EventLinking = EventLinking.LAST_SEEN
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allowed_publishers, PeerPolicy) or not isinstance(
+            self.request_to_publish, PeerPolicy
+        ):
+            raise LocalProtocolError("TopicOptions policies must be PeerPolicy objects")
+        try:
+            object.__setattr__(self, "event_linking", EventLinking(self.event_linking))
+        except ValueError as exc:
+            raise LocalProtocolError(f"unknown event linking {self.event_linking!r}") from exc
+
+
+def _encode(obj: Any) -> bytes:
+    data = dag_cbor.encode(obj)
+    assert isinstance(data, bytes)
+    return data
+
+
+def _decode_map(data: object) -> dict[str, Any]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DescriptorError("descriptor data must be bytes")
+    raw = bytes(data)
+    if len(raw) > MAX_DESCRIPTOR_SIZE:
+        raise DescriptorError(f"descriptor larger than {MAX_DESCRIPTOR_SIZE} bytes")
+    try:
+        obj = dag_cbor.decode(raw)
+    except Exception as exc:  # dag_cbor raises several error types, and RecursionError
+        raise DescriptorError(f"not valid dag-cbor: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise DescriptorError("a descriptor must be a dag-cbor map")
+    return obj
+
+
+def _exact_keys(obj: object, keys: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a map")
+    got = set(obj)
+    if got != keys:
+        missing, extra = sorted(keys - got), sorted(got - keys)
+        raise ValueError(f"{where}: missing fields {missing}, unknown fields {extra}")
+    return obj
+
+
+def _check_version(metadata: object) -> str:
+    if not isinstance(metadata, dict):
+        raise DescriptorError("metadata: expected a map")
+    version = metadata.get("protocolVersion")
+    if not isinstance(version, str):
+        raise DescriptorError("metadata.protocolVersion: expected a string")
+    if version not in SUPPORTED_VERSIONS:
+        raise DescriptorError(
+            f"unsupported protocolVersion {version!r} (supported: {sorted(SUPPORTED_VERSIONS)})"
+        )
+    return version
+
+
+def _policy_from_ipld(obj: object, where: str) -> PeerPolicy:
+    m = _exact_keys(obj, {"enabled", "peers"}, where)
+    if not isinstance(m["enabled"], bool) or not isinstance(m["peers"], list):
+        raise ValueError(f"{where}: enabled must be bool and peers a list")
+    try:
+        return PeerPolicy(enabled=m["enabled"], peers=tuple(m["peers"]))
+    except LocalProtocolError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class TopicDescriptor:
+    """A topic descriptor (PROTOCOL.md §4). Equal when their CIDs are equal."""
+
+    name: str
+    author: str
+    parent: CID | None = None
+    links: Mapping[str, CID] = field(default_factory=dict)
+    """The ``#`` map: ``meta`` → the meta topic, sub-topic name → sub-topic."""
+    created: str
+    protocol_version: str = PROTOCOL_VERSION
+    allowed_publishers: PeerPolicy = field(default_factory=PeerPolicy)
+    request_to_publish: PeerPolicy = field(default_factory=PeerPolicy)
+    event_linking: EventLinking = EventLinking.LAST_SEEN
+    _data: bytes = field(init=False, repr=False)
+    _cid: CID = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            _name(self.name, "name")
+            _peer(self.author, "author")
+            if self.parent is not None:
+                check_link(self.parent, "parent")
+            if not isinstance(self.links, Mapping) or len(self.links) > MAX_LINKS:
+                raise ValueError(f"#: expected a map of at most {MAX_LINKS} links")
+            links = dict(sorted(self.links.items()))
+            for key, value in links.items():
+                _name(key, "# key")
+                check_link(value, f"#.{key}")
+            parse_created(self.created)
+            if self.protocol_version not in SUPPORTED_VERSIONS:
+                raise ValueError(f"unsupported protocolVersion {self.protocol_version!r}")
+            linking = EventLinking(self.event_linking)
+        except ValueError as exc:
+            raise LocalProtocolError(f"invalid topic descriptor: {exc}") from exc
+        if not isinstance(self.allowed_publishers, PeerPolicy) or not isinstance(
+            self.request_to_publish, PeerPolicy
+        ):
+            raise LocalProtocolError("invalid topic descriptor: policies must be PeerPolicy")
+        object.__setattr__(self, "links", links)
+        object.__setattr__(self, "event_linking", linking)
+        data = _encode(self.to_ipld())
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_cid", compute_cid(data))
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        name: str,
+        author: str,
+        now: float,
+        options: TopicOptions | None = None,
+        parent: CID | None = None,
+        links: Mapping[str, CID] | None = None,
+    ) -> TopicDescriptor:
+        """A descriptor created at ``now`` with ``options`` (Algorithm 1)."""
+        opts = options if options is not None else TopicOptions()
+        return cls(
+            name=name,
+            author=author,
+            parent=parent,
+            links=dict(links or {}),
+            created=format_created(now),
+            allowed_publishers=opts.allowed_publishers,
+            request_to_publish=opts.request_to_publish,
+            event_linking=opts.event_linking,
+        )
+
+    def to_ipld(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "author": self.author,
+            "parent": self.parent,
+            "#": dict(self.links),
+            "metadata": {
+                "created": self.created,
+                "protocolVersion": self.protocol_version,
+                "allowedPublishers": self.allowed_publishers.to_ipld(),
+                "requestToPublish": self.request_to_publish.to_ipld(),
+                "eventLinking": self.event_linking.value,
+            },
+        }
+
+    def encode(self) -> bytes:
+        """Canonical dag-cbor bytes of this descriptor."""
+        return self._data
+
+    @property
+    def cid(self) -> CID:
+        """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
+        return self._cid
+
+    @property
+    def meta(self) -> CID | None:
+        """The meta topic (``#.meta``), ``None`` for a meta topic itself."""
+        return self.links.get("meta")
+
+    @property
+    def sub_topics(self) -> dict[str, CID]:
+        """Sub-topic links (every ``#`` entry but ``meta``)."""
+        return {k: v for k, v in self.links.items() if k != "meta"}
+
+    @property
+    def created_ts(self) -> float:
+        return parse_created(self.created)
+
+    @property
+    def options(self) -> TopicOptions:
+        return TopicOptions(
+            allowed_publishers=self.allowed_publishers,
+            request_to_publish=self.request_to_publish,
+            event_linking=self.event_linking,
+        )
+
+    def may_publish(self, peer: str) -> bool:
+        """``allowedPublishers``: disabled → anyone; enabled → the author and the listed peers."""
+        return (
+            not self.allowed_publishers.enabled
+            or peer == self.author
+            or peer in self.allowed_publishers.peers
+        )
+
+    def may_request(self, peer: str) -> bool:
+        """``requestToPublish``: enabled and (empty list or ``peer`` listed)."""
+        rtp = self.request_to_publish
+        return rtp.enabled and (not rtp.peers or peer in rtp.peers)
+
+    @classmethod
+    def decode(cls, data: bytes, *, expected_cid: CID | None = None) -> TopicDescriptor:
+        """Decode strictly (see the module docstring); only :class:`DescriptorError`."""
+        obj = _decode_map(data)
+        _check_version(obj.get("metadata"))
+        try:
+            top = _exact_keys(obj, {"name", "author", "parent", "#", "metadata"}, "topic")
+            meta = _exact_keys(
+                top["metadata"],
+                {
+                    "created",
+                    "protocolVersion",
+                    "allowedPublishers",
+                    "requestToPublish",
+                    "eventLinking",
+                },
+                "metadata",
+            )
+            links = top["#"]
+            if not isinstance(links, dict):
+                raise ValueError("#: expected a map")
+            linking = meta["eventLinking"]
+            if not isinstance(linking, str) or linking not in EventLinking.__members__:
+                raise ValueError(f"metadata.eventLinking: unknown value {linking!r}")
+            desc = cls(
+                name=top["name"],
+                author=top["author"],
+                parent=top["parent"],
+                links=links,
+                created=meta["created"],
+                protocol_version=meta["protocolVersion"],
+                allowed_publishers=_policy_from_ipld(
+                    meta["allowedPublishers"], "allowedPublishers"
+                ),
+                request_to_publish=_policy_from_ipld(meta["requestToPublish"], "requestToPublish"),
+                event_linking=EventLinking(linking),
+            )
+        except (ValueError, LocalProtocolError, TypeError) as exc:
+            raise DescriptorError(f"invalid topic descriptor: {exc}") from exc
+        return _finish_decode(desc, data, expected_cid)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TopicDescriptor):
+            return NotImplemented
+        return self._cid == other._cid
+
+    def __hash__(self) -> int:
+        return hash(self._cid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class EventDescriptor:
+    """An event descriptor (PROTOCOL.md §4). Equal when their CIDs are equal."""
+
+    topic: CID
+    author: str
+    publisher: str
+    parent: CID | None = None
+    payload: bytes
+    created: str
+    protocol_version: str = PROTOCOL_VERSION
+    _data: bytes = field(init=False, repr=False)
+    _cid: CID = field(init=False, repr=False)
+    _created_ts: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            check_link(self.topic, "topic")
+            _peer(self.author, "author")
+            _peer(self.publisher, "publisher")
+            if self.parent is not None:
+                check_link(self.parent, "parent")
+            if not isinstance(self.payload, bytes):
+                raise ValueError("payload must be bytes")
+            if len(self.payload) > MAX_PAYLOAD_SIZE:
+                raise ValueError(f"payload larger than {MAX_PAYLOAD_SIZE} bytes")
+            created_ts = parse_created(self.created)
+            if self.protocol_version not in SUPPORTED_VERSIONS:
+                raise ValueError(f"unsupported protocolVersion {self.protocol_version!r}")
+        except ValueError as exc:
+            raise LocalProtocolError(f"invalid event descriptor: {exc}") from exc
+        data = _encode(self.to_ipld())
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_cid", compute_cid(data))
+        object.__setattr__(self, "_created_ts", created_ts)
+
+    def to_ipld(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "author": self.author,
+            "publisher": self.publisher,
+            "parent": self.parent,
+            "payload": self.payload,
+            "metadata": {"created": self.created, "protocolVersion": self.protocol_version},
+        }
+
+    def encode(self) -> bytes:
+        """Canonical dag-cbor bytes of this descriptor."""
+        return self._data
+
+    @property
+    def cid(self) -> CID:
+        """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
+        return self._cid
+
+    @property
+    def created_ts(self) -> float:
+        return self._created_ts
+
+    @classmethod
+    def decode(cls, data: bytes, *, expected_cid: CID | None = None) -> EventDescriptor:
+        """Decode strictly (see the module docstring); only :class:`DescriptorError`."""
+        obj = _decode_map(data)
+        _check_version(obj.get("metadata"))
+        try:
+            top = _exact_keys(
+                obj, {"topic", "author", "publisher", "parent", "payload", "metadata"}, "event"
+            )
+            meta = _exact_keys(top["metadata"], {"created", "protocolVersion"}, "metadata")
+            desc = cls(
+                topic=top["topic"],
+                author=top["author"],
+                publisher=top["publisher"],
+                parent=top["parent"],
+                payload=top["payload"],
+                created=meta["created"],
+                protocol_version=meta["protocolVersion"],
+            )
+        except (ValueError, LocalProtocolError, TypeError) as exc:
+            raise DescriptorError(f"invalid event descriptor: {exc}") from exc
+        return _finish_decode(desc, data, expected_cid)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventDescriptor):
+            return NotImplemented
+        return self._cid == other._cid
+
+    def __hash__(self) -> int:
+        return hash(self._cid)
+
+
+_D = TypeVar("_D", TopicDescriptor, EventDescriptor)
+
+
+def _finish_decode(desc: _D, data: bytes, expected_cid: CID | None) -> _D:
+    if desc.encode() != bytes(data):
+        raise DescriptorError("descriptor bytes are not canonical dag-cbor")
+    if expected_cid is not None and desc.cid != expected_cid:
+        raise DescriptorError(f"descriptor CID {desc.cid} does not match expected {expected_cid}")
+    return desc
+
+
+def decode_descriptor(
+    data: bytes, *, expected_cid: CID | None = None
+) -> TopicDescriptor | EventDescriptor:
+    """Decode either kind of descriptor (an event has a ``topic`` field, a topic a ``name``)."""
+    obj = _decode_map(data)
+    if "topic" in obj:
+        return EventDescriptor.decode(data, expected_cid=expected_cid)
+    return TopicDescriptor.decode(data, expected_cid=expected_cid)

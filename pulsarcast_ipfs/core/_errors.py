@@ -1,0 +1,51 @@
+"""Errors of the protocol core.
+
+The hierarchy separates "you misused the API" from "the peer sent garbage"
+(h11's ``LocalProtocolError`` / ``RemoteProtocolError``)::
+
+    PulsarcastError
+    ├── LocalProtocolError          you misused the API (bad argument, unknown topic, ...)
+    │   ├── UnknownTopic            the node knows no topic by that CID
+    │   └── NotAllowedToPublish     neither allowed to publish nor to request it (§5)
+    └── RemoteProtocolError         the peer (or a file) sent garbage; the only error
+        └── DescriptorError         garbage may ever raise: invalid descriptor bytes (§4)
+
+Errors of lower layers (``dag_cbor``, ``multiformats``, peer-ID parsing) are
+translated at the boundary with ``raise ... from exc``; bytes from the network
+can only ever raise :class:`RemoteProtocolError` (a fuzz test states exactly that).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DescriptorError",
+    "LocalProtocolError",
+    "NotAllowedToPublish",
+    "PulsarcastError",
+    "RemoteProtocolError",
+    "UnknownTopic",
+]
+
+
+class PulsarcastError(Exception):
+    """Base class of every error raised by the protocol core."""
+
+
+class LocalProtocolError(PulsarcastError):
+    """The caller misused the API (bad argument, wrong state)."""
+
+
+class UnknownTopic(LocalProtocolError):
+    """No topic with that CID is known to this node."""
+
+
+class NotAllowedToPublish(LocalProtocolError):
+    """This node may neither publish in the topic nor request to publish (PROTOCOL.md §5)."""
+
+
+class RemoteProtocolError(PulsarcastError):
+    """Bytes from a peer (or a file) are malformed or violate the protocol."""
+
+
+class DescriptorError(RemoteProtocolError):
+    """Descriptor bytes are not a valid topic or event descriptor (PROTOCOL.md §4)."""

@@ -1,0 +1,131 @@
+"""Outputs of the protocol core and the values its API returns (docs/core-api.md).
+
+A :class:`~pulsarcast_ipfs.core.PulsarcastNode` never calls out: every input
+appends outputs to its queue, and the driver (simulator or sidecar) carries them
+out in order after :meth:`~pulsarcast_ipfs.core.PulsarcastNode.take_outputs`.
+Metric records (:class:`pulsarcast_ipfs.records.MetricRecord`) are outputs too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from multiformats import CID
+
+from pulsarcast_ipfs.records import MetricRecord
+
+from ._codec import Rpc
+from ._descriptors import EventDescriptor, TopicDescriptor
+
+__all__ = [
+    "Deliver",
+    "FetchBlock",
+    "HistoryPage",
+    "Output",
+    "PublishResult",
+    "Role",
+    "SendRpc",
+    "StoreBlock",
+    "TopicState",
+    "TopicUpdated",
+]
+
+Role = Literal["root", "subscriber", "relay", "none"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendRpc:
+    """Send ``rpc`` to ``peer`` on the long-lived connection to it (§6).
+
+    ``data`` is the encoded frame (``encode_frame(rpc)``), already computed by
+    the core for its ``rpc_sent`` record: send these exact bytes.
+    """
+
+    peer: str
+    rpc: Rpc
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreBlock:
+    """Store these exact bytes as a dag-cbor block, pin it, provide it in the background.
+
+    Fire-and-forget: the core never waits for it (PROTOCOL.md §5 "Persistence", §8).
+    """
+
+    cid: CID
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchBlock:
+    """Get block ``cid`` (local store, then IPFS); answer with ``node.block_fetched``."""
+
+    cid: CID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deliver:
+    """Hand an event to the local application (``recovered``: found by gap repair)."""
+
+    topic_cid: CID
+    """The first version of the topic (stable across updates)."""
+    event_cid: CID
+    event: EventDescriptor
+    recovered: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicUpdated:
+    """A subscribed topic has a new version (arrived through its meta topic, §5)."""
+
+    old_cid: CID
+    new_cid: CID
+    topic: TopicDescriptor
+
+
+Output = SendRpc | StoreBlock | FetchBlock | Deliver | TopicUpdated | MetricRecord
+"""Anything :meth:`PulsarcastNode.take_outputs` returns."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishResult:
+    """What ``publish`` did: published here, or sent a request to publish (Algorithm 3/4)."""
+
+    status: Literal["published", "requested"]
+    event_cid: CID | None
+    request_id: str | None
+    inject_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicState:
+    """This node's view of one topic's dissemination tree."""
+
+    topic_cid: CID
+    """First version (the key of the tree)."""
+    latest_cid: CID
+    name: str
+    author: str
+    role: Role
+    parent: str | None
+    children: tuple[str, ...]
+    subscribed: bool
+    joined: bool
+    """In the tree: acknowledged by a parent, or the (acting) root."""
+    acting_root: bool
+    """Root of its tree although not the author (root failover, §6)."""
+    heads: tuple[CID, ...]
+    """Most recent event CIDs seen, newest first (bounded)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryPage:
+    """One page of a topic's history, newest first (§5 "History and eventual delivery")."""
+
+    events: tuple[tuple[CID, EventDescriptor], ...]
+    next_before: CID | None
+    """Cursor for the next page (the oldest event of this page), ``None`` at the start."""
+    missing: CID | None
+    """The next older event, not held locally: ``node.fetch_history`` can get it."""
