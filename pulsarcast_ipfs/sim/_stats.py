@@ -1,0 +1,414 @@
+"""Incremental run statistics: coverage, duplicates, latency, RPCs, trees, order.
+
+Theory of operation
+-------------------
+The runner streams every record to a file and feeds this accumulator, which
+keeps only what the summary needs, in memory bounded by
+``O(events × nodes / 8)`` bits plus ``O(nodes × topics)``:
+
+- per publish call ``j`` (the workload's publication sequence number, known to
+  the core as ``inject_id``): its topic, the *expected* set — a bitmap of the
+  nodes that were live and subscribed to the topic when the call was made
+  (shared, copy-on-write, between calls with the same membership) — and a
+  bitmap of the nodes whose application received it;
+- a latency histogram at 0.1 ms resolution (exact maximum kept apart);
+- RPCs sent per node; each (node, topic)'s current tree place (role, parent,
+  number of children), from ``tree_changed`` records;
+- per (node, topic) the count and a rolling hash of the delivered sequence, to
+  tell whether every subscriber saw the same order as the publisher.
+
+Coverage against *published* events is Σ over published events of
+(expected nodes that received it) ÷ Σ |expected|; against *injected* events
+the denominator runs over every publish call. *Live* coverage restricts both
+sides to the nodes alive at the end of the run: the "every live subscriber
+eventually receives every published event" criterion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pulsarcast_ipfs.records import MetricRecord, RecordKind
+
+__all__ = ["RunStats", "SimSummary"]
+
+_HASH_MOD = (1 << 61) - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimSummary:
+    """The figures of one simulation run (also written as ``summary.json``)."""
+
+    nodes: int
+    topics: int
+    seed: int
+    virtual_seconds: float
+    wall_seconds: float
+    heap_events: int
+    events_injected: int
+    events_skipped: int
+    """Publish calls not made because the publishing node was down."""
+    events_refused: int
+    events_published: int
+    deliveries: int
+    """Event deliveries to applications (workload topics, first time per node)."""
+    duplicates: int
+    """Deliveries of an event a node's application had already received."""
+    recovered: int
+    expected_published: int
+    delivered_published: int
+    coverage_published: float
+    coverage_injected: float
+    live_expected: int
+    live_delivered: int
+    coverage_live: float
+    missing_live: int
+    latency_p50: float | None
+    latency_p95: float | None
+    latency_p99: float | None
+    latency_max: float | None
+    rpcs_total: int
+    rpcs_per_node_mean: float
+    rpcs_per_node_p95: float
+    rpcs_per_node_max: int
+    messages_lost: int
+    tree_depth_max: int
+    tree_depth_mean: float
+    fanout_max: int
+    log2_nodes: float
+    order_checked: int
+    """Live (node, topic) pairs that received every published event of the topic."""
+    order_same: int
+    """…of which saw exactly the publisher's order."""
+    chain_breaks: int
+    """Published events whose parent is not the topic's previously published event."""
+    crashed: int
+    restarted: int
+    crashed_roots: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _percentile(hist: Mapping[int, int], total: int, q: float) -> float | None:
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for key in sorted(hist):
+        seen += hist[key]
+        if seen >= rank:
+            return key / 10_000
+    raise AssertionError("unreachable: histogram total mismatch")
+
+
+def _popcount(b: bytes | bytearray) -> int:
+    return int.from_bytes(b, "little").bit_count()
+
+
+class RunStats:
+    """Accumulates the summary of a run from its outputs (see module docstring)."""
+
+    def __init__(self, *, peer_ids: Sequence[str], topics: Sequence[str], calls: int) -> None:
+        self.n = len(peer_ids)
+        self.nbytes = (self.n + 7) // 8
+        self.index = {p: i for i, p in enumerate(peer_ids)}
+        self.topic_index = {t: i for i, t in enumerate(topics)}
+        self.n_topics = len(topics)
+        # membership: live & subscribed, per workload topic
+        self._members = [bytearray(self.nbytes) for _ in topics]
+        self._snapshot: list[bytes | None] = [None] * len(topics)
+        self.alive = bytearray(b"\xff" * self.nbytes)
+        # per publish call
+        self.call_topic = [-1] * calls
+        self.call_expected: list[bytes | None] = [None] * calls
+        self.call_published = bytearray(calls)
+        self.call_delivered: list[bytearray | None] = [None] * calls
+        self.event_call: dict[str, int] = {}
+        self.injected = 0
+        self.skipped = 0
+        self.refused = 0
+        self.published = 0
+        self.deliveries = 0
+        self.duplicates = 0
+        self.recovered = 0
+        self.other_deliveries = 0
+        self.latency_hist: dict[int, int] = {}
+        self.latency_count = 0
+        self.latency_max: float | None = None
+        self.rpcs = [0] * self.n
+        self.lost = 0
+        # trees: topic name -> node -> (role, parent index | None, children)
+        self.trees: dict[str, dict[int, tuple[str, int | None, int]]] = {}
+        self.fanout_max = 0
+        # order
+        self.seq_state: dict[int, tuple[int, int]] = {}
+        self.pub_seq: list[tuple[int, int]] = [(0, 0)] * len(topics)
+        self.last_published: list[str | None] = [None] * len(topics)
+        self.chain_breaks = 0
+        self.crashed = 0
+        self.restarted = 0
+        self.crashed_roots = 0
+
+    # -- membership -------------------------------------------------------------------
+
+    def _set_bit(self, b: bytearray, i: int, value: bool) -> None:
+        if value:
+            b[i >> 3] |= 1 << (i & 7)
+        else:
+            b[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+
+    def set_subscribed(self, node: int, topic: str, value: bool) -> None:
+        t = self.topic_index.get(topic)
+        if t is None:
+            return
+        self._set_bit(self._members[t], node, value)
+        self._snapshot[t] = None
+
+    def set_alive(self, node: int, value: bool, topics: Sequence[str]) -> None:
+        """A node crashed (or restarted): it leaves (or rejoins) the expected sets."""
+        self._set_bit(self.alive, node, value)
+        if not value:
+            for t in range(self.n_topics):
+                self._set_bit(self._members[t], node, False)
+                self._snapshot[t] = None
+        else:
+            for name in topics:
+                self.set_subscribed(node, name, True)
+
+    def _expected(self, t: int) -> bytes:
+        snap = self._snapshot[t]
+        if snap is None:
+            snap = self._snapshot[t] = bytes(self._members[t])
+        return snap
+
+    # -- publish calls ----------------------------------------------------------------
+
+    def on_call(self, j: int, topic: str) -> None:
+        """The runner is about to make publish call ``j`` on a live node."""
+        t = self.topic_index[topic]
+        self.call_topic[j] = t
+        self.call_expected[j] = self._expected(t)
+
+    def on_record(self, rec: MetricRecord) -> None:
+        kind = rec.kind
+        f = rec.fields
+        if kind is RecordKind.EVENT_DELIVERED:
+            lat = f.get("latency")
+            if isinstance(lat, int | float):
+                key = round(lat * 10_000)
+                self.latency_hist[key] = self.latency_hist.get(key, 0) + 1
+                self.latency_count += 1
+                if self.latency_max is None or lat > self.latency_max:
+                    self.latency_max = float(lat)
+        elif kind is RecordKind.EVENT_PUBLISHED:
+            self._on_published(rec)
+        elif kind is RecordKind.EVENT_INJECTED:
+            self.injected += 1
+        elif kind is RecordKind.TREE_CHANGED:
+            self._on_tree(rec)
+        elif kind is RecordKind.SUBSCRIBED:
+            node = self.index.get(rec.node)
+            if node is not None and isinstance(f.get("topic"), str):
+                self.set_subscribed(node, f["topic"], True)
+        elif kind is RecordKind.UNSUBSCRIBED:
+            node = self.index.get(rec.node)
+            if node is not None and isinstance(f.get("topic"), str):
+                self.set_subscribed(node, f["topic"], False)
+
+    def _on_published(self, rec: MetricRecord) -> None:
+        f = rec.fields
+        inject = f.get("inject_id")
+        event = f.get("event")
+        if not isinstance(inject, str) or not isinstance(event, str):
+            return
+        head = inject.split("-", 1)[0]
+        if not head.isdigit() or int(head) >= len(self.call_topic):
+            return
+        j = int(head)
+        t = self.call_topic[j]
+        if t < 0:
+            return
+        if self.call_published[j]:
+            # the same call published twice would be a protocol bug: count as a chain break
+            self.chain_breaks += 1
+            return
+        self.call_published[j] = 1
+        self.call_delivered[j] = bytearray(self.nbytes)
+        self.event_call[event] = j
+        self.published += 1
+        parent = f.get("parent")
+        if parent != self.last_published[t] and self.last_published[t] is not None:
+            self.chain_breaks += 1
+        self.last_published[t] = event
+        count, h = self.pub_seq[t]
+        self.pub_seq[t] = (count + 1, (h * 1_000_003 + j + 1) % _HASH_MOD)
+
+    def _on_tree(self, rec: MetricRecord) -> None:
+        f = rec.fields
+        node = self.index.get(rec.node)
+        topic = f.get("topic")
+        if node is None or not isinstance(topic, str):
+            return
+        children = f.get("children")
+        nchildren = len(children) if isinstance(children, list) else 0
+        if nchildren > self.fanout_max:
+            self.fanout_max = nchildren
+        parent = f.get("parent")
+        pidx = self.index.get(parent) if isinstance(parent, str) else None
+        role = str(f.get("role"))
+        tree = self.trees.setdefault(topic, {})
+        if role == "none":
+            tree.pop(node, None)
+        else:
+            tree[node] = (role, pidx, nchildren)
+
+    def on_deliver(self, node: int, event_cid: str, recovered: bool) -> None:
+        j = self.event_call.get(event_cid)
+        if j is None:
+            self.other_deliveries += 1
+            return
+        delivered = self.call_delivered[j]
+        assert delivered is not None
+        byte, bit = node >> 3, 1 << (node & 7)
+        if delivered[byte] & bit:
+            self.duplicates += 1
+            return
+        delivered[byte] |= bit
+        self.deliveries += 1
+        if recovered:
+            self.recovered += 1
+        key = node * self.n_topics + self.call_topic[j]
+        count, h = self.seq_state.get(key, (0, 0))
+        self.seq_state[key] = (count + 1, (h * 1_000_003 + j + 1) % _HASH_MOD)
+
+    # -- the end ----------------------------------------------------------------------
+
+    def tree_depths(self) -> list[int]:
+        """Depth of every tree member below its root, over the workload topics' trees."""
+        depths: list[int] = []
+        for name in self.topic_index:
+            tree = self.trees.get(name, {})
+            memo: dict[int, int] = {}
+            for start in tree:
+                if start in memo:
+                    continue
+                path: list[int] = []
+                on_path: set[int] = set()
+                cur: int | None = start
+                while cur is not None and cur in tree and cur not in memo and cur not in on_path:
+                    path.append(cur)
+                    on_path.add(cur)
+                    cur = tree[cur][1]
+                # a root (parent None), a detached top (dangling parent) or a cycle: depth 0
+                base = memo[cur] + 1 if cur is not None and cur in memo else 0
+                for p in reversed(path):
+                    memo[p] = base
+                    base += 1
+            depths.extend(memo[n] for n in tree)
+        return depths
+
+    def summary(
+        self,
+        *,
+        seed: int,
+        virtual_seconds: float,
+        wall_seconds: float,
+        heap_events: int,
+    ) -> SimSummary:
+        alive = int.from_bytes(self.alive, "little")
+        exp_pub = del_pub = exp_all = live_exp = live_del = 0
+        for j, t in enumerate(self.call_topic):
+            if t < 0:
+                continue
+            expected_b = self.call_expected[j]
+            assert expected_b is not None
+            expected = int.from_bytes(expected_b, "little")
+            n_exp = expected.bit_count()
+            exp_all += n_exp
+            if not self.call_published[j]:
+                continue
+            delivered_b = self.call_delivered[j]
+            assert delivered_b is not None
+            delivered = int.from_bytes(delivered_b, "little")
+            exp_pub += n_exp
+            del_pub += (expected & delivered).bit_count()
+            live = expected & alive
+            live_exp += live.bit_count()
+            live_del += (live & delivered).bit_count()
+        rpcs = sorted(self.rpcs)
+        depths = self.tree_depths()
+        checked = same = 0
+        for key, state in self.seq_state.items():
+            node, t = divmod(key, self.n_topics)
+            if not (alive >> node) & 1:
+                continue
+            if state[0] == self.pub_seq[t][0]:
+                checked += 1
+                same += state == self.pub_seq[t]
+        return SimSummary(
+            nodes=self.n,
+            topics=self.n_topics,
+            seed=seed,
+            virtual_seconds=virtual_seconds,
+            wall_seconds=wall_seconds,
+            heap_events=heap_events,
+            events_injected=self.injected,
+            events_skipped=self.skipped,
+            events_refused=self.refused,
+            events_published=self.published,
+            deliveries=self.deliveries,
+            duplicates=self.duplicates,
+            recovered=self.recovered,
+            expected_published=exp_pub,
+            delivered_published=del_pub,
+            coverage_published=del_pub / exp_pub if exp_pub else 1.0,
+            coverage_injected=del_pub / exp_all if exp_all else 1.0,
+            live_expected=live_exp,
+            live_delivered=live_del,
+            coverage_live=live_del / live_exp if live_exp else 1.0,
+            missing_live=live_exp - live_del,
+            latency_p50=_percentile(self.latency_hist, self.latency_count, 0.50),
+            latency_p95=_percentile(self.latency_hist, self.latency_count, 0.95),
+            latency_p99=_percentile(self.latency_hist, self.latency_count, 0.99),
+            latency_max=self.latency_max,
+            rpcs_total=sum(rpcs),
+            rpcs_per_node_mean=sum(rpcs) / len(rpcs) if rpcs else 0.0,
+            rpcs_per_node_p95=float(rpcs[max(0, math.ceil(0.95 * len(rpcs)) - 1)]) if rpcs else 0,
+            rpcs_per_node_max=rpcs[-1] if rpcs else 0,
+            messages_lost=self.lost,
+            tree_depth_max=max(depths, default=0),
+            tree_depth_mean=sum(depths) / len(depths) if depths else 0.0,
+            fanout_max=self.fanout_max,
+            log2_nodes=math.log2(self.n) if self.n else 0.0,
+            order_checked=checked,
+            order_same=same,
+            chain_breaks=self.chain_breaks,
+            crashed=self.crashed,
+            restarted=self.restarted,
+            crashed_roots=self.crashed_roots,
+        )
+
+    def missing_report(self, limit: int = 20) -> list[tuple[int, int, list[int]]]:
+        """Up to ``limit`` published calls some live expected node missed: (call, topic, nodes)."""
+        alive = int.from_bytes(self.alive, "little")
+        out: list[tuple[int, int, list[int]]] = []
+        for j, t in enumerate(self.call_topic):
+            if t < 0 or not self.call_published[j]:
+                continue
+            expected_b, delivered_b = self.call_expected[j], self.call_delivered[j]
+            assert expected_b is not None and delivered_b is not None
+            miss = (
+                int.from_bytes(expected_b, "little")
+                & alive
+                & ~int.from_bytes(delivered_b, "little")
+            )
+            if miss:
+                nodes = [i for i in range(self.n) if (miss >> i) & 1]
+                out.append((j, t, nodes))
+                if len(out) >= limit:
+                    break
+        return out
