@@ -1,0 +1,31 @@
+"""Test helpers shipped with the package (like ``trio.testing``): a local Kubo cluster.
+
+``async with LocalCluster(config=ClusterConfig(nodes=4, toxiproxy=True)) as cluster:``
+starts real Kubo daemons on loopback (PROTOCOL.md §2), connected into a LAN DHT,
+optionally behind per-node Toxiproxy proxies; ``cluster[3].client()`` talks to one.
+"""
+
+from __future__ import annotations
+
+from pulsarcast_ipfs.testing._cluster import (
+    ClusterConfig,
+    ClusterError,
+    ClusterNode,
+    LocalCluster,
+    default_state_dir,
+    kubo_settings,
+)
+from pulsarcast_ipfs.testing._toxiproxy import ToxiproxyAPI, ToxiproxyError
+from pulsarcast_ipfs.testing._wait import wait_until
+
+__all__ = [
+    "ClusterConfig",
+    "ClusterError",
+    "ClusterNode",
+    "LocalCluster",
+    "ToxiproxyAPI",
+    "ToxiproxyError",
+    "default_state_dir",
+    "kubo_settings",
+    "wait_until",
+]

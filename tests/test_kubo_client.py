@@ -1,0 +1,246 @@
+"""Integration tests of the Kubo RPC client against real Kubo daemons (PROTOCOL.md §2)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import anyio
+import dag_cbor
+import pytest
+from anyio.abc import SocketStream
+from multiformats import CID
+
+from pulsarcast_ipfs.kademlia import peer_position
+from pulsarcast_ipfs.kubo import (
+    KuboClient,
+    KuboConfig,
+    KuboInvalidArgument,
+    KuboNotFound,
+    KuboPubsubDisabled,
+    KuboStreamMountingDisabled,
+    KuboTimeout,
+    KuboUnavailable,
+    closest_known_peers,
+    dag_cbor_cid,
+)
+from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster, wait_until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.kubo]
+
+UNKNOWN_PEER = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"
+
+
+def _event_bytes(payload: bytes, parent: CID | None = None) -> bytes:
+    return bytes(dag_cbor.encode({"payload": payload, "parent": parent, "n": len(payload)}))
+
+
+async def test_id_and_version(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        me = await kubo.id()
+        version = await kubo.version()
+    assert me.peer_id == kubo_pair[0].peer_id
+    assert "/ipfs/lan/kad/1.0.0" in me.protocols
+    assert version.version == "0.43.0"
+
+
+async def test_block_put_stores_exact_bytes_and_is_fetched_by_a_peer(
+    kubo_pair: LocalCluster,
+) -> None:
+    parent = dag_cbor_cid(_event_bytes(b"parent"))
+    data = _event_bytes(os.urandom(16), parent)
+    async with kubo_pair[0].client() as a, kubo_pair[1].client() as b:
+        cid = await a.block_put(data)
+        assert cid == dag_cbor_cid(data)
+        assert str(cid).startswith("bafyrei")
+        assert await a.block_get(cid) == data
+        assert await b.block_get(str(cid), max_wait=20) == data
+        node = await a.dag_get(cid)
+    assert node["parent"] == {"/": str(parent)}
+    assert node["n"] == 16
+
+
+async def test_pin_add_and_rm(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        cid = await kubo.block_put(_event_bytes(os.urandom(8)))
+        assert await kubo.pin_add(cid, recursive=False) == (str(cid),)
+        assert await kubo.pin_rm(cid, recursive=False) == (str(cid),)
+        with pytest.raises(KuboNotFound):
+            await kubo.pin_rm(cid, recursive=False)
+
+
+async def test_provide_then_find_providers(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as a, kubo_pair[1].client() as b:
+        cid = await a.block_put(_event_bytes(os.urandom(8)))
+        await a.provide(cid)
+        providers = await b.find_providers(cid, count=1, max_wait=20)
+    assert [p.peer_id for p in providers] == [kubo_pair[0].peer_id]
+
+
+async def test_find_peer_and_routing_table(kubo_pair: LocalCluster) -> None:
+    a_node, b_node = kubo_pair[0], kubo_pair[1]
+    async with a_node.client() as a:
+        found = await a.find_peer(b_node.peer_id)
+        table = await a.stats_dht()
+        peers = await a.swarm_peers()
+    assert found.peer_id == b_node.peer_id
+    assert any(addr.endswith(b_node.swarm_address.split("/")[-1]) for addr in found.addresses)
+    lan = [e for e in table.entries if e.dht == "lan"]
+    assert [e.peer_id for e in lan] == [b_node.peer_id]
+    assert lan[0].connected
+    assert table.peers("wan") == ()
+    assert b_node.peer_id in {p.peer_id for p in peers}
+    # The node itself is ranked too (PROTOCOL.md §3): closest to itself is itself.
+    ranking = closest_known_peers(a_node.peer_id, table, self_id=a_node.peer_id)
+    assert ranking == [a_node.peer_id, b_node.peer_id]
+    nearest_to_b = closest_known_peers(peer_position(b_node.peer_id), table)
+    assert nearest_to_b == [b_node.peer_id]
+
+
+async def test_find_peer_errors(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        with pytest.raises(KuboNotFound, match="not found"):
+            await kubo.find_peer(UNKNOWN_PEER, max_wait=10)
+        with pytest.raises(KuboInvalidArgument):
+            await kubo.find_peer("not-a-peer-id")
+
+
+async def test_swarm_connect_bad_address(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        with pytest.raises(KuboInvalidArgument):
+            await kubo.swarm_connect("garbage")
+
+
+async def test_p2p_forward_carries_bytes_and_reports_sender(kubo_pair: LocalCluster) -> None:
+    """``p2p listen --report-peer-id``: the target first reads ``<peer id>\\n`` (§6)."""
+    receiver, sender = kubo_pair[0], kubo_pair[1]
+    protocol = "/x/pulsarcast-test/1.0.0"
+    received: list[bytes] = []
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    target_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def serve(stream: SocketStream) -> None:
+        async with stream:
+            buf = b""
+            while buf.count(b"\n") < 2:
+                buf += await stream.receive()
+            received.append(buf)
+            await stream.send(b"pong\n")
+
+    with socket.socket() as s:  # a free port for the forward's local end
+        s.bind(("127.0.0.1", 0))
+        forward_port = s.getsockname()[1]
+    async with receiver.client() as r, sender.client() as s_kubo, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        await r.p2p_listen(protocol, f"/ip4/127.0.0.1/tcp/{target_port}", report_peer_id=True)
+        await s_kubo.p2p_forward(protocol, f"/ip4/127.0.0.1/tcp/{forward_port}", receiver.peer_id)
+        listeners = await r.p2p_ls()
+        forwards = await s_kubo.p2p_ls()
+        assert [(x.protocol, x.is_forward) for x in listeners] == [(protocol, False)]
+        assert [(x.protocol, x.is_forward) for x in forwards] == [(protocol, True)]
+        async with await anyio.connect_tcp("127.0.0.1", forward_port) as conn:
+            await conn.send(b"ping\n")
+            reply = b""
+            while not reply.endswith(b"\n"):
+                reply += await conn.receive()
+        assert await s_kubo.p2p_close(protocol=protocol) == 1
+        assert await r.p2p_close(close_all=True) == 1
+        assert await r.p2p_ls() == ()
+        tg.cancel_scope.cancel()
+    await listener.aclose()
+    assert reply == b"pong\n"
+    assert received == [sender.peer_id.encode() + b"\nping\n"]
+
+
+async def test_pubsub_round_trip(kubo_pair: LocalCluster) -> None:
+    topic = "pulsarcast/tést topic"  # not URL-safe: must travel multibase-encoded
+    async with kubo_pair[0].client() as a, kubo_pair[1].client() as b:
+        async with a.pubsub_sub(topic) as sub_a, b.pubsub_sub(topic):
+            assert topic in await a.pubsub_ls()
+
+            async def mesh_formed() -> bool:
+                return kubo_pair[0].peer_id in await b.pubsub_peers(topic)
+
+            await wait_until(mesh_formed, deadline=20, what="the pubsub peers to meet")
+            assert kubo_pair[1].peer_id in await a.pubsub_peers()
+            await b.pubsub_pub(topic, b"hello \x00 bytes")
+            with anyio.fail_after(20):
+                message = await sub_a.__anext__()
+        assert topic not in await a.pubsub_ls()
+    assert message.data == b"hello \x00 bytes"
+    assert message.from_peer == kubo_pair[1].peer_id
+    assert message.topics == (topic,)
+    assert message.seqno
+
+
+async def test_pubsub_subscription_cancels_cleanly(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        with anyio.move_on_after(0.5) as scope:
+            async with kubo.pubsub_sub("nobody-publishes") as sub:
+                async for _ in sub:
+                    pytest.fail("no message was published")
+        assert scope.cancelled_caught
+
+        async def unsubscribed() -> bool:
+            return "nobody-publishes" not in await kubo.pubsub_ls()
+
+        await wait_until(unsubscribed, deadline=10, what="Kubo to drop the subscription")
+
+
+async def test_key_sign_and_verify(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        signed = await kubo.key_sign(b"event bytes")
+        assert signed.key_name == "self"
+        assert len(signed.signature) == 64  # ed25519
+        assert await kubo.key_verify(b"event bytes", signed.signature)
+        assert not await kubo.key_verify(b"other bytes", signed.signature)
+        with pytest.raises(KuboNotFound):
+            await kubo.key_sign(b"x", key="no-such-key")
+
+
+async def test_stats_bw_total_and_per_protocol(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as a, kubo_pair[1].client() as b:
+        await b.find_peer(kubo_pair[0].peer_id)  # some DHT traffic
+        await a.block_get(await b.block_put(_event_bytes(os.urandom(32))), max_wait=20)
+
+        async def counted() -> bool:  # libp2p's meters are swept once a second
+            return (await a.stats_bw(protocol="/ipfs/bitswap/1.2.0")).total_in > 0
+
+        await wait_until(counted, deadline=10, what="bitswap bytes in stats/bw")
+        total = await a.stats_bw()
+        per = await a.stats_bw_by_protocol(["/ipfs/bitswap/1.2.0", "/ipfs/lan/kad/1.0.0"])
+    assert total.total_in > 0 and total.total_out > 0
+    assert per["/ipfs/bitswap/1.2.0"].protocol == "/ipfs/bitswap/1.2.0"
+    assert per["/ipfs/bitswap/1.2.0"].total_in > 0
+    assert per["/ipfs/lan/kad/1.0.0"].total_in + per["/ipfs/lan/kad/1.0.0"].total_out > 0
+    assert per["/ipfs/bitswap/1.2.0"].total_in < total.total_in
+
+
+async def test_bad_cid_and_missing_block(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client(timeout=2.0) as kubo:
+        with pytest.raises(KuboInvalidArgument, match="block/get"):
+            await kubo.block_get("notacid")
+        with pytest.raises(KuboInvalidArgument):
+            await kubo.dag_get("bafyfoo")
+        missing = dag_cbor_cid(os.urandom(16))
+        with pytest.raises(KuboTimeout):  # Kubo's own deadline
+            await kubo.block_get(missing, max_wait=0.5)
+        with pytest.raises(KuboTimeout):  # the client's deadline
+            await kubo.block_get(missing)
+
+
+async def test_disabled_features_then_daemon_down() -> None:
+    config = ClusterConfig(nodes=1, stream_mounting=False)
+    async with LocalCluster(config=config) as cluster:
+        node = cluster[0]
+        async with node.client() as kubo:
+            with pytest.raises(KuboStreamMountingDisabled):
+                await kubo.p2p_listen("/x/t/1.0.0", "/ip4/127.0.0.1/tcp/9")
+            with pytest.raises(KuboStreamMountingDisabled):
+                await kubo.p2p_ls()
+            with pytest.raises(KuboPubsubDisabled):
+                await kubo.pubsub_pub("t", b"x")
+    assert not node.is_running()
+    async with KuboClient(config=KuboConfig(base_url=node.api_url, connect_timeout=2)) as kubo:
+        with pytest.raises(KuboUnavailable, match="cannot reach"):
+            await kubo.id()

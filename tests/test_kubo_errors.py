@@ -1,0 +1,173 @@
+"""Unit tests of the client's own logic over httpx.MockTransport (no daemon)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+import pulsarcast_ipfs.kubo as kubo_pkg
+import pulsarcast_ipfs.testing as testing_pkg
+from pulsarcast_ipfs.kubo import (
+    BlockCIDMismatch,
+    KuboAPIError,
+    KuboClient,
+    KuboConfig,
+    KuboError,
+    KuboInvalidArgument,
+    KuboNotFound,
+    KuboProtocolError,
+    KuboPubsubDisabled,
+    KuboStreamMountingDisabled,
+    KuboTimeout,
+    KuboUnavailable,
+    dag_cbor_cid,
+    decode_topic,
+    encode_topic,
+    parse_stats_dht,
+)
+from pulsarcast_ipfs.kubo._errors import error_from_response
+
+pytestmark = pytest.mark.anyio
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def _client(handler: Handler) -> KuboClient:
+    return KuboClient(config=KuboConfig(), transport=httpx.MockTransport(handler))
+
+
+def _kubo_error(message: str, status: int = 500, code: int = 0) -> httpx.Response:
+    return httpx.Response(status, json={"Message": message, "Code": code, "Type": "error"})
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("libp2p stream mounting not enabled", KuboStreamMountingDisabled),
+        ("experimental pubsub feature not enabled, run daemon with ...", KuboPubsubDisabled),
+        ("block was not found locally (offline): ipld: could not find x", KuboNotFound),
+        ("not pinned or pinned indirectly", KuboNotFound),
+        ('invalid path "x": path does not have enough components', KuboInvalidArgument),
+        ("failed to parse peer ID: invalid cid", KuboInvalidArgument),
+        ("something else broke", KuboAPIError),
+    ],
+)
+def test_kubo_messages_map_to_typed_errors(message: str, kind: type[KuboAPIError]) -> None:
+    body = json.dumps({"Message": message, "Code": 0, "Type": "error"}).encode()
+    err = error_from_response("x/y", 500, body)
+    assert type(err) is kind
+    assert isinstance(err, KuboAPIError)
+    assert err.message == message and err.endpoint == "x/y" and err.status == 500
+
+
+def test_plain_text_and_deadline_errors() -> None:
+    err = error_from_response("key/sign", 400, b"file argument 'data' is required\n")
+    assert isinstance(err, KuboInvalidArgument) and err.status == 400
+    assert isinstance(error_from_response("block/get", 500, b""), KuboAPIError)
+    assert isinstance(
+        error_from_response("block/get", 500, b'{"Message":"context deadline exceeded"}'),
+        KuboTimeout,
+    )
+
+
+async def test_rpc_calls_are_post_with_repeated_args() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, text="")
+
+    async with _client(handler) as kubo:
+        await kubo.p2p_forward("/x/p", "/ip4/127.0.0.1/tcp/1", "12D3KooWabc")
+        await kubo.pubsub_pub("a/b c", b"data")
+    assert [r.method for r in seen] == ["POST", "POST"]
+    assert seen[0].url.path == "/api/v0/p2p/forward"
+    assert seen[0].url.params.get_list("arg") == [
+        "/x/p",
+        "/ip4/127.0.0.1/tcp/1",
+        "/p2p/12D3KooWabc",
+    ]
+    assert seen[1].url.params.get_list("arg") == [encode_topic("a/b c")]
+    assert encode_topic("a/b c").startswith("u") and decode_topic(encode_topic("a/b c")) == "a/b c"
+
+
+async def test_http_errors_become_typed_errors() -> None:
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        return _kubo_error("libp2p stream mounting not enabled")
+
+    async with _client(refused) as kubo:
+        with pytest.raises(KuboUnavailable) as down:
+            await kubo.id()
+    assert isinstance(down.value.__cause__, httpx.ConnectError)
+    async with _client(slow) as kubo:
+        with pytest.raises(KuboTimeout):
+            await kubo.version()
+    async with _client(failing) as kubo:
+        with pytest.raises(KuboStreamMountingDisabled) as exc:
+            await kubo.p2p_ls()
+    assert exc.value.endpoint == "p2p/ls"
+
+
+async def test_block_put_checks_the_returned_cid() -> None:
+    data = b"\xa1aa\x01"
+    wrong = str(dag_cbor_cid(b"\xa0"))
+
+    async with _client(lambda r: httpx.Response(200, json={"Key": wrong, "Size": 4})) as kubo:
+        with pytest.raises(BlockCIDMismatch) as exc:
+            await kubo.block_put(data)
+    assert exc.value.expected == str(dag_cbor_cid(data)) and exc.value.got == wrong
+    async with _client(lambda r: httpx.Response(200, text="not json")) as kubo:
+        with pytest.raises(KuboProtocolError):
+            await kubo.block_put(data)
+
+
+def test_stats_dht_parsing() -> None:
+    peer = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"
+    docs = [
+        {"Name": "wan", "Buckets": []},
+        {
+            "Name": "lan",
+            "Buckets": [{"Peers": None}, {"Peers": [{"ID": peer, "Connected": True}]}],
+        },
+    ]
+    snap = parse_stats_dht(docs)
+    assert [(e.dht, e.bucket, e.peer_id, e.connected) for e in snap.entries] == [
+        ("lan", 1, peer, True)
+    ]
+    with pytest.raises(ValueError):
+        parse_stats_dht([{"Name": "lan", "Buckets": [{"Peers": [{"no": "id"}]}]}])
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        KuboConfig(base_url="127.0.0.1:5001")
+    with pytest.raises(ValueError):
+        KuboConfig(timeout=0)
+    assert KuboConfig.from_multiaddr("/ip4/127.0.0.1/tcp/5001\n").base_url == (
+        "http://127.0.0.1:5001"
+    )
+    with pytest.raises(ValueError):
+        KuboConfig.from_multiaddr("/unix/x")
+
+
+@pytest.mark.parametrize("package", [kubo_pkg, testing_pkg])
+def test_public_names_are_exported(package: object) -> None:
+    """Every public class/function of the private modules is in ``__all__`` (httpx-style)."""
+    exported = set(package.__all__)  # type: ignore[attr-defined]
+    for name in exported:
+        assert hasattr(package, name), name
+    for name, value in vars(package).items():
+        if name.startswith("_") or not hasattr(value, "__module__"):
+            continue
+        if str(getattr(value, "__module__", "")).startswith(package.__name__ + "._"):  # type: ignore[attr-defined]
+            assert name in exported, f"{name} is public but not in __all__"
+    assert issubclass(KuboUnavailable, KuboError) and issubclass(BlockCIDMismatch, KuboError)
