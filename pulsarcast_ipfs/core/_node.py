@@ -1,37 +1,1060 @@
-"""The Pulsarcast node: the protocol of PROTOCOL.md §5-§7 as a pure state machine (stub)."""
+"""The Pulsarcast node: PROTOCOL.md §5-§7 as a pure state machine.
+
+Theory of operation
+-------------------
+A :class:`PulsarcastNode` is driven by exactly these inputs, each with ``now``:
+an API command (create/update topic, subscribe, unsubscribe, publish), an RPC
+received from an authenticated peer, a block fetched, a peer declared
+unreachable, a routing-table snapshot, and a timer fired. It answers by queueing
+outputs (``SendRpc``, ``StoreBlock``, ``FetchBlock``, ``Deliver``,
+``TopicUpdated``, ``MetricRecord``). It owns no clock, no socket and no global
+random state (the ``rng`` is injected); every timer is a deadline reported by
+:meth:`get_timer` and served by :meth:`handle_timer`.
+
+Per topic the node keeps one :class:`_Tree`, keyed by the CID of the topic's
+*first version* (so a dissemination tree survives topic updates). Its state:
+
+==============  ==============================================================
+``parent``      the neighbour towards the author (``None``: root or not joined)
+``children``    neighbours that joined through this node
+``joined``      in the tree: acknowledged by ``parent``, or (acting) root
+``join``        a JOIN in flight: peer, deadline, peers already tried
+``subscribed``  the local app is subscribed (deliver events to it)
+``followers``   (meta topics) topic trees that follow this meta topic
+``since``       events created before this are history, not delivered
+``recent``      the newest event CIDs seen (bounded; sent in HEADS)
+==============  ==============================================================
+
+Role (``tree_changed`` records, ``TopicState.role``)::
+
+    author                          -> root
+    joined, no parent, not author   -> root     (acting root: root failover, §6)
+    subscribed                      -> subscriber
+    joined or has children          -> relay    (forwards, delivers nothing)
+    otherwise                       -> none     (the tree state is dropped)
+
+Transitions (the state tables of docs/protocol-notes.md are drawn from these):
+
+=======================  ===================================================
+subscribe / publish      not joined -> JOIN sent to the known peer closest to
+                         the author, strictly closer than us (Algorithm 2);
+                         none -> acting root, recheck later
+JOIN_ACK ok              join in flight -> joined, parent = sender; HEADS sent
+JOIN_ACK refused/timeout try the next closest peer; none left -> acting root
+JOIN from farther peer   add child, JOIN_ACK ok; not joined -> join upward
+                         (become a relay)
+LEAVE from child         drop it; empty relay -> LEAVE to parent, forget tree
+LEAVE from parent,       parent lost: re-join through another peer, children
+parent silent / failed   kept (§6)
+acting root recheck      a closer live peer is known -> JOIN it (re-converge)
+=======================  ===================================================
+
+Events (§5 "Forward"): verify (CID recomputed, topic version belongs to the
+tree, publisher allowed by that version), drop duplicates (bounded seen-set),
+store, forward to every neighbour but the sender, deliver in causal order
+(an event waits until its parent is delivered; an unknown parent is fetched,
+walking back until a known event or one created before ``since``; what is
+found that way is delivered with ``recovered=True``). HEADS exchanged between
+tree neighbours close the gaps that a lost leaf event leaves in the DAG.
+"""
 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from multiformats import CID
 
-from ._codec import Rpc
+from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
+from pulsarcast_ipfs.records import MetricRecord, RecordKind
+
+from ._codec import (
+    Event,
+    Heads,
+    Join,
+    JoinAck,
+    Leave,
+    Ping,
+    Pong,
+    RequestAck,
+    RequestToPublish,
+    Rpc,
+    encode_frame,
+)
 from ._config import NodeConfig
-from ._descriptors import TopicOptions
-from ._io import HistoryPage, Output, PublishResult, TopicState
+from ._descriptors import (
+    MAX_PAYLOAD_SIZE,
+    EventDescriptor,
+    EventLinking,
+    PeerPolicy,
+    TopicDescriptor,
+    TopicOptions,
+    _canonical_peer,
+    cid_str,
+    format_created,
+)
+from ._errors import (
+    DescriptorError,
+    LocalProtocolError,
+    NotAllowedToPublish,
+    UnknownTopic,
+)
+from ._io import (
+    Deliver,
+    FetchBlock,
+    HistoryPage,
+    Output,
+    PublishResult,
+    Role,
+    SendRpc,
+    StoreBlock,
+    TopicState,
+    TopicUpdated,
+)
 
 __all__ = ["PulsarcastNode"]
 
+_MAX_VERSIONS = 256
+_MAX_UNSENT = 256
+_MAX_STASH = 256
+
+
+class _LRU:
+    """An insertion-ordered set/map with a size limit (oldest evicted first)."""
+
+    __slots__ = ("_d", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self._d: OrderedDict[Any, Any] = OrderedDict()
+        self.limit = limit
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def get(self, key: Any) -> Any:
+        return self._d.get(key)
+
+    def put(self, key: Any, value: Any = None) -> None:
+        self._d[key] = value
+        self._d.move_to_end(key)
+        while len(self._d) > self.limit:
+            self._d.popitem(last=False)
+
+
+@dataclass(slots=True, kw_only=True)
+class _JoinAttempt:
+    peer: str
+    deadline: float
+    tried: set[str]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Fetch:
+    kind: Literal["event", "topic", "history"]
+    tree: CID | None
+    hint: str | None
+    attempts: int
+    due: float
+    outstanding: bool
+    history_left: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class _Request:
+    tree: CID
+    name: str
+    author: str
+    rpc: RequestToPublish
+    attempts: int
+    due: float
+    via: str | None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Tree:
+    root: TopicDescriptor
+    author_pos: int
+    latest: TopicDescriptor
+    versions: dict[CID, TopicDescriptor] = field(default_factory=dict)
+    depth: dict[CID, int] = field(default_factory=dict)
+    subscribed: bool = False
+    publishing: bool = False
+    followers: set[CID] = field(default_factory=set)
+    since: float = 0.0
+    parent: str | None = None
+    children: dict[str, None] = field(default_factory=dict)
+    joined: bool = False
+    join: _JoinAttempt | None = None
+    recheck_at: float | None = None
+    recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
+    last_seen: CID | None = None
+    heads_sent: dict[str, tuple[CID, ...]] = field(default_factory=dict)
+    unsent: list[CID] = field(default_factory=list)
+    role: Role = "none"
+
+    @property
+    def key(self) -> CID:
+        return self.root.cid
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def author(self) -> str:
+        return self.root.author
+
+    def neighbours(self) -> list[str]:
+        out = list(self.children)
+        if self.parent is not None:
+            out.append(self.parent)
+        return out
+
 
 class PulsarcastNode:
-    """One node (work in progress: signatures are final, bodies are not)."""
+    """One Pulsarcast node as a pure state machine (contract: docs/core-api.md)."""
 
     def __init__(
-        self, *, peer_id: str, config: NodeConfig | None = None, rng: random.Random, now: float
+        self,
+        *,
+        peer_id: str,
+        config: NodeConfig | None = None,
+        rng: random.Random,
+        now: float,
     ) -> None:
+        try:
+            canonical = _canonical_peer(peer_id)
+        except InvalidPeerId as exc:
+            raise LocalProtocolError(str(exc)) from exc
+        if canonical != peer_id:
+            raise LocalProtocolError(f"peer ID must be in canonical form ({canonical})")
+        if not isinstance(rng, random.Random):
+            raise LocalProtocolError("rng must be a random.Random (seeded by the driver)")
         self.peer_id = peer_id
-        self.config = config or NodeConfig()
+        self.config = config if config is not None else NodeConfig()
         self._rng = rng
+        self._pos = peer_position(peer_id)
         self._outputs: list[Output] = []
+        self._trees: dict[CID, _Tree] = {}
+        self._version_of: dict[CID, CID] = {}
+        c = self.config
+        self._topic_blocks = _LRU(1024)
+        self._events = _LRU(c.event_cache_size)  # cid -> (tree key, EventDescriptor)
+        self._seen = _LRU(c.seen_cache_size)
+        self._delivered = _LRU(c.delivered_cache_size)
+        self._gave_up = _LRU(c.seen_cache_size)
+        self._published_requests = _LRU(c.request_cache_size)  # request id -> event CID
+        self._waiting: dict[CID, list[tuple[CID, CID, bool]]] = {}  # parent -> (tree, ev, rec)
+        self._waiting_count = 0
+        self._stash: dict[CID, list[tuple[CID, bytes, str | None]]] = {}  # version -> events
+        self._fetches: dict[CID, _Fetch] = {}
+        self._resolving: dict[CID, list[tuple[str, CID | None]]] = {}
+        self._requests: dict[str, _Request] = {}
+        self._known: dict[str, int] = {}  # peer -> keyspace position
+        self._suspect: dict[str, float] = {}
+        self._last_heard: dict[str, float] = {}
+        self._seq = 0
+        self._ping_at = now + rng.uniform(0.0, c.ping_interval)
+        self._heads_at = now + rng.uniform(0.0, c.heads_interval)
+        self._heads_tick = 0
 
-    def set_known_peers(self, now: float, peers: Iterable[str]) -> None: ...
-    def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None: ...
-    def block_fetched(self, now: float, cid: CID, data: bytes | None) -> None: ...
-    def peer_unreachable(self, now: float, peer: str) -> None: ...
-    def handle_timer(self, now: float) -> None: ...
-    def get_timer(self) -> float | None: ...
+    # ------------------------------------------------------------------ helpers
+
+    def _emit(self, out: Output) -> None:
+        self._outputs.append(out)
+
+    def _record(self, now: float, kind: RecordKind, **fields: Any) -> None:
+        self._emit(MetricRecord(kind=kind, ts=now, node=self.peer_id, fields=fields))
+
+    def _send(self, now: float, peer: str, rpc: Rpc, topic: str | None) -> None:
+        data = encode_frame(rpc)
+        self._emit(SendRpc(peer=peer, rpc=rpc, data=data))
+        if self.config.rpc_records:
+            self._record(
+                now, RecordKind.RPC_SENT, op=rpc.op, bytes=len(data), peer=peer, topic=topic
+            )
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _dist(self, peer: str, tree: _Tree) -> int:
+        pos = self._known.get(peer)
+        if pos is None:
+            pos = peer_position(peer)
+        return pos ^ tree.author_pos
+
+    def _my_dist(self, tree: _Tree) -> int:
+        return self._pos ^ tree.author_pos
+
+    def _is_suspect(self, now: float, peer: str) -> bool:
+        until = self._suspect.get(peer)
+        if until is None:
+            return False
+        if until <= now:
+            del self._suspect[peer]
+            return False
+        return True
+
+    def _next_hop(self, now: float, tree: _Tree, exclude: Iterable[str] = ()) -> str | None:
+        """Algorithm 2: the known live peer closest to the author, strictly closer than us."""
+        skip = set(exclude)
+        mine = self._my_dist(tree)
+        best: tuple[int, str] | None = None
+        for peer, pos in self._known.items():
+            if peer in skip or self._is_suspect(now, peer):
+                continue
+            d = pos ^ tree.author_pos
+            if d < mine and (best is None or (d, peer) < best):
+                best = (d, peer)
+        return None if best is None else best[1]
+
+    def _tree_for(self, topic_cid: CID) -> _Tree:
+        if not isinstance(topic_cid, CID):
+            raise LocalProtocolError(f"expected a topic CID, got {type(topic_cid).__name__}")
+        key = self._version_of.get(topic_cid)
+        tree = self._trees.get(key) if key is not None else None
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {topic_cid}")
+        return tree
+
+    def _role(self, tree: _Tree) -> Role:
+        if tree.author == self.peer_id or (tree.joined and tree.parent is None):
+            return "root"
+        if tree.subscribed:
+            return "subscriber"
+        if tree.joined or tree.children or tree.join is not None:
+            return "relay"
+        return "none"
+
+    def _tree_changed(self, now: float, tree: _Tree, *, force: bool = False) -> None:
+        tree.role = self._role(tree)
+        self._record(
+            now,
+            RecordKind.TREE_CHANGED,
+            topic=tree.name,
+            topic_cid=cid_str(tree.key),
+            role=tree.role,
+            parent=tree.parent,
+            children=list(tree.children),
+        )
+
+    def _new_tree(self, now: float, root: TopicDescriptor) -> _Tree:
+        tree = self._trees.get(root.cid)
+        if tree is not None:
+            return tree
+        tree = _Tree(root=root, author_pos=peer_position(root.author), latest=root, since=now)
+        tree.versions[root.cid] = root
+        tree.depth[root.cid] = 0
+        self._trees[root.cid] = tree
+        self._version_of[root.cid] = root.cid
+        self._topic_blocks.put(root.cid, root)
+        if root.author == self.peer_id:
+            tree.joined = True
+        return tree
+
+    def _drop_tree(self, tree: _Tree) -> None:
+        self._trees.pop(tree.key, None)
+        for v in tree.versions:
+            if self._version_of.get(v) == tree.key:
+                del self._version_of[v]
+
+    def _wanted(self, tree: _Tree) -> bool:
+        return (
+            tree.author == self.peer_id
+            or tree.subscribed
+            or tree.publishing
+            or bool(tree.followers)
+            or bool(tree.children)
+        )
+
+    # ------------------------------------------------------------ tree upkeep
+
+    def _ensure_joined(self, now: float, tree: _Tree) -> None:
+        """Algorithm 2: join towards the author unless already in the tree or joining."""
+        if tree.author == self.peer_id:
+            tree.joined = True
+            return
+        if tree.joined or tree.join is not None:
+            return
+        self._join_next(now, tree, set())
+
+    def _join_next(self, now: float, tree: _Tree, tried: set[str]) -> None:
+        hop = self._next_hop(now, tree, tried)
+        if hop is None:
+            # No live peer strictly closer to the author: act as root (§6 root failover)
+            # and look again later (the author may return, peers may appear).
+            tree.join = None
+            was = (tree.joined, tree.parent)
+            tree.joined = True
+            tree.parent = None
+            tree.recheck_at = now + self.config.root_recheck_interval
+            if was != (True, None):
+                self._tree_changed(now, tree)
+            return
+        tried.add(hop)
+        tree.join = _JoinAttempt(peer=hop, deadline=now + self.config.join_timeout, tried=tried)
+        self._send(now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name)
+
+    def _parent_lost(self, now: float, tree: _Tree, *, avoid: str | None) -> None:
+        """§6: a node that lost its parent re-joins through another peer; children stay."""
+        tree.parent = None
+        tree.joined = False
+        tree.join = None
+        tree.recheck_at = None
+        self._tree_changed(now, tree)
+        if not self._wanted(tree):
+            self._drop_tree(tree)
+            return
+        self._join_next(now, tree, {avoid} if avoid else set())
+
+    def _maybe_leave(self, now: float, tree: _Tree) -> None:
+        """§5 Unsubscribe: an empty relay leaves its parent, which may leave in turn."""
+        if self._wanted(tree) or tree.key not in self._trees:
+            return
+        for peer in {p for p in (tree.parent, tree.join.peer if tree.join else None) if p}:
+            self._send(now, peer, Leave(topic=tree.key), tree.name)
+        tree.parent = None
+        tree.joined = False
+        tree.join = None
+        self._tree_changed(now, tree)
+        self._drop_tree(tree)
+
+    def _peer_failed(self, now: float, peer: str) -> None:
+        """A neighbour is gone: drop it from every tree, re-join where it was the parent."""
+        self._suspect[peer] = now + self.config.suspect_ttl
+        self._last_heard.pop(peer, None)
+        for tree in list(self._trees.values()):
+            changed = False
+            if peer in tree.children:
+                del tree.children[peer]
+                tree.heads_sent.pop(peer, None)
+                changed = True
+            if tree.parent == peer:
+                self._parent_lost(now, tree, avoid=peer)
+                continue
+            if tree.join is not None and tree.join.peer == peer:
+                self._join_next(now, tree, tree.join.tried)
+            if changed:
+                self._tree_changed(now, tree)
+                self._maybe_leave(now, tree)
+        for req in self._requests.values():
+            if req.via == peer:
+                req.due = now
+
+    # ------------------------------------------------------------------ inputs
+
+    def set_known_peers(self, now: float, peers: Iterable[str]) -> None:
+        """Routing-table snapshot plus connected peers (§3); replaces the previous one."""
+        known: dict[str, int] = {}
+        for peer in peers:
+            if peer == self.peer_id:
+                continue
+            pos = self._known.get(peer)
+            if pos is None:
+                try:
+                    pos = peer_position(peer)
+                except InvalidPeerId as exc:
+                    raise LocalProtocolError(str(exc)) from exc
+            known[peer] = pos
+        self._known = known
+        for tree in self._trees.values():
+            if tree.joined and tree.parent is None and tree.author != self.peer_id:
+                if tree.recheck_at is None or tree.recheck_at > now:
+                    tree.recheck_at = now
+
+    def peer_unreachable(self, now: float, peer: str) -> None:
+        """The driver gave up on ``peer`` after bounded retries (§6 "Failure handling")."""
+        if peer != self.peer_id:
+            self._peer_failed(now, peer)
+
+    def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
+        """An RPC from the authenticated ``peer`` (§6)."""
+        if peer == self.peer_id:
+            raise LocalProtocolError("an RPC from this node itself")
+        self._last_heard[peer] = now
+        if self.config.rpc_records:
+            topic_cid = rpc.topic_cid
+            tree = self._trees.get(topic_cid) if topic_cid is not None else None
+            self._record(
+                now,
+                RecordKind.RPC_RECEIVED,
+                op=rpc.op,
+                bytes=size if size is not None else len(encode_frame(rpc)),
+                peer=peer,
+                topic=tree.name if tree else None,
+            )
+        if isinstance(rpc, Event):
+            self._on_event(now, peer, rpc)
+        elif isinstance(rpc, Ping):
+            self._send(now, peer, Pong(nonce=rpc.nonce), None)
+        elif isinstance(rpc, Pong):
+            pass
+        elif isinstance(rpc, Heads):
+            self._on_heads(now, peer, rpc)
+        elif isinstance(rpc, Join):
+            self._on_join(now, peer, rpc)
+        elif isinstance(rpc, JoinAck):
+            self._on_join_ack(now, peer, rpc)
+        elif isinstance(rpc, Leave):
+            self._on_leave(now, peer, rpc)
+        elif isinstance(rpc, RequestToPublish):
+            self._on_request(now, peer, rpc)
+        elif isinstance(rpc, RequestAck):
+            self._on_request_ack(now, peer, rpc)
+
+    def _drop(self, now: float, reason: str, **fields: Any) -> None:
+        self._record(now, RecordKind.EVENT_DROPPED, reason=reason, **fields)
+
+    def _on_join(self, now: float, peer: str, rpc: Join) -> None:
+        """Algorithm 2, receiving side: adopt the sender as a child, join upward if needed."""
+        try:
+            root = TopicDescriptor.decode(rpc.descriptor, expected_cid=rpc.topic)
+        except DescriptorError:
+            self._drop(now, "invalid", peer=peer)
+            return
+        tree = self._trees.get(rpc.topic)
+        if tree is None:
+            tree = self._new_tree(now, root)
+        if tree.parent == peer or (
+            tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree)
+        ):
+            # Only a peer farther from the author may hang below us: no cycles.
+            self._send(now, peer, JoinAck(topic=tree.key, ok=False), tree.name)
+            if not self._wanted(tree) and tree.join is None and not tree.joined:
+                self._drop_tree(tree)
+            return
+        self._adopt_child(now, tree, peer)
+
+    def _adopt_child(self, now: float, tree: _Tree, peer: str) -> None:
+        new = peer not in tree.children
+        tree.children[peer] = None
+        self._last_heard[peer] = now
+        self._send(now, peer, JoinAck(topic=tree.key, ok=True), tree.name)
+        if new:
+            tree.heads_sent.pop(peer, None)
+            self._tree_changed(now, tree)
+        self._ensure_joined(now, tree)
+
+    def _on_join_ack(self, now: float, peer: str, rpc: JoinAck) -> None:
+        tree = self._trees.get(rpc.topic)
+        if tree is None or tree.join is None or tree.join.peer != peer:
+            if rpc.ok and (tree is None or tree.parent != peer):
+                # A late acknowledgement from a peer we no longer want as parent.
+                self._send(now, peer, Leave(topic=rpc.topic), tree.name if tree else None)
+            return
+        if not rpc.ok:
+            self._join_next(now, tree, tree.join.tried)
+            return
+        old_parent = tree.parent
+        tree.join = None
+        tree.parent = peer
+        tree.joined = True
+        tree.recheck_at = None
+        self._last_heard[peer] = now
+        self._tree_changed(now, tree)
+        if old_parent is not None and old_parent != peer:
+            self._send(now, old_parent, Leave(topic=tree.key), tree.name)
+        # Events published while outside the tree, then HEADS (repair after (re)join).
+        for cid in tree.unsent:
+            self._forward(now, tree, cid, exclude=None, only=peer)
+        tree.unsent.clear()
+        self._send_heads(now, tree, peer)
+
+    def _on_leave(self, now: float, peer: str, rpc: Leave) -> None:
+        tree = self._trees.get(rpc.topic)
+        if tree is None:
+            return
+        if peer in tree.children:
+            del tree.children[peer]
+            tree.heads_sent.pop(peer, None)
+            self._tree_changed(now, tree)
+            self._maybe_leave(now, tree)
+        elif tree.parent == peer:
+            self._parent_lost(now, tree, avoid=peer)
+        elif tree.join is not None and tree.join.peer == peer:
+            self._join_next(now, tree, tree.join.tried)
+
+    # ------------------------------------------------------------------ events
+
+    def _version_for(
+        self, now: float, tree: _Tree, version: CID, block: bytes | None
+    ) -> TopicDescriptor | None:
+        desc = tree.versions.get(version)
+        if desc is not None:
+            return desc
+        if block is None:
+            return None
+        try:
+            desc = TopicDescriptor.decode(block, expected_cid=version)
+        except DescriptorError:
+            return None
+        if desc.name != tree.name or desc.author != tree.author:
+            return None
+        self._learn_version(now, tree, desc)
+        return desc
+
+    def _on_event(self, now: float, peer: str, rpc: Event) -> None:
+        tree = self._trees.get(rpc.topic)
+        if tree is None:
+            self._drop(now, "unknown_topic", peer=peer)
+            self._send(now, peer, Leave(topic=rpc.topic), None)
+            return
+        if peer not in tree.children and peer != tree.parent:
+            # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
+            self._send(now, peer, Leave(topic=tree.key), tree.name)
+        try:
+            ev = EventDescriptor.decode(rpc.event)
+        except DescriptorError:
+            self._drop(now, "invalid", topic=tree.name, peer=peer)
+            return
+        self._accept_event(now, tree, ev, sender=peer, recovered=False, block=rpc.topic_block)
+
+    def _accept_event(
+        self,
+        now: float,
+        tree: _Tree,
+        ev: EventDescriptor,
+        *,
+        sender: str | None,
+        recovered: bool,
+        block: bytes | None = None,
+    ) -> bool:
+        """§5 Forward: verify, drop duplicates, store, forward, deliver."""
+        cid = ev.cid
+        if cid in self._seen:
+            self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
+            return True
+        version = self._version_for(now, tree, ev.topic, block)
+        if version is None:
+            if block is None and ev.topic not in self._fetches and len(self._stash) < _MAX_STASH:
+                # A recovered event naming a topic version we do not know: fetch it first.
+                self._stash.setdefault(ev.topic, []).append((tree.key, ev.encode(), sender))
+                self._fetch(now, ev.topic, "topic", tree.key, sender)
+                return True
+            self._drop(now, "wrong_topic", topic=tree.name, event=cid_str(cid), peer=sender)
+            return False
+        if not version.may_publish(ev.publisher):
+            # §8: forwarders check that the publisher is allowed by that topic version.
+            self._drop(now, "not_allowed", topic=tree.name, event=cid_str(cid), peer=sender)
+            return False
+        self._seen.put(cid)
+        self._events.put(cid, (tree.key, ev))
+        self._emit(StoreBlock(cid=cid, data=ev.encode()))
+        self._note_recent(tree, cid, ev.created_ts)
+        self._forward(now, tree, cid, exclude=sender)
+        self._offer(now, tree, cid, recovered)
+        return True
+
+    def _note_recent(self, tree: _Tree, cid: CID, created: float) -> None:
+        tree.recent[cid] = created
+        tree.recent.move_to_end(cid)
+        while len(tree.recent) > self.config.heads_size:
+            tree.recent.popitem(last=False)
+        tree.last_seen = cid
+
+    def _forward(
+        self, now: float, tree: _Tree, cid: CID, *, exclude: str | None, only: str | None = None
+    ) -> None:
+        entry = self._events.get(cid)
+        if entry is None:
+            return
+        ev: EventDescriptor = entry[1]
+        block = None
+        if ev.topic != tree.key:
+            desc = tree.versions.get(ev.topic)
+            block = desc.encode() if desc is not None else None
+        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block)
+        targets = [only] if only is not None else tree.neighbours()
+        for peer in targets:
+            if peer != exclude:
+                self._send(now, peer, rpc, tree.name)
+
+    def _offer(self, now: float, tree: _Tree, cid: CID, recovered: bool) -> None:
+        """Deliver ``cid`` once, after its parent (causal order), or park it (gap repair)."""
+        stack: list[tuple[CID, CID, bool]] = [(tree.key, cid, recovered)]
+        while stack:
+            key, cur, rec = stack.pop()
+            t = self._trees.get(key)
+            if t is None or not (t.subscribed or t.followers) or cur in self._delivered:
+                continue
+            entry = self._events.get(cur)
+            if entry is None:
+                continue
+            ev: EventDescriptor = entry[1]
+            if ev.created_ts < t.since:
+                continue  # history from before the subscription: not delivered
+            parent = ev.parent
+            ready = (
+                parent is None
+                or parent in self._delivered
+                or parent in self._gave_up
+                or self._waiting_count >= self.config.max_waiting_events
+            )
+            if not ready:
+                assert parent is not None
+                pentry = self._events.get(parent)
+                if pentry is not None:
+                    ready = pentry[0] != key or pentry[1].created_ts < t.since
+                    if not ready and parent not in self._waiting and parent not in self._fetches:
+                        # the parent is known but itself undelivered: offer it first
+                        stack.append((key, parent, rec))
+                elif parent in self._seen:
+                    ready = True  # seen long ago, evicted from the cache
+            if not ready:
+                assert parent is not None
+                self._waiting.setdefault(parent, []).append((key, cur, rec))
+                self._waiting_count += 1
+                if self._events.get(parent) is None:
+                    self._fetch(now, parent, "event", key, None)
+                continue
+            self._deliver(now, t, cur, ev, rec)
+            for item in self._waiting.pop(cur, []):
+                self._waiting_count -= 1
+                stack.append(item)
+
+    def _release(self, now: float, cid: CID) -> None:
+        """Gap repair gave up on ``cid``: deliver what waited for it."""
+        self._gave_up.put(cid)
+        for key, ev_cid, rec in self._waiting.pop(cid, []):
+            self._waiting_count -= 1
+            tree = self._trees.get(key)
+            if tree is not None:
+                self._offer(now, tree, ev_cid, rec)
+
+    def _deliver(
+        self, now: float, tree: _Tree, cid: CID, ev: EventDescriptor, recovered: bool
+    ) -> None:
+        self._delivered.put(cid)
+        if tree.subscribed:
+            self._emit(Deliver(topic_cid=tree.key, event_cid=cid, event=ev, recovered=recovered))
+            self._record(
+                now,
+                RecordKind.EVENT_DELIVERED,
+                topic=tree.name,
+                topic_cid=cid_str(tree.key),
+                event=cid_str(cid),
+                latency=max(0.0, now - ev.created_ts),
+                recovered=recovered,
+            )
+        if tree.followers:
+            self._on_meta_event(now, tree, ev)
+
+    def _on_meta_event(self, now: float, meta: _Tree, ev: EventDescriptor) -> None:
+        """§5 Updating: a topic version published on the meta topic."""
+        try:
+            desc = TopicDescriptor.decode(ev.payload)
+        except DescriptorError:
+            self._drop(now, "invalid", topic=meta.name, event=cid_str(ev.cid))
+            return
+        for key in list(meta.followers):
+            tree = self._trees.get(key)
+            if tree is not None and desc.name == tree.name and desc.author == tree.author:
+                self._learn_version(now, tree, desc)
+
+    def _learn_version(self, now: float, tree: _Tree, desc: TopicDescriptor) -> None:
+        if desc.cid in tree.versions or len(tree.versions) >= _MAX_VERSIONS:
+            return
+        tree.versions[desc.cid] = desc
+        self._version_of[desc.cid] = tree.key
+        self._topic_blocks.put(desc.cid, desc)
+        # Assign depths along known parent links; the deepest version is the latest.
+        progress = True
+        while progress:
+            progress = False
+            for cid, d in tree.versions.items():
+                if cid not in tree.depth and d.parent is not None and d.parent in tree.depth:
+                    tree.depth[cid] = tree.depth[d.parent] + 1
+                    progress = True
+                    if tree.depth[cid] > tree.depth[tree.latest.cid]:
+                        old = tree.latest
+                        tree.latest = d
+                        self._emit(TopicUpdated(old_cid=old.cid, new_cid=cid, topic=d))
+        if desc.cid not in tree.depth and desc.parent is not None:
+            if desc.parent not in tree.versions:
+                self._fetch(now, desc.parent, "topic", tree.key, None)
+        for key, data, sender in self._stash.pop(desc.cid, []):
+            t = self._trees.get(key)
+            if t is not None:
+                self._accept_event(
+                    now, t, EventDescriptor.decode(data), sender=sender, recovered=True
+                )
+
+    # ------------------------------------------------------------------ HEADS
+
+    def _heads(self, tree: _Tree) -> tuple[tuple[CID, float], ...]:
+        return tuple((cid, ts) for cid, ts in reversed(tree.recent.items()))
+
+    def _send_heads(self, now: float, tree: _Tree, peer: str) -> None:
+        heads = self._heads(tree)
+        tree.heads_sent[peer] = tuple(c for c, _ in heads)
+        self._send(now, peer, Heads(topic=tree.key, heads=heads), tree.name)
+
+    def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
+        tree = self._trees.get(rpc.topic)
+        if tree is None:
+            self._send(now, peer, Leave(topic=rpc.topic), None)
+            return
+        if peer not in tree.children and peer != tree.parent:
+            if tree.joined and self._dist(peer, tree) > self._my_dist(tree):
+                self._adopt_child(now, tree, peer)  # it still takes us for its parent
+            else:
+                self._send(now, peer, Leave(topic=tree.key), tree.name)
+                return
+        for cid, created in rpc.heads:
+            if cid in self._seen or cid in self._fetches or created < tree.since:
+                continue
+            self._fetch(now, cid, "event", tree.key, peer)
+        theirs = {c for c, _ in rpc.heads}
+        mine = tuple(tree.recent)
+        if any(c not in theirs for c in mine) and tree.heads_sent.get(peer) != tuple(
+            reversed(mine)
+        ):
+            self._send_heads(now, tree, peer)
+
+    # ------------------------------------------------------------------ fetches
+
+    def _fetch(
+        self,
+        now: float,
+        cid: CID,
+        kind: Literal["event", "topic", "history"],
+        tree: CID | None,
+        hint: str | None,
+        history_left: int = 0,
+    ) -> None:
+        if cid in self._fetches:
+            return
+        if len(self._fetches) >= self.config.max_pending_fetches:
+            if kind == "event":
+                self._release(now, cid)
+            return
+        self._fetches[cid] = _Fetch(
+            kind=kind,
+            tree=tree,
+            hint=hint,
+            attempts=1,
+            due=now + self.config.fetch_timeout,
+            outstanding=True,
+            history_left=history_left,
+        )
+        self._emit(FetchBlock(cid=cid))
+
+    def _fetch_failed(self, now: float, cid: CID, f: _Fetch) -> None:
+        if f.attempts < self.config.fetch_attempts:
+            f.attempts += 1
+            f.outstanding = False
+            f.due = now + self.config.fetch_retry_delay
+            return
+        del self._fetches[cid]
+        if f.kind == "event":
+            self._drop(now, "unrecoverable", event=cid_str(cid))
+            self._release(now, cid)
+        elif f.kind == "topic":
+            self._stash.pop(cid, None)
+            if self._resolving.pop(cid, None) is not None:
+                self._drop(now, "topic_unavailable", event=cid_str(cid))
+
+    def block_fetched(self, now: float, cid: CID, data: bytes | None) -> None:
+        """The answer to a :class:`FetchBlock` (``None``: not found or timed out)."""
+        f = self._fetches.get(cid)
+        if f is None or not f.outstanding:
+            return
+        if data is None:
+            self._fetch_failed(now, cid, f)
+            return
+        del self._fetches[cid]
+        if f.kind == "topic":
+            try:
+                desc = TopicDescriptor.decode(data, expected_cid=cid)
+            except DescriptorError:
+                f.attempts = self.config.fetch_attempts
+                self._fetches[cid] = f
+                self._fetch_failed(now, cid, f)
+                return
+            self._topic_blocks.put(cid, desc)
+            tree = self._trees.get(f.tree) if f.tree is not None else None
+            if tree is not None and desc.name == tree.name and desc.author == tree.author:
+                self._learn_version(now, tree, desc)
+            self._continue_resolutions(now)
+            return
+        try:
+            ev = EventDescriptor.decode(data, expected_cid=cid)
+        except DescriptorError:
+            self._drop(now, "invalid", event=cid_str(cid))
+            self._release(now, cid)
+            return
+        tree = self._trees.get(f.tree) if f.tree is not None else None
+        if tree is None:
+            return
+        if f.kind == "history":
+            self._events.put(cid, (tree.key, ev))
+            if f.history_left > 0 and ev.parent is not None and self._events.get(ev.parent) is None:
+                self._fetch(now, ev.parent, "history", tree.key, None, f.history_left - 1)
+            return
+        if not self._accept_event(now, tree, ev, sender=f.hint, recovered=True):
+            self._release(now, cid)
+
+    # ---------------------------------------------------- subscribe resolution
+
+    def _continue_resolutions(self, now: float) -> None:
+        for cid in list(self._resolving):
+            root = self._resolve(now, cid)
+            if root is None:
+                continue
+            purposes = self._resolving.pop(cid)
+            chain = self._chain(cid)
+            tree = self._new_tree(now, root)
+            for desc in reversed(chain):
+                self._learn_version(now, tree, desc)
+            for purpose, key in purposes:
+                if purpose == "subscribe":
+                    self._subscribe_tree(now, tree)
+                elif key is not None and key in self._trees:
+                    self._follow(now, tree, self._trees[key])
+
+    def _chain(self, cid: CID) -> list[TopicDescriptor]:
+        out: list[TopicDescriptor] = []
+        cur: TopicDescriptor | None = self._topic_blocks.get(cid)
+        while cur is not None and len(out) < _MAX_VERSIONS:
+            out.append(cur)
+            if cur.parent is None:
+                break
+            nxt: TopicDescriptor | None = self._topic_blocks.get(cur.parent)
+            if nxt is None or nxt.name != cur.name:
+                break
+            cur = nxt
+        return out
+
+    def _resolve(self, now: float, cid: CID) -> TopicDescriptor | None:
+        """The first version of the topic ``cid`` is a version of (fetching what lacks)."""
+        cur: TopicDescriptor | None = self._topic_blocks.get(cid)
+        if cur is None:
+            self._fetch(now, cid, "topic", None, None)
+            return None
+        for _ in range(_MAX_VERSIONS):
+            if cur.parent is None:
+                return cur
+            if cur.parent in self._version_of:
+                return self._trees[self._version_of[cur.parent]].root
+            parent: TopicDescriptor | None = self._topic_blocks.get(cur.parent)
+            if parent is None:
+                self._fetch(now, cur.parent, "topic", None, None)
+                return None
+            if parent.name != cur.name:
+                return cur  # a sub-topic: its own first version
+            cur = parent
+        return cur
+
+    # ------------------------------------------------------------------ timers
+
+    def get_timer(self) -> float | None:
+        """The next deadline (seconds since the epoch), or ``None`` if there is none."""
+        deadlines: list[float] = []
+        if self._trees:
+            deadlines.append(self._ping_at)
+            deadlines.append(self._heads_at)
+        for tree in self._trees.values():
+            if tree.join is not None:
+                deadlines.append(tree.join.deadline)
+            if tree.recheck_at is not None:
+                deadlines.append(tree.recheck_at)
+        deadlines.extend(f.due for f in self._fetches.values())
+        deadlines.extend(r.due for r in self._requests.values())
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float) -> None:
+        """Serve every deadline that is due at ``now``."""
+        c = self.config
+        if now >= self._ping_at:
+            self._ping_at = now + c.ping_interval
+            self._keep_alive(now)
+        if now >= self._heads_at:
+            self._heads_at = now + c.heads_interval
+            self._heads_tick += 1
+            self._heads_round(now)
+        for tree in list(self._trees.values()):
+            if tree.key not in self._trees:
+                continue
+            if tree.join is not None and tree.join.deadline <= now:
+                self._join_next(now, tree, tree.join.tried)  # retry via the next closest
+            elif tree.recheck_at is not None and tree.recheck_at <= now:
+                tree.recheck_at = None
+                if tree.joined and tree.parent is None and tree.author != self.peer_id:
+                    hop = self._next_hop(now, tree)
+                    if hop is None:
+                        tree.recheck_at = now + c.root_recheck_interval
+                    else:
+                        tree.join = _JoinAttempt(
+                            peer=hop, deadline=now + c.join_timeout, tried={hop}
+                        )
+                        self._send(
+                            now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name
+                        )
+        for cid, f in list(self._fetches.items()):
+            if f.due > now:
+                continue
+            if f.outstanding:
+                self._fetch_failed(now, cid, f)
+            else:
+                f.outstanding = True
+                f.due = now + c.fetch_timeout
+                self._emit(FetchBlock(cid=cid))
+        for rid, req in list(self._requests.items()):
+            if req.due <= now:
+                if req.attempts >= c.request_attempts:
+                    del self._requests[rid]
+                    self._drop(now, "request_timeout", topic=req.name)
+                else:
+                    self._send_request(now, req)
+
+    def _keep_alive(self, now: float) -> None:
+        """§6 keep-alive: children PING parents; silence means the neighbour is dead."""
+        c = self.config
+        parents = {t.parent for t in self._trees.values() if t.parent is not None}
+        dead_parent = c.dead_after * c.ping_interval
+        for peer in sorted(parents):
+            heard = self._last_heard.setdefault(peer, now)
+            if now - heard > dead_parent:
+                self._peer_failed(now, peer)
+            else:
+                self._send(now, peer, Ping(nonce=self._rng.getrandbits(62)), None)
+        dead_child = 2 * c.dead_after * c.ping_interval
+        for tree in list(self._trees.values()):
+            gone = [
+                p for p in tree.children if now - self._last_heard.setdefault(p, now) > dead_child
+            ]
+            for peer in gone:
+                del tree.children[peer]
+                tree.heads_sent.pop(peer, None)
+            if gone:
+                self._tree_changed(now, tree)
+                self._maybe_leave(now, tree)
+        live = {p for t in self._trees.values() for p in t.neighbours()}
+        for peer in [p for p in self._last_heard if p not in live]:
+            del self._last_heard[peer]
+
+    def _heads_round(self, now: float) -> None:
+        refresh = self._heads_tick % self.config.heads_refresh_every == 0
+        for tree in self._trees.values():
+            if not tree.recent:
+                continue
+            current = tuple(reversed(tree.recent))
+            for peer in tree.neighbours():
+                if refresh or tree.heads_sent.get(peer) != current:
+                    self._send_heads(now, tree, peer)
+
+    # ------------------------------------------------------------ API commands
+
+    def _store_topic(self, desc: TopicDescriptor) -> None:
+        self._topic_blocks.put(desc.cid, desc)
+        self._emit(StoreBlock(cid=desc.cid, data=desc.encode()))
 
     def create_topic(
         self,
@@ -41,13 +1064,148 @@ class PulsarcastNode:
         options: TopicOptions | None = None,
         parent: CID | None = None,
     ) -> CID:
-        raise NotImplementedError
+        """Algorithm 1: create a topic (with its meta topic), or a sub-topic of ``parent``."""
+        if not isinstance(name, str) or not name:
+            raise LocalProtocolError("a topic name must be a non-empty string")
+        if parent is not None:
+            ptree = self._tree_for(parent)
+            if ptree.author != self.peer_id:
+                raise LocalProtocolError("only the author of a topic may create its sub-topics")
+            if name == ptree.name:
+                return self.update_topic(now, parent, options=options or ptree.latest.options)
+            meta_cid = ptree.latest.meta
+            assert meta_cid is not None
+            meta_tree = self._trees[meta_cid]
+            topic = TopicDescriptor.new(
+                name=name,
+                author=self.peer_id,
+                now=now,
+                options=options,
+                parent=ptree.latest.cid,
+                links={"meta": meta_cid},
+            )
+            self._store_topic(topic)
+            tree = self._new_tree(now, topic)
+            self._subscribe_tree(now, tree)
+            self._publish_meta(now, meta_tree, topic)
+            # The parent gets a new version that links the sub-topic in its "#" map.
+            links = dict(ptree.latest.links)
+            links[name] = topic.cid
+            self._new_version(now, ptree, ptree.latest.options, links)
+            return topic.cid
+        meta = TopicDescriptor.new(
+            name=f"meta-{name}",
+            author=self.peer_id,
+            now=now,
+            options=TopicOptions(allowed_publishers=PeerPolicy(enabled=True)),  # author only
+        )
+        self._store_topic(meta)
+        topic = TopicDescriptor.new(
+            name=name, author=self.peer_id, now=now, options=options, links={"meta": meta.cid}
+        )
+        self._store_topic(topic)
+        meta_tree = self._new_tree(now, meta)
+        tree = self._new_tree(now, topic)
+        self._subscribe_tree(now, tree)
+        self._publish_meta(now, meta_tree, topic)
+        return topic.cid
+
+    def _publish_meta(self, now: float, meta_tree: _Tree, topic: TopicDescriptor) -> None:
+        ev = EventDescriptor(
+            topic=meta_tree.latest.cid,
+            author=self.peer_id,
+            publisher=self.peer_id,
+            parent=meta_tree.last_seen,
+            payload=topic.encode(),
+            created=format_created(now),
+        )
+        self._publish_event(now, meta_tree, ev, via="direct", inject_id=None)
+
+    def _new_version(
+        self, now: float, tree: _Tree, options: TopicOptions, links: dict[str, CID]
+    ) -> TopicDescriptor:
+        desc = TopicDescriptor.new(
+            name=tree.name,
+            author=self.peer_id,
+            now=now,
+            options=options,
+            parent=tree.latest.cid,
+            links=links,
+        )
+        self._store_topic(desc)
+        self._learn_version(now, tree, desc)
+        meta_cid = tree.root.meta
+        if meta_cid is not None and meta_cid in self._trees:
+            self._publish_meta(now, self._trees[meta_cid], desc)
+        return desc
 
     def update_topic(self, now: float, topic_cid: CID, *, options: TopicOptions) -> CID:
-        raise NotImplementedError
+        """§5 Updating: a new version (``parent`` = the latest), published on the meta topic."""
+        tree = self._tree_for(topic_cid)
+        if tree.author != self.peer_id:
+            raise LocalProtocolError("only the author of a topic may update it")
+        if not isinstance(options, TopicOptions):
+            raise LocalProtocolError("options must be TopicOptions")
+        return self._new_version(now, tree, options, dict(tree.latest.links)).cid
 
-    def subscribe(self, now: float, topic_cid: CID) -> None: ...
-    def unsubscribe(self, now: float, topic_cid: CID) -> None: ...
+    def subscribe(self, now: float, topic_cid: CID) -> None:
+        """Algorithm 2: subscribe to any version of a topic (fetching it if unknown)."""
+        if not isinstance(topic_cid, CID):
+            raise LocalProtocolError("subscribe expects a topic CID")
+        key = self._version_of.get(topic_cid)
+        if key is not None:
+            self._subscribe_tree(now, self._trees[key])
+            return
+        self._resolving.setdefault(topic_cid, []).append(("subscribe", None))
+        self._continue_resolutions(now)
+
+    def _subscribe_tree(self, now: float, tree: _Tree) -> None:
+        if tree.subscribed:
+            return
+        tree.subscribed = True
+        tree.since = now
+        self._record(now, RecordKind.SUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
+        meta_cid = tree.root.meta
+        if meta_cid is not None:
+            if meta_cid in self._trees:
+                self._follow(now, self._trees[meta_cid], tree)
+            else:
+                self._resolving.setdefault(meta_cid, []).append(("follow", tree.key))
+                self._continue_resolutions(now)
+        self._ensure_joined(now, tree)
+        self._tree_changed(now, tree)
+
+    def _follow(self, now: float, meta: _Tree, tree: _Tree) -> None:
+        if not tree.subscribed or tree.key in meta.followers:
+            return
+        if not meta.followers and not meta.subscribed:
+            meta.since = now
+        meta.followers.add(tree.key)
+        self._ensure_joined(now, meta)
+
+    def unsubscribe(self, now: float, topic_cid: CID) -> None:
+        """§5 Unsubscribe: stay as a relay while children remain, else leave (pruning)."""
+        if isinstance(topic_cid, CID) and topic_cid in self._resolving:
+            self._resolving[topic_cid] = [
+                p for p in self._resolving[topic_cid] if p[0] != "subscribe"
+            ]
+            if not self._resolving[topic_cid]:
+                del self._resolving[topic_cid]
+            return
+        tree = self._tree_for(topic_cid)
+        if not tree.subscribed:
+            return
+        tree.subscribed = False
+        self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
+        meta_cid = tree.root.meta
+        if meta_cid is not None and meta_cid in self._trees:
+            meta = self._trees[meta_cid]
+            meta.followers.discard(tree.key)
+            self._maybe_leave(now, meta)
+        for lst in self._resolving.values():
+            lst[:] = [p for p in lst if p != ("follow", tree.key)]
+        self._tree_changed(now, tree)
+        self._maybe_leave(now, tree)
 
     def publish(
         self,
@@ -58,16 +1216,292 @@ class PulsarcastNode:
         parent: CID | None = None,
         inject_id: str | None = None,
     ) -> PublishResult:
-        raise NotImplementedError
+        """Algorithms 3 and 4: publish here if allowed, else request an allowed node to."""
+        tree = self._tree_for(topic_cid)
+        if not isinstance(payload, bytes):
+            raise LocalProtocolError("payload must be bytes")
+        if len(payload) > MAX_PAYLOAD_SIZE:
+            raise LocalProtocolError(f"payload larger than {MAX_PAYLOAD_SIZE} bytes")
+        if inject_id is None:
+            inject_id = f"{self.peer_id}/{self._next_seq()}"
+        elif not isinstance(inject_id, str) or not inject_id or len(inject_id) > 256:
+            raise LocalProtocolError("inject_id must be a non-empty string of at most 256")
+        version = tree.latest
+        parent = self._check_parent(tree, parent)
+        if not version.may_publish(self.peer_id) and not version.may_request(self.peer_id):
+            raise NotAllowedToPublish(
+                f"{self.peer_id} may neither publish in {tree.name!r} nor request to publish"
+            )
+        self._record(
+            now,
+            RecordKind.EVENT_INJECTED,
+            topic=tree.name,
+            topic_cid=cid_str(tree.key),
+            inject_id=inject_id,
+            size=len(payload),
+        )
+        if version.may_publish(self.peer_id):
+            ev = EventDescriptor(
+                topic=version.cid,
+                author=self.peer_id,
+                publisher=self.peer_id,
+                parent=parent if version.event_linking == EventLinking.CUSTOM else tree.last_seen,
+                payload=payload,
+                created=format_created(now),
+            )
+            cid = self._publish_event(now, tree, ev, via="direct", inject_id=inject_id)
+            return PublishResult(
+                status="published", event_cid=cid, request_id=None, inject_id=inject_id
+            )
+        request_id = f"{self.peer_id}/{self._rng.getrandbits(64):016x}"
+        rpc = RequestToPublish(
+            topic=tree.key,
+            descriptor=tree.root.encode(),
+            request_id=request_id,
+            author=self.peer_id,
+            payload=payload,
+            parent=parent,
+            created=format_created(now),
+            inject_id=inject_id,
+        )
+        req = _Request(
+            tree=tree.key,
+            name=tree.name,
+            author=tree.author,
+            rpc=rpc,
+            attempts=0,
+            due=now,
+            via=None,
+        )
+        self._requests[request_id] = req
+        self._send_request(now, req)
+        return PublishResult(
+            status="requested", event_cid=None, request_id=request_id, inject_id=inject_id
+        )
+
+    def _check_parent(self, tree: _Tree, parent: CID | None) -> CID | None:
+        """§5 Event linking: CUSTOM names a known parent of the same topic; LAST_SEEN none."""
+        if parent is None:
+            return None
+        if tree.latest.event_linking != EventLinking.CUSTOM:
+            raise LocalProtocolError(
+                f"topic {tree.name!r} uses LAST_SEEN linking: the parent is chosen by the node"
+            )
+        if not isinstance(parent, CID):
+            raise LocalProtocolError("parent must be an event CID")
+        entry = self._events.get(parent)
+        if entry is None:
+            raise LocalProtocolError(f"unknown parent event {parent}")
+        if entry[0] != tree.key:
+            raise LocalProtocolError(f"parent event {parent} belongs to another topic")
+        return parent
+
+    def _publish_event(
+        self,
+        now: float,
+        tree: _Tree,
+        ev: EventDescriptor,
+        *,
+        via: Literal["direct", "request"],
+        inject_id: str | None,
+    ) -> CID:
+        """Store, record, deliver locally, send to every neighbour — in this very call.
+
+        Dissemination never waits for the block to be provided (§5 Persistence, §8).
+        """
+        cid = ev.cid
+        self._seen.put(cid)
+        self._events.put(cid, (tree.key, ev))
+        self._emit(StoreBlock(cid=cid, data=ev.encode()))
+        self._note_recent(tree, cid, ev.created_ts)
+        self._record(
+            now,
+            RecordKind.EVENT_PUBLISHED,
+            topic=tree.name,
+            topic_cid=cid_str(tree.key),
+            event=cid_str(cid),
+            inject_id=inject_id,
+            author=ev.author,
+            publisher=ev.publisher,
+            parent=cid_str(ev.parent) if ev.parent is not None else None,
+            size=len(ev.payload),
+            via=via,
+        )
+        if not tree.joined and tree.author != self.peer_id:
+            # Outside the tree: join it and send the event on JOIN_ACK.
+            tree.publishing = True
+            if len(tree.unsent) < _MAX_UNSENT:
+                tree.unsent.append(cid)
+            self._ensure_joined(now, tree)
+        self._forward(now, tree, cid, exclude=None)
+        self._offer(now, tree, cid, False)
+        return cid
+
+    def _send_request(self, now: float, req: _Request) -> None:
+        """Algorithm 4: REQUEST_TO_PUBLISH goes to ONE peer up the tree, never flooded."""
+        tree = self._trees.get(req.tree)
+        hop: str | None = None
+        if tree is not None and tree.parent is not None:
+            hop = tree.parent
+        elif tree is not None:
+            hop = self._next_hop(now, tree)
+        req.attempts += 1
+        req.due = now + self.config.request_timeout
+        req.via = hop
+        if hop is not None:
+            self._send(now, hop, req.rpc, req.name)
+
+    def _on_request(self, now: float, peer: str, rpc: RequestToPublish) -> None:
+        try:
+            root = TopicDescriptor.decode(rpc.descriptor, expected_cid=rpc.topic)
+        except DescriptorError:
+            self._drop(now, "invalid", peer=peer)
+            return
+        done = self._published_requests.get(rpc.request_id)
+        if done is not None:  # a retry: acknowledge again, never publish twice
+            self._send(
+                now,
+                rpc.author,
+                RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=True, event=done),
+                root.name,
+            )
+            return
+        tree = self._trees.get(rpc.topic)
+        version = tree.latest if tree is not None else root
+        if version.may_publish(self.peer_id):
+            # The first allowed node: check the REQUESTER against the whitelist (§8).
+            if not version.may_request(rpc.author):
+                self._drop(now, "not_allowed", topic=root.name, peer=rpc.author)
+                self._send(
+                    now,
+                    rpc.author,
+                    RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=False),
+                    root.name,
+                )
+                return
+            if tree is None:
+                tree = self._new_tree(now, root)
+            parent = tree.last_seen
+            if version.event_linking == EventLinking.CUSTOM:
+                parent = rpc.parent
+                if (
+                    parent is not None
+                    and parent not in self._seen
+                    and self._events.get(parent) is None
+                ):
+                    self._drop(now, "unknown_parent", topic=root.name, peer=rpc.author)
+                    self._send(
+                        now,
+                        rpc.author,
+                        RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=False),
+                        root.name,
+                    )
+                    return
+            ev = EventDescriptor(
+                topic=version.cid,
+                author=rpc.author,
+                publisher=self.peer_id,
+                parent=parent,
+                payload=rpc.payload,
+                created=rpc.created,
+            )
+            cid = self._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
+            self._published_requests.put(rpc.request_id, cid)
+            self._send(
+                now,
+                rpc.author,
+                RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=True, event=cid),
+                root.name,
+            )
+            return
+        # Not allowed here: pass it one step up (parent, else towards the author).
+        hop = tree.parent if tree is not None and tree.parent is not None else None
+        if hop is None:
+            probe = (
+                tree
+                if tree is not None
+                else _Tree(root=root, author_pos=peer_position(root.author), latest=root)
+            )
+            hop = self._next_hop(now, probe, {peer})
+        if hop is None or hop == peer:
+            self._drop(now, "no_route", topic=root.name, peer=rpc.author)
+            return
+        self._send(now, hop, rpc, root.name)
+
+    def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None:
+        req = self._requests.pop(rpc.request_id, None)
+        if req is not None and not rpc.ok:
+            self._drop(now, "request_refused", topic=req.name, peer=peer)
+
+    # ----------------------------------------------------------------- queries
 
     def history(self, topic_cid: CID, *, before: CID | None = None, limit: int = 50) -> HistoryPage:
-        raise NotImplementedError
+        """§5 History: walk ``parent`` links, newest first, from what this node holds."""
+        tree = self._tree_for(topic_cid)
+        if not isinstance(limit, int) or limit <= 0:
+            raise LocalProtocolError("limit must be a positive integer")
+        if before is not None:
+            entry = self._events.get(before)
+            if entry is None or entry[0] != tree.key:
+                raise LocalProtocolError(f"unknown cursor event {before}")
+            cur: CID | None = entry[1].parent
+        else:
+            cur = tree.last_seen
+        events: list[tuple[CID, EventDescriptor]] = []
+        missing: CID | None = None
+        while cur is not None and len(events) < limit:
+            entry = self._events.get(cur)
+            if entry is None or entry[0] != tree.key:
+                missing = cur
+                break
+            events.append((cur, entry[1]))
+            cur = entry[1].parent
+        more = cur is not None
+        return HistoryPage(
+            events=tuple(events),
+            next_before=events[-1][0] if events and more else None,
+            missing=missing if missing is not None else None,
+        )
 
-    def fetch_history(self, now: float, topic_cid: CID, *, start: CID, limit: int = 50) -> None: ...
+    def fetch_history(self, now: float, topic_cid: CID, *, start: CID, limit: int = 50) -> None:
+        """Fetch ``start`` and up to ``limit`` older events into the cache (no delivery)."""
+        tree = self._tree_for(topic_cid)
+        if not isinstance(limit, int) or limit <= 0:
+            raise LocalProtocolError("limit must be a positive integer")
+        if self._events.get(start) is None:
+            self._fetch(now, start, "history", tree.key, None, limit - 1)
 
     def topic_state(self, topic_cid: CID) -> TopicState:
-        raise NotImplementedError
+        """This node's place in the topic's tree."""
+        tree = self._tree_for(topic_cid)
+        return TopicState(
+            topic_cid=tree.key,
+            latest_cid=tree.latest.cid,
+            name=tree.name,
+            author=tree.author,
+            role=self._role(tree),
+            parent=tree.parent,
+            children=tuple(tree.children),
+            subscribed=tree.subscribed,
+            joined=tree.joined,
+            acting_root=tree.joined and tree.parent is None and tree.author != self.peer_id,
+            heads=tuple(reversed(tree.recent)),
+        )
 
     def take_outputs(self) -> list[Output]:
+        """Drain the output queue, in order."""
         out, self._outputs = self._outputs, []
         return out
+
+    @property
+    def memory_usage(self) -> dict[str, int]:
+        """Sizes of the bounded structures (for tests and resource samples)."""
+        return {
+            "seen": len(self._seen),
+            "delivered": len(self._delivered),
+            "events": len(self._events),
+            "fetches": len(self._fetches),
+            "waiting": self._waiting_count,
+            "requests": len(self._requests),
+            "trees": len(self._trees),
+        }

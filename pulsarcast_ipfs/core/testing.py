@@ -1,0 +1,194 @@
+"""An in-memory network of protocol nodes for tests (like ``trio.testing``).
+
+:class:`CoreNet` drives :class:`~pulsarcast_ipfs.core.PulsarcastNode` objects
+from an event heap with a virtual clock: RPCs go through the real frame codec
+(optionally), arrive after a latency and may be lost; blocks live in one shared
+store (IPFS); crashed nodes get nothing and send nothing. Time only moves when
+:meth:`CoreNet.run_until` is called, and every run has a hard bound on steps.
+
+This is a test helper, not the simulator (``pulsarcast_ipfs.sim``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from multiformats import CID
+
+from pulsarcast_ipfs.kademlia import peer_id_from_bytes
+from pulsarcast_ipfs.records import MetricRecord, RecordKind
+
+from ._codec import FrameDecoder, Rpc
+from ._config import NodeConfig
+from ._io import Deliver, FetchBlock, SendRpc, StoreBlock, TopicUpdated
+from ._node import PulsarcastNode
+
+__all__ = ["CoreNet", "make_peer_ids"]
+
+
+def make_peer_ids(count: int, *, seed: int = 0) -> list[str]:
+    """``count`` distinct, valid (sha2-256 multihash) peer IDs, deterministic in ``seed``."""
+    rng = random.Random(seed)
+    return [peer_id_from_bytes(b"\x12\x20" + rng.randbytes(32)) for _ in range(count)]
+
+
+@dataclass(slots=True)
+class _NodeLog:
+    delivered: list[tuple[CID, CID, bool]] = field(default_factory=list)  # topic, event, rec
+    updates: list[TopicUpdated] = field(default_factory=list)
+    records: list[MetricRecord] = field(default_factory=list)
+    sent: list[SendRpc] = field(default_factory=list)
+
+
+class CoreNet:
+    """A deterministic in-memory network of protocol nodes."""
+
+    def __init__(
+        self,
+        count: int,
+        *,
+        seed: int = 0,
+        config: NodeConfig | None = None,
+        latency: float = 0.01,
+        loss: float = 0.0,
+        fetch_latency: float = 0.05,
+        wire: bool = True,
+        known: int | None = None,
+        start: float = 1_767_225_600.0,
+        unreachable_after: float | None = 1.0,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.now = start
+        self.latency = latency
+        self.loss = loss
+        self.fetch_latency = fetch_latency
+        self.wire = wire
+        self.unreachable_after = unreachable_after
+        self.peers = make_peer_ids(count, seed=seed)
+        self.nodes: dict[str, PulsarcastNode] = {}
+        self.logs: dict[str, _NodeLog] = {}
+        self.store: dict[CID, bytes] = {}
+        self.crashed: set[str] = set()
+        self.fetches = 0
+        self.messages = 0
+        self.lost = 0
+        self._heap: list[tuple[float, int, str, str, Any]] = []
+        self._seq = 0
+        for i, peer in enumerate(self.peers):
+            self.nodes[peer] = PulsarcastNode(
+                peer_id=peer, config=config, rng=random.Random(seed * 100_003 + i), now=start
+            )
+            self.logs[peer] = _NodeLog()
+        for peer in self.peers:
+            others = [p for p in self.peers if p != peer]
+            if known is not None:
+                others = self.rng.sample(others, min(known, len(others)))
+            self.nodes[peer].set_known_peers(self.now, others)
+            self._after(peer)
+
+    # ------------------------------------------------------------- plumbing
+
+    def _push(self, when: float, kind: str, peer: str, data: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, kind, peer, data))
+
+    def _after(self, peer: str) -> None:
+        """Carry out the outputs of ``peer`` and (re)arm its timer."""
+        node = self.nodes[peer]
+        log = self.logs[peer]
+        for out in node.take_outputs():
+            if isinstance(out, SendRpc):
+                log.sent.append(out)
+                self.messages += 1
+                if out.peer in self.crashed or out.peer not in self.nodes:
+                    if self.unreachable_after is not None:
+                        self._push(self.now + self.unreachable_after, "unreachable", peer, out.peer)
+                    continue
+                if self.loss and self.rng.random() < self.loss:
+                    self.lost += 1
+                    continue
+                delay = self.latency * (1.0 + self.rng.random())
+                self._push(self.now + delay, "rpc", out.peer, (peer, out.rpc, out.data))
+            elif isinstance(out, StoreBlock):
+                self.store[out.cid] = out.data
+            elif isinstance(out, FetchBlock):
+                self.fetches += 1
+                self._push(self.now + self.fetch_latency, "block", peer, out.cid)
+            elif isinstance(out, Deliver):
+                log.delivered.append((out.topic_cid, out.event_cid, out.recovered))
+            elif isinstance(out, TopicUpdated):
+                log.updates.append(out)
+            elif isinstance(out, MetricRecord):
+                log.records.append(out)
+        t = node.get_timer()
+        if t is not None:
+            self._push(max(t, self.now), "timer", peer, t)
+
+    def _decode(self, data: bytes) -> Rpc:
+        rpcs = FrameDecoder().feed(data)
+        assert len(rpcs) == 1
+        return rpcs[0]
+
+    def step(self) -> bool:
+        """Process the next scheduled happening; ``False`` when there is none."""
+        if not self._heap:
+            return False
+        when, _, kind, peer, data = heapq.heappop(self._heap)
+        self.now = max(self.now, when)
+        if peer in self.crashed:
+            return True
+        node = self.nodes[peer]
+        if kind == "timer":
+            t = node.get_timer()
+            if t is None or t > self.now or t != data:
+                return True
+            node.handle_timer(self.now)
+        elif kind == "rpc":
+            sender, rpc, frame = data
+            if sender in self.crashed:
+                return True
+            if self.wire:
+                rpc = self._decode(frame)
+            node.receive_rpc(self.now, sender, rpc, size=len(frame))
+        elif kind == "block":
+            node.block_fetched(self.now, data, self.store.get(data))
+        elif kind == "unreachable":
+            node.peer_unreachable(self.now, data)
+        self._after(peer)
+        return True
+
+    def run_until(self, t: float, *, max_steps: int = 2_000_000) -> None:
+        """Process everything scheduled up to virtual time ``t`` (hard bound on steps)."""
+        steps = 0
+        while self._heap and self._heap[0][0] <= t:
+            self.step()
+            steps += 1
+            if steps > max_steps:
+                raise RuntimeError(f"no quiescence after {max_steps} steps")
+        self.now = max(self.now, t)
+
+    def run_for(self, seconds: float, *, max_steps: int = 2_000_000) -> None:
+        self.run_until(self.now + seconds, max_steps=max_steps)
+
+    # ------------------------------------------------------------- driving
+
+    def call(self, peer: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call an API command of ``peer``'s node at the current time."""
+        result = getattr(self.nodes[peer], method)(self.now, *args, **kwargs)
+        self._after(peer)
+        return result
+
+    def crash(self, peer: str) -> None:
+        self.crashed.add(peer)
+
+    def delivered(self, peer: str, topic: CID | None = None) -> list[CID]:
+        return [e for t, e, _ in self.logs[peer].delivered if topic is None or t == topic]
+
+    def records(self, peer: str, kind: RecordKind) -> list[MetricRecord]:
+        return [r for r in self.logs[peer].records if r.kind == kind]
+
+    def all_records(self) -> list[MetricRecord]:
+        return [r for log in self.logs.values() for r in log.records]
