@@ -10,7 +10,7 @@ __all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pulsarcast_ipfs.cli import _cluster, _sim
+    from pulsarcast_ipfs.cli import _cluster, _demo, _sim
 
     parser = argparse.ArgumentParser(
         prog="pulsarcast",
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _cluster.add_parser(sub)
+    _demo.add_parser(sub)
     _sim.add_parser(sub)
     return parser
 

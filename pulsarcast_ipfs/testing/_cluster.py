@@ -184,6 +184,28 @@ def _kill_group(pid: int, marker: str, grace: float = 5.0) -> None:
             time.sleep(0.05)
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _single_error(exc: BaseException) -> ClusterError | None:
+    """One :class:`ClusterError` for a group of start-up failures (None: not ours)."""
+    if not isinstance(exc, BaseExceptionGroup):
+        if isinstance(exc, KuboError | ToxiproxyError):
+            return ClusterError(f"cluster start-up failed: {exc}")
+        return None
+    leaves = _leaves(exc)
+    if not all(isinstance(e, ClusterError | KuboError | ToxiproxyError) for e in leaves):
+        return None
+    first, rest = str(leaves[0]), leaves[1:]
+    if rest:
+        others = "; ".join(str(e).splitlines()[0] for e in rest[:5])
+        first += f"\n(and {len(rest)} more: {others})"
+    return ClusterError(first)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -427,9 +449,12 @@ class LocalCluster:
         _LIVE.add(self)
         try:
             await self._start(say)
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self.stop()
+            single = _single_error(exc)
+            if single is not None:
+                raise single from exc
             raise
         self.startup_seconds = time.monotonic() - began
 
