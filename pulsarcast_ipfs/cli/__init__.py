@@ -10,7 +10,7 @@ __all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pulsarcast_ipfs.cli import _cluster, _demo, _sim
+    from pulsarcast_ipfs.cli import _cluster, _demo, _report, _sim
 
     parser = argparse.ArgumentParser(
         prog="pulsarcast",
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster.add_parser(sub)
     _demo.add_parser(sub)
     _sim.add_parser(sub)
+    _report.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,78 @@
+"""The Spark session: local mode by default, quiet, small shuffles."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["JavaNotFound", "SessionConfig", "find_java", "get_session"]
+
+
+class JavaNotFound(RuntimeError):
+    """Neither ``$JAVA_HOME/bin/java`` nor ``java`` on ``PATH`` exists."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionConfig:
+    """How to start Spark when no session is active (spark-submit starts its own)."""
+
+    master: str | None = None
+    """``None``: ``local[*]`` unless ``spark-submit --master`` already chose one."""
+    driver_memory: str = "2g"
+    shuffle_partitions: int = 8
+    app_name: str = "pulsarcast-report"
+
+
+def find_java() -> str:
+    """The java executable Spark will use, or raise :class:`JavaNotFound`."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        cand = os.path.join(home, "bin", "java")
+        if os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which("java")
+    if found is None:
+        raise JavaNotFound(
+            "Java not found: set JAVA_HOME or put `java` (17 or newer) on PATH; Spark needs it"
+        )
+    return found
+
+
+def get_session(config: SessionConfig | None = None) -> SparkSession:
+    """The active session, or a new one built from ``config``.
+
+    Under ``spark-submit`` the master, memory and other settings come from the
+    command line; ``master`` here only applies when Python starts the JVM.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    cfg = config or SessionConfig()
+    if "SPARK_ENV_LOADED" not in os.environ and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        find_java()
+    builder = SparkSession.builder.appName(cfg.app_name)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if cfg.master is not None:
+        builder = builder.master(cfg.master)
+    elif not submitted:
+        builder = builder.master("local[*]")
+    if not submitted:
+        builder = builder.config("spark.driver.memory", cfg.driver_memory).config(
+            "spark.sql.shuffle.partitions", str(cfg.shuffle_partitions)
+        )
+    builder = (
+        builder.config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

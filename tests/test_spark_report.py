@@ -1,0 +1,389 @@
+"""The metrics pipeline in PySpark local mode, on small hand-made record sets.
+
+Every expected value below is computed by hand in the comments from the records
+listed in ``_run1``/``_run2`` (see docs/metrics.md for the definitions).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+import spark as job  # noqa: E402
+from pulsarcast_ipfs.cli import main as cli_main  # noqa: E402
+from pulsarcast_ipfs.records import validate_record  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+Rec = dict[str, Any]
+
+
+def _r(run: str, system: str, kind: str, ts: float, node: str, **f: Any) -> Rec:
+    return {"v": 1, "ts": ts, "run": run, "system": system, "node": node, "kind": kind, **f}
+
+
+def _run1() -> list[Rec]:
+    """Run r1 (pulsarcast), nodes A B C D, topics t1 t2 t3 (t3: no subscriber)."""
+
+    def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
+        return _r("r1", "pulsarcast", kind, ts, node, **f)
+
+    def dl(ts: float, node: str, topic: str, ev: str, lat: float, rec: bool = False) -> Rec:
+        return r("event_delivered", ts, node, topic=topic, event=ev, latency=lat, recovered=rec)
+
+    return [
+        # subscriptions: t1 A [0,∞) B [0,50) C [30,∞) (late); t2 D [0,∞) (twice), A [0,20) [40,∞)
+        r("subscribed", 0, "A", topic="t1"),
+        r("subscribed", 0, "B", topic="t1"),
+        r("unsubscribed", 50, "B", topic="t1"),
+        r("subscribed", 30, "C", topic="t1"),
+        r("subscribed", 0, "D", topic="t2"),
+        r("subscribed", 5, "D", topic="t2"),
+        r("subscribed", 0, "A", topic="t2"),
+        r("unsubscribed", 20, "A", topic="t2"),
+        r("subscribed", 40, "A", topic="t2"),
+        # t1 events: i1/e1 by A (10/11), i2/e2 by D (20/35, request to publish), i3 never published
+        r("event_injected", 10, "A", topic="t1", inject_id="i1", size=10),
+        r("event_published", 11, "A", topic="t1", event="e1", inject_id="i1"),
+        r("event_injected", 20, "D", topic="t1", inject_id="i2"),
+        r("event_published", 35, "D", topic="t1", event="e2", inject_id="i2"),
+        r("event_injected", 60, "B", topic="t1", inject_id="i3"),
+        dl(11, "A", "t1", "e1", 0.0),
+        dl(11.5, "B", "t1", "e1", 0.5),
+        dl(12, "B", "t1", "e1", 1.0),  # duplicate
+        dl(31, "C", "t1", "e1", 20.0, True),  # late subscriber, recovered
+        dl(35.2, "A", "t1", "e2", 0.2),
+        dl(35.4, "B", "t1", "e2", 0.4),
+        dl(35.3, "C", "t1", "e2", 0.3),
+        dl(36, "A", "t1", "e2", 1.0, True),  # duplicate (first copy was live)
+        dl(80, "A", "t1", "e9", 0.05),  # event with no publish record
+        # t2 events by C
+        r("event_injected", 10, "C", topic="t2", inject_id="i5"),
+        r("event_published", 10, "C", topic="t2", event="e5", inject_id="i5"),
+        r("event_injected", 30, "C", topic="t2", inject_id="i6"),
+        r("event_published", 30, "C", topic="t2", event="e6", inject_id="i6"),
+        dl(10.1, "D", "t2", "e5", 0.1),
+        dl(10.2, "A", "t2", "e5", 0.2),
+        dl(30.3, "D", "t2", "e6", 0.3),
+        dl(45, "A", "t2", "e6", 15.0, True),  # A was not subscribed at 30
+        # t3: no subscriber
+        r("event_injected", 5, "A", topic="t3", inject_id="i7"),
+        r("event_published", 5, "A", topic="t3", event="e7", inject_id="i7"),
+        dl(6, "B", "t3", "e7", 0.7),
+        # RPCs
+        r("rpc_sent", 11, "A", op="event", bytes=100, peer="C", topic="t1"),
+        r("rpc_sent", 12, "A", op="event", bytes=50, peer="A", topic="t1"),
+        r("rpc_sent", 13, "A", op="ping", bytes=10, peer="B"),
+        r("rpc_sent", 14, "B", op="event", bytes=200, peer="C", topic="t2"),
+        r("rpc_received", 11, "C", op="event", bytes=100, peer="A", topic="t1"),
+        r("rpc_received", 14, "C", op="event", bytes=200, peer="B", topic="t2"),
+        r("rpc_received", 12, "A", op="event", bytes=50, peer="A", topic="t1"),
+        # resources
+        r("resource_sample", 0, "A", process="sidecar", cpu_seconds=0.0, rss_bytes=100,
+          bw_total_in=0, bw_total_out=0),
+        r("resource_sample", 10, "A", process="sidecar", cpu_seconds=5.0, rss_bytes=200,
+          bw_total_in=1000, bw_total_out=3000),
+        r("resource_sample", 20, "A", process="sidecar", cpu_seconds=7.0, rss_bytes=300,
+          bw_total_in=1000, bw_total_out=5000),
+        r("resource_sample", 0, "A", process="kubo", cpu_seconds=10.0, rss_bytes=1000),
+        r("resource_sample", 10, "A", process="kubo", cpu_seconds=20.0, rss_bytes=1000),
+        r("resource_sample", 5, "B", process="sidecar", cpu_seconds=0.0, rss_bytes=500,
+          bw_total_in=0, bw_total_out=0),
+        r("resource_sample", 15, "B", process="sidecar", cpu_seconds=1.0, rss_bytes=500,
+          bw_total_in=500, bw_total_out=500),
+        r("resource_sample", 16, "B", process="sidecar", cpu_seconds=0.5, rss_bytes=600,
+          bw_total_in=600, bw_total_out=600),  # restart: CPU counter went back
+        r("tree_changed", 1, "A", topic="t1", role="root", children=["B"]),
+    ]
+
+
+def _run2() -> list[Rec]:
+    """Run r2 (floodsub): X publishes f1 to t1, Y receives it, X does not deliver to itself."""
+
+    def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
+        return _r("r2", "floodsub", kind, ts, node, **f)
+
+    return [
+        r("subscribed", 0, "X", topic="t1"),
+        r("subscribed", 0, "Y", topic="t1"),
+        r("event_injected", 1, "X", topic="t1", inject_id="j1"),
+        r("event_published", 1, "X", topic="t1", event="f1", inject_id="j1"),
+        r("event_delivered", 1.01, "Y", topic="t1", event="f1", latency=0.01, recovered=False),
+    ]
+
+
+BAD_LINES = {
+    "not json{": "malformed",
+    '[{"v": 1}]': "malformed",
+    json.dumps(_r("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"v": 2}): (
+        "unsupported_version"
+    ),
+    json.dumps(_r("r1", "pulsarcast", "event_delivered", 1, "A", topic="t1", event="e1",
+                  recovered=False)): "missing_field:latency",
+    json.dumps(_r("r1", "pulsarcast", "gossip_heartbeat", 1, "A")): "unknown_kind",
+    json.dumps(_r("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"ts": "x"}): "bad_type",
+}
+
+
+def _write_jsonl(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(line + "\n" for line in lines)
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(data.encode()))
+    else:
+        path.write_text(data)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=4))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> tuple[Path, Path]:
+    """r1 spread over plain, gzip, rotated JSONL and Parquet files, shuffled;
+    plus the bad lines; r2 in its own directory."""
+    base = tmp_path_factory.mktemp("runs")
+    rng = random.Random(7)
+    recs = _run1()
+    for rec in recs:
+        validate_record(rec)  # the hand-made set itself follows the schema
+    by_node: dict[str, list[str]] = {}
+    for rec in recs:
+        by_node.setdefault(rec["node"], []).append(json.dumps(rec))
+    for lines in by_node.values():
+        rng.shuffle(lines)  # records out of order
+    d1 = base / "r1"
+    _write_jsonl(d1 / "A.jsonl", by_node["A"])
+    _write_jsonl(d1 / "sub" / "B.jsonl.gz", by_node["B"])
+    half = len(by_node["C"]) // 2
+    _write_jsonl(d1 / "C.jsonl.1.gz", by_node["C"][:half])  # rotated
+    _write_jsonl(d1 / "C.jsonl", by_node["C"][half:])
+    _write_jsonl(d1 / "bad.jsonl", list(BAD_LINES))
+    (d1 / "notes.txt").write_text("not a record file\n")
+    d_rows = [json.loads(x) for x in by_node["D"]]
+    cols = "v bigint, ts double, run string, system string, node string, kind string, " \
+        "topic string, inject_id string, event string, latency double, recovered boolean"
+    names = [c.split()[0] for c in cols.split(", ")]
+    floats = {"ts", "latency"}
+
+    def cell(row: Rec, n: str) -> Any:
+        v = row.get(n)
+        return float(v) if n in floats and v is not None else v
+
+    df = spark.createDataFrame([tuple(cell(r, n) for n in names) for r in d_rows], cols)
+    df.coalesce(1).write.parquet(str(d1 / "D.parquet"))
+    d2 = base / "r2"
+    _write_jsonl(d2 / "X.jsonl", [json.dumps(x) for x in _run2()])
+    return d1, d2
+
+
+@pytest.fixture(scope="module")
+def result(
+    spark: SparkSession, run_dirs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> job.ReportResult:
+    out = tmp_path_factory.mktemp("out")
+    cfg = job.ReportConfig(run_dirs=tuple(map(str, run_dirs)), out=str(out))
+    return job.run_report(spark, cfg)
+
+
+def _topic(res: job.ReportResult, run: str, topic: str) -> dict[str, Any]:
+    (row,) = [t for t in res.topics if t["run"] == run and t["topic"] == topic]
+    return row
+
+
+def _run(res: job.ReportResult, run: str) -> dict[str, Any]:
+    (row,) = [t for t in res.runs if t["run"] == run]
+    return row
+
+
+def test_rejected_counted_by_reason(result: job.ReportResult) -> None:
+    assert result.rejected_by_reason == {
+        "malformed": 2,
+        "unsupported_version": 1,
+        "missing_field:latency": 1,
+        "unknown_kind": 1,
+        "bad_type": 1,
+    }
+    assert result.valid_records == len(_run1()) + len(_run2())
+
+
+def test_topic_t1_late_subscriber_duplicates_unpublished(result: job.ReportResult) -> None:
+    t1 = _topic(result, "r1", "t1")
+    # injected i1@10 {A,B}, i2@20 {A,B}, i3@60 {A,C} -> 6; published e1@11 {A,B}, e2@35 {A,B,C} -> 5
+    assert {k: t1[k] for k in ("subscribers", "injected", "published")} == {
+        "subscribers": 3, "injected": 3, "published": 2}
+    assert (t1["expected_injected"], t1["expected_published"]) == (6, 5)
+    # distinct pairs: (A,e1) (B,e1) (C,e1) (A,e2) (B,e2) (C,e2) (A,e9); counted: all but (C,e1), (A,e9)
+    assert (t1["deliveries"], t1["received"], t1["duplicates"]) == (7, 5, 2)
+    assert (t1["late"], t1["unpublished"], t1["recovered"]) == (1, 1, 1)
+    assert t1["coverage_published"] == pytest.approx(1.0)
+    assert t1["coverage_injected"] == pytest.approx(5 / 6)
+
+
+def test_topic_t2_resubscription(result: job.ReportResult) -> None:
+    t2 = _topic(result, "r1", "t2")
+    # e5@10 {D,A}; e6@30 {D} (A unsubscribed on [20,40)); A's recovered e6 is not counted
+    assert (t2["expected_injected"], t2["expected_published"]) == (3, 3)
+    assert (t2["deliveries"], t2["received"], t2["late"], t2["recovered"]) == (4, 3, 1, 1)
+    assert t2["subscribers"] == 2
+    assert t2["coverage_published"] == pytest.approx(1.0)
+
+
+def test_topic_without_subscribers_is_na(result: job.ReportResult) -> None:
+    t3 = _topic(result, "r1", "t3")
+    assert (t3["subscribers"], t3["expected_published"], t3["deliveries"]) == (0, 0, 1)
+    assert t3["coverage_injected"] is None and t3["coverage_published"] is None
+
+
+def test_run_totals_and_comparison(result: job.ReportResult) -> None:
+    r1, r2 = _run(result, "r1"), _run(result, "r2")
+    assert (r1["injected"], r1["published"], r1["deliveries"], r1["received"]) == (6, 5, 12, 8)
+    assert (r1["duplicates"], r1["recovered"], r1["late"], r1["unpublished"]) == (2, 2, 3, 1)
+    assert (r1["expected_injected"], r1["expected_published"]) == (9, 8)
+    assert r1["coverage_injected"] == pytest.approx(8 / 9)
+    assert r1["coverage_published"] == pytest.approx(1.0)
+    assert r1["nodes"] == 4 and r1["records"] == len(_run1())
+    # r2: f1@1 expected at X and Y, received by Y only
+    assert (r2["system"], r2["expected_published"], r2["received"]) == ("floodsub", 2, 1)
+    assert r2["coverage_injected"] == pytest.approx(0.5)
+    assert r2["coverage_published"] == pytest.approx(0.5)
+
+
+def _lat(res: job.ReportResult, run: str, topic: str, cls: str) -> dict[str, Any]:
+    (row,) = [
+        r for r in res.latency if (r["run"], r["topic"], r["class"]) == (run, topic, cls)
+    ]
+    return row
+
+
+def test_latency_percentiles(result: job.ReportResult) -> None:
+    def q(row: dict[str, Any]) -> tuple[Any, ...]:
+        return (row["count"], row["p50"], row["p95"], row["p99"], row["max"])
+
+    # t1 live, first copy of each pair: 0, .05, .2, .3, .4, .5 (nearest rank)
+    assert q(_lat(result, "r1", "t1", "live")) == (6, 0.2, 0.5, 0.5, 0.5)
+    assert _lat(result, "r1", "t1", "live")["mean"] == pytest.approx(1.45 / 6)
+    assert q(_lat(result, "r1", "t1", "recovered")) == (1, 20.0, 20.0, 20.0, 20.0)
+    assert q(_lat(result, "r1", "t1", "all")) == (7, 0.3, 20.0, 20.0, 20.0)
+    # overall live: 0 .05 .1 .2 .2 .3 .3 .4 .5 .7; recovered: 15 20
+    assert q(_lat(result, "r1", job.ALL, "live")) == (10, 0.2, 0.7, 0.7, 0.7)
+    assert q(_lat(result, "r1", job.ALL, "recovered")) == (2, 15.0, 20.0, 20.0, 20.0)
+    assert q(_lat(result, "r1", job.ALL, "all")) == (12, 0.3, 20.0, 20.0, 20.0)
+    r1 = _run(result, "r1")
+    assert (r1["latency_p50"], r1["latency_max"]) == (0.3, 20.0)
+
+
+def test_rpc_per_topic_and_node(result: job.ReportResult) -> None:
+    rows = {r["topic"]: r for r in result.rpc_topics if r["run"] == "r1"}
+    pick = ("sent", "received", "bytes_sent", "bytes_received")
+    assert tuple(rows["t1"][k] for k in pick) == (2, 2, 150, 150)
+    assert tuple(rows["t2"][k] for k in pick) == (1, 1, 200, 200)
+    assert tuple(rows["(none)"][k] for k in pick) == (1, 0, 10, 0)
+    assert tuple(rows[job.ALL][k] for k in pick) == (4, 3, 360, 350)
+    (s,) = [r for r in result.rpc_summary if r["run"] == "r1"]
+    # sent per node A3 B1 C0 D0; received A1 B0 C2 D0
+    assert s["nodes"] == 4
+    assert s["sent_mean"] == pytest.approx(1.0)
+    assert s["sent_std"] == pytest.approx(math.sqrt(1.5))
+    assert (s["sent_p95"], s["sent_p99"], s["sent_max"]) == (3, 3, 3)
+    assert s["received_mean"] == pytest.approx(0.75)
+    assert s["received_std"] == pytest.approx(math.sqrt(0.6875))
+    assert (s["received_p95"], s["received_p99"]) == (2, 2)
+    (s2,) = [r for r in result.rpc_summary if r["run"] == "r2"]
+    assert (s2["nodes"], s2["sent_mean"], s2["sent_std"]) == (2, 0.0, 0.0)
+
+
+def test_resources(result: job.ReportResult, spark: SparkSession) -> None:
+    (r,) = [x for x in result.resources if x["run"] == "r1"]
+    # (node, bucket) values: A cpu [1.5, .2] mem [1100, 1200, 300] net [400, 200];
+    # B cpu [.1] (restart gives none) mem [500, 550] net [150]
+    assert r["nodes"] == 2
+    assert r["node_cpu_mean"] == pytest.approx(0.6)
+    assert (r["node_cpu_p95"], r["node_cpu_max"]) == pytest.approx((1.5, 1.5))
+    assert r["node_mem_mean"] == pytest.approx(730.0)
+    assert (r["node_mem_p95"], r["node_mem_p99"]) == pytest.approx((1200.0, 1200.0))
+    assert r["node_net_mean"] == pytest.approx(250.0)
+    # cluster per bucket: cpu [-, 1.6, .2], mem [1600, 1750, 300], net [-, 550, 200]
+    assert (r["cluster_cpu_mean"], r["cluster_cpu_max"]) == pytest.approx((0.9, 1.6))
+    assert (r["cluster_mem_mean"], r["cluster_mem_max"]) == pytest.approx((3650 / 3, 1750.0))
+    assert (r["cluster_net_mean"], r["cluster_net_p95"]) == pytest.approx((375.0, 550.0))
+    assert (r["cluster_bytes_in"], r["cluster_bytes_out"]) == (1600, 5600)
+    nodes = spark.read.parquet(f"{result.tables_dir}/resources_nodes").where("run = 'r1'")
+    a = nodes.where("node = 'A'").first()
+    assert a is not None
+    assert (a["cpu_mean"], a["mem_max"], a["bytes_in"], a["bytes_out"]) == pytest.approx(
+        (0.85, 1200.0, 1000, 5000)
+    )
+
+
+def test_outputs_written(result: job.ReportResult, spark: SparkSession) -> None:
+    md = result.report_path.read_text()
+    assert "## Rejected records" in md and "| malformed | 2 |" in md.replace("  ", " ")
+    assert "| t3 |" in md and "n/a" in md
+    assert "88.9 %" in md  # r1 total coverage vs injected, 8/9
+    names = sorted(p.name for p in result.plots)
+    assert names == sorted(
+        ["comparison.png", "coverage_r1__pulsarcast.png", "events_r1__pulsarcast.png",
+         "coverage_r2__floodsub.png", "events_r2__floodsub.png"]
+    )
+    for p in result.plots:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rej = spark.read.parquet(f"{result.tables_dir}/rejected")
+    raws = {r["raw"] for r in rej.select("raw").collect()}
+    assert raws == set(BAD_LINES)
+    assert rej.where("source like '%bad.jsonl'").count() == len(BAD_LINES)
+
+
+def test_exclude_publisher(
+    spark: SparkSession, run_dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    cfg = job.ReportConfig(
+        run_dirs=tuple(map(str, run_dirs)),
+        out=str(tmp_path / "out"),
+        measures=job.MeasureConfig(exclude_publisher=True),
+        plots=False,
+    )
+    res = job.run_report(spark, cfg)
+    t1 = _topic(res, "r1", "t1")
+    # e1 by A: {B}; e2 by D: {A,B,C} -> 4; i1 by A {B}, i2 by D {A,B}, i3 by B {A,C} -> 5
+    assert (t1["expected_published"], t1["expected_injected"]) == (4, 5)
+    assert t1["received"] == 4  # (A,e1) no longer counted
+    assert t1["coverage_injected"] == pytest.approx(4 / 5)
+    r2 = _run(res, "r2")
+    assert (r2["expected_published"], r2["received"], r2["coverage_published"]) == (1, 1, 1.0)
+
+
+def test_cli_report(spark: SparkSession, run_dirs: tuple[Path, Path], tmp_path: Path,
+                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cli"
+    rc = cli_main(["report", str(run_dirs[1]), "--out", str(out), "--no-plots"])
+    assert rc == 0
+    assert "report:" in capsys.readouterr().out
+    md = (out / "report.md").read_text()
+    assert "| r2 | floodsub |" in md and "50.0 %" in md
+    assert spark.sparkContext._jsc is not None  # the shared session was not stopped
+
+
+def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli_main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert rc == 1 and "run directory not found" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc = cli_main(["report", str(empty), "--out", str(tmp_path / "o")])
+    assert rc == 1 and "no records found" in capsys.readouterr().err
+    rc = cli_main(["report", str(empty), "--out", str(empty / "x")])
+    assert rc == 1 and "inside RUN_DIR" in capsys.readouterr().err
