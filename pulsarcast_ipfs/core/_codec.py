@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Final
 
-import dag_cbor
 from multiformats import CID
 
+from . import _dagcbor
 from ._descriptors import MAX_DESCRIPTOR_SIZE, MAX_PAYLOAD_SIZE, check_link, parse_created
 from ._descriptors import _peer as _check_peer
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -293,9 +293,7 @@ _BY_OP: Final[dict[str, type[_Message]]] = {
 
 def encode_rpc(rpc: Rpc) -> bytes:
     """The dag-cbor body of one message (no length prefix)."""
-    data = dag_cbor.encode(rpc.to_ipld())
-    assert isinstance(data, bytes)
-    return data
+    return _dagcbor.encode(rpc.to_ipld())
 
 
 def _varint(n: int) -> bytes:
@@ -319,8 +317,8 @@ def encode_frame(rpc: Rpc) -> bytes:
 def decode_rpc(body: bytes) -> Rpc:
     """Decode one frame body strictly; only :class:`RemoteProtocolError`."""
     try:
-        obj = dag_cbor.decode(bytes(body))
-    except Exception as exc:  # dag_cbor raises several error types, and RecursionError
+        obj = _dagcbor.decode(bytes(body))
+    except Exception as exc:  # CborError; anything else is still the remote's fault
         raise RemoteProtocolError(f"RPC body is not valid dag-cbor: {exc}") from exc
     if not isinstance(obj, dict):
         raise RemoteProtocolError("RPC body must be a dag-cbor map")

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-import dag_cbor
-from multiformats import CID, multihash
+from multiformats import CID
 
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 
+from . import _dagcbor
 from ._errors import DescriptorError, LocalProtocolError
 
 __all__ = [
@@ -87,9 +87,10 @@ class EventLinking(enum.StrEnum):
 
 def compute_cid(data: bytes) -> CID:
     """The CID of a dag-cbor block: CIDv1, dag-cbor, sha2-256, base32 text (§3)."""
-    return CID("base32", 1, "dag-cbor", multihash.digest(data, "sha2-256"))
+    return _dagcbor.sha256_cid(data)
 
 
+@functools.lru_cache(maxsize=65536)
 def cid_str(cid: CID) -> str:
     """Canonical text form of a CID (base32, ``bafyrei…``)."""
     return str(cid.encode("base32"))
@@ -99,10 +100,8 @@ def check_link(value: object, where: str) -> CID:
     """Return ``value`` if it is a CIDv1 dag-cbor sha2-256 link, else raise ``ValueError``."""
     if not isinstance(value, CID):
         raise ValueError(f"{where}: expected a CID link, got {type(value).__name__}")
-    if value.version != 1 or value.codec.name != "dag-cbor" or value.hashfun.name != "sha2-256":
+    if not _dagcbor.is_dag_cbor_sha256_link(value):
         raise ValueError(f"{where}: link target must be CIDv1 dag-cbor sha2-256, got {value}")
-    if len(value.raw_digest) != 32:
-        raise ValueError(f"{where}: sha2-256 digest must be 32 bytes")
     return value
 
 
@@ -209,9 +208,7 @@ class TopicOptions:
 
 
 def _encode(obj: Any) -> bytes:
-    data = dag_cbor.encode(obj)
-    assert isinstance(data, bytes)
-    return data
+    return _dagcbor.encode(obj)
 
 
 def _decode_map(data: object) -> dict[str, Any]:
@@ -221,8 +218,8 @@ def _decode_map(data: object) -> dict[str, Any]:
     if len(raw) > MAX_DESCRIPTOR_SIZE:
         raise DescriptorError(f"descriptor larger than {MAX_DESCRIPTOR_SIZE} bytes")
     try:
-        obj = dag_cbor.decode(raw)
-    except Exception as exc:  # dag_cbor raises several error types, and RecursionError
+        obj = _dagcbor.decode(raw)
+    except Exception as exc:  # CborError; anything else is a bug, still the remote's fault
         raise DescriptorError(f"not valid dag-cbor: {exc}") from exc
     if not isinstance(obj, dict):
         raise DescriptorError("a descriptor must be a dag-cbor map")

@@ -18,7 +18,7 @@ from typing import Any
 
 from multiformats import CID
 
-from pulsarcast_ipfs.kademlia import peer_id_from_bytes
+from pulsarcast_ipfs.kademlia import bucket_index, closest_peers, peer_id_from_bytes, peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import FrameDecoder, Rpc
@@ -26,13 +26,25 @@ from ._config import NodeConfig
 from ._io import Deliver, FetchBlock, SendRpc, StoreBlock, TopicUpdated
 from ._node import PulsarcastNode
 
-__all__ = ["CoreNet", "make_peer_ids"]
+__all__ = ["CoreNet", "kademlia_table", "make_peer_ids"]
 
 
 def make_peer_ids(count: int, *, seed: int = 0) -> list[str]:
     """``count`` distinct, valid (sha2-256 multihash) peer IDs, deterministic in ``seed``."""
     rng = random.Random(seed)
     return [peer_id_from_bytes(b"\x12\x20" + rng.randbytes(32)) for _ in range(count)]
+
+
+def kademlia_table(peer: str, others: list[str], bucket_size: int) -> list[str]:
+    """A complete k-bucket routing table of ``peer``: per common-prefix length, the
+    ``bucket_size`` peers of ``others`` closest to ``peer`` (as a Kubo table converges to)."""
+    me = peer_position(peer)
+    buckets: dict[int, list[str]] = {}
+    for other in closest_peers(me, others):
+        lst = buckets.setdefault(bucket_index(me, peer_position(other)), [])
+        if len(lst) < bucket_size:
+            lst.append(other)
+    return [p for lst in buckets.values() for p in lst]
 
 
 @dataclass(slots=True)
@@ -57,6 +69,7 @@ class CoreNet:
         fetch_latency: float = 0.05,
         wire: bool = True,
         known: int | None = None,
+        bucket_size: int | None = None,
         start: float = 1_767_225_600.0,
         unreachable_after: float | None = 1.0,
     ) -> None:
@@ -86,6 +99,8 @@ class CoreNet:
             others = [p for p in self.peers if p != peer]
             if known is not None:
                 others = self.rng.sample(others, min(known, len(others)))
+            if bucket_size is not None:
+                others = kademlia_table(peer, others, bucket_size)
             self.nodes[peer].set_known_peers(self.now, others)
             self._after(peer)
 
