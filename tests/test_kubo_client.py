@@ -41,7 +41,9 @@ async def test_id_and_version(kubo_pair: LocalCluster) -> None:
         version = await kubo.version()
     assert me.peer_id == kubo_pair[0].peer_id
     assert "/ipfs/lan/kad/1.0.0" in me.protocols
-    assert version.version == "0.43.0"
+    if not os.environ.get("PULSARCAST_IPFS_BIN"):
+        assert version.version == "0.43.0"  # the pinned Kubo (tools/kubo/go.mod)
+    assert version.version.count(".") == 2
 
 
 async def test_block_put_stores_exact_bytes_and_is_fetched_by_a_peer(
