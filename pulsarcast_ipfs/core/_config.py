@@ -29,7 +29,7 @@ class NodeConfig:
     """Tree neighbours exchange HEADS (recent event CIDs) this often when they changed."""
     heads_refresh_every: int = 6
     """...and unconditionally every this many HEADS intervals."""
-    heads_size: int = 16
+    heads_size: int = 64
     """Recent event CIDs kept per topic and sent in HEADS."""
     request_timeout: float = 3.0
     """A REQUEST_TO_PUBLISH not acknowledged in time is sent again (same request id)."""
