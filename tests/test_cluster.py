@@ -11,7 +11,7 @@ import psutil
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from pulsarcast_ipfs.kubo import KuboClient, dag_cbor_cid
+from pulsarcast_ipfs.kubo import KuboClient, KuboError, dag_cbor_cid
 from pulsarcast_ipfs.testing import ClusterConfig, ClusterNode, LocalCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster, pytest.mark.slow]
@@ -139,3 +139,20 @@ async def test_ten_node_cluster() -> None:
     # Teardown leaves no ipfs or Toxiproxy process and no directory behind.
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     assert not cluster.base_dir.exists()
+
+
+async def test_cut_isolates_a_node_and_restore_heals_it() -> None:
+    async with LocalCluster(config=ClusterConfig(nodes=3, toxiproxy=True)) as cluster:
+        victim = cluster[2]
+        await victim.set_bandwidth(64)
+        await victim.set_bandwidth(None)
+        await victim.cut()
+        async with cluster[0].client() as k0, victim.client() as kv:
+            assert await kv.swarm_peers() == ()
+            with pytest.raises(KuboError):  # inbound: the proxy refuses
+                await k0.swarm_connect(victim.multiaddr)
+            with pytest.raises(KuboError):  # outbound: the swarm filter refuses
+                await kv.swarm_connect(cluster[1].multiaddr)
+            await victim.restore()
+            await k0.swarm_connect(victim.multiaddr)
+            assert cluster[0].peer_id in {p.peer_id for p in await kv.swarm_peers()}
