@@ -31,7 +31,9 @@ config, same records file, byte for byte.
    answered after a fetch delay (local: immediately; remote: four link
    latency draws, a provider lookup and a bitswap exchange) if any *live*
    node holds the block, else at ``fetch_timeout`` with whatever is then
-   available (``None`` if nothing).
+   available (``None`` if nothing). A node has at most one fetch of a CID in
+   flight (bitswap coalesces wants): a repeated ``FetchBlock`` for a CID
+   still being fetched gets the one answer.
 5. **Timers.** After each input the node's ``get_timer()`` is re-armed in the
    heap; superseded timer entries are skipped by a per-node version number.
 6. **Faults.** Crash waves (``CrashSpec``) pick nodes with a seeded stream;
@@ -257,6 +259,7 @@ class Simulation:
         self._loss_rng = substream(c.seed, "loss")
         self._link_last: dict[int, float] = {}
         self._pending_unreachable: set[int] = set()
+        self._pending_fetch: set[tuple[int, int, CID]] = set()
         self.blocks: dict[CID, bytes] = {}
         self.holders: dict[CID, set[int]] = {}
         self._handlers: dict[type, Callable[[int, Any], None]] = {
@@ -571,6 +574,10 @@ class Simulation:
 
     def _on_fetch(self, i: int, out: Any) -> None:
         cid = out.cid
+        key = (i, self.incarnation[i], cid)
+        if key in self._pending_fetch:
+            return  # one want per (node, CID) in flight, as bitswap coalesces them
+        self._pending_fetch.add(key)
         now = self.heap.now
         holders = self.holders.get(cid)
         if holders is not None and i in holders:
@@ -582,9 +589,10 @@ class Simulation:
         self.heap.push(now + delay, _FETCH, i, self.incarnation[i], (cid, False))
 
     def _finish_fetch(self, i: int, inc: int, what: tuple[CID, bool]) -> None:
-        if not self.alive[i] or self.incarnation[i] != inc:
-            return
         cid, final = what
+        if not self.alive[i] or self.incarnation[i] != inc:
+            self._pending_fetch.discard((i, inc, cid))
+            return
         holders = self.holders.get(cid)
         if holders is not None and i in holders:
             data: bytes | None = self.blocks[cid]
@@ -595,6 +603,7 @@ class Simulation:
             return
         else:
             data = None
+        self._pending_fetch.discard((i, inc, cid))
         self.nodes[i].block_fetched(self.heap.now, cid, data)
         self._drain(i)
 

@@ -1,0 +1,74 @@
+"""``pulsarcast sim``: help, option errors, a tiny end-to-end run with the real core."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pulsarcast_ipfs.cli import main
+from pulsarcast_ipfs.records import validate_record
+
+
+def test_help() -> None:
+    exe = Path(sys.executable).parent / "pulsarcast"
+    res = subprocess.run([str(exe), "sim", "--help"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    for option in ("--nodes", "--topics", "--events", "--seed", "--latency", "--crash", "--out"):
+        assert option in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--crash", "10%"], "invalid crash wave"),
+        (["--crash", "lots@5s"], "neither a count nor a %"),
+        (["--latency", "quick"], "invalid latency"),
+        (["--loss", "120%"], "between 0% and 100%"),
+        (["--restart", "soon"], "invalid duration"),
+        (["--topics", "99"], "topics must be between 1 and 23"),
+        (["--nodes", "0"], "--nodes must be at least 1"),
+        (["--workload", "/nonexistent/w.jsonl"], "cannot read workload"),
+    ],
+)
+def test_bad_options_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code = main(["sim", "--out", str(tmp_path / "o"), "--no-progress", *args])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "pulsarcast sim: error:" in err and message in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(
+        [
+            "sim",
+            "--nodes", "12",
+            "--topics", "3",
+            "--events", "15",
+            "--seed", "4",
+            "--latency", "20ms..60ms",
+            "--grace", "15s",
+            "--rate", "5",
+            "--no-progress",
+            "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "coverage vs published" in printed and "max fan-out vs log2(N)" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["events_injected"] == 15 and summary["config"]["nodes"] == 12
+    assert summary["coverage_published"] == 1.0 and summary["duplicates"] == 0
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert lines
+    for line in lines:
+        rec = json.loads(line)
+        validate_record(rec)
+        assert rec["system"] == "sim" and rec["run"] == "sim-4"
