@@ -255,6 +255,7 @@ class PulsarcastNode:
         self._stash: dict[CID, list[tuple[CID, bytes, str | None]]] = {}  # version -> events
         self._fetches: dict[CID, _Fetch] = {}
         self._resolving: dict[CID, list[tuple[str, CID | None]]] = {}
+        self._resume_since: dict[CID, float] = {}
         self._requests: dict[str, _Request] = {}
         self._known: dict[str, int] = {}  # peer -> keyspace position
         self._suspect: dict[str, float] = {}
@@ -1148,10 +1149,16 @@ class PulsarcastNode:
             raise LocalProtocolError("options must be TopicOptions")
         return self._new_version(now, tree, options, dict(tree.latest.links)).cid
 
-    def subscribe(self, now: float, topic_cid: CID) -> None:
-        """Algorithm 2: subscribe to any version of a topic (fetching it if unknown)."""
+    def subscribe(self, now: float, topic_cid: CID, *, since: float | None = None) -> None:
+        """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
+
+        ``since`` (a restarted driver resuming a subscription, given the topic's first
+        version): deliver events created from then on, recovering the ones missed.
+        """
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError("subscribe expects a topic CID")
+        if since is not None and since < now:
+            self._resume_since[topic_cid] = since
         key = self._version_of.get(topic_cid)
         if key is not None:
             self._subscribe_tree(now, self._trees[key])
@@ -1163,7 +1170,7 @@ class PulsarcastNode:
         if tree.subscribed:
             return
         tree.subscribed = True
-        tree.since = now
+        tree.since = min(now, self._resume_since.pop(tree.key, now))
         self._record(now, RecordKind.SUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         meta_cid = tree.root.meta
         if meta_cid is not None:
