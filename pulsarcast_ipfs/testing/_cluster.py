@@ -206,6 +206,21 @@ def _single_error(exc: BaseException) -> ClusterError | None:
     return ClusterError(first)
 
 
+OWNER_FILE = "owner.pid"
+
+
+def _sweep_stale_dirs(parent: Path) -> None:
+    """Remove temp cluster dirs left by a process that was killed (SIGKILL skips cleanup;
+    its daemons died with it through PR_SET_PDEATHSIG)."""
+    for d in parent.glob("pulsarcast-cluster-*"):
+        try:
+            owner = int((d / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not psutil.pid_exists(owner):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -462,6 +477,9 @@ class LocalCluster:
         cfg = self.config
         ipfs = ipfs_binary()
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self._owns_base:
+            _sweep_stale_dirs(self.base_dir.parent)
+            (self.base_dir / OWNER_FILE).write_text(str(os.getpid()))
         self.nodes = [
             ClusterNode(index=i, repo=self.base_dir / f"node{i}") for i in range(cfg.nodes)
         ]
