@@ -48,6 +48,7 @@ from pulsarcast_ipfs.sim import (
     parse_latency,
     substream,
 )
+from pulsarcast_ipfs.workload import load_workload
 
 # -- heap and clock ---------------------------------------------------------------------
 
@@ -157,6 +158,9 @@ def test_k_buckets() -> None:
 # -- a trivial flooding node: engine mechanics only, not the protocol --------------------
 
 
+_DECODED: dict[bytes, EventDescriptor] = {}
+
+
 class FloodNode:
     """Test double. Floods every event to its whole routing table; delivers once."""
 
@@ -221,7 +225,10 @@ class FloodNode:
 
     def receive_rpc(self, now: float, peer: str, rpc: Any, *, size: int | None = None) -> None:
         assert isinstance(rpc, Event)
-        self._accept(now, EventDescriptor.decode(rpc.event), peer)
+        ev = _DECODED.get(rpc.event)
+        if ev is None:
+            ev = _DECODED[rpc.event] = EventDescriptor.decode(rpc.event)
+        self._accept(now, ev, peer)
 
     def _accept(self, now: float, ev: EventDescriptor, sender: str | None) -> None:
         if ev.cid in self.seen:
@@ -245,18 +252,28 @@ class FloodNode:
                     },
                 )
             )
-        rpc = Event(topic=ev.topic, event=ev.encode())
-        data = encode_frame(rpc)
+        rpc, data = _FRAMES.get(ev.cid) or _FRAMES.setdefault(ev.cid, _frame(ev))
         for p in self.known:
             if p != sender:
                 self.out.append(SendRpc(peer=p, rpc=rpc, data=data))
 
 
+_FRAMES: dict[CID, tuple[Event, bytes]] = {}
+
+
+def _frame(ev: EventDescriptor) -> tuple[Event, bytes]:
+    rpc = Event(topic=ev.topic, event=ev.encode())
+    return rpc, encode_frame(rpc)
+
+
+_WORKLOAD = load_workload()
+
+
 def _mechanics_sim(tmp: Path | None, **kw: Any) -> Simulation:
     base: dict[str, Any] = {
-        "nodes": 40,
+        "nodes": 24,
         "topics": 3,
-        "events": 30,
+        "events": 20,
         "seed": 1,
         "k": 3,
         "rate": 5.0,
@@ -266,6 +283,7 @@ def _mechanics_sim(tmp: Path | None, **kw: Any) -> Simulation:
     return Simulation(
         SimConfig(**base),
         out=tmp,
+        workload=_WORKLOAD,
         node_factory=lambda pid, rng, now: FloodNode(pid, rng, now),
     )
 
@@ -277,7 +295,7 @@ def _sha(path: Path) -> str:
 def test_mechanics_fault_free_flood(tmp_path: Path) -> None:
     sim = _mechanics_sim(tmp_path / "a")
     s = sim.run()
-    assert s.events_published == 30 and s.events_injected == 30
+    assert s.events_published == 20 and s.events_injected == 20
     assert s.coverage_published == 1.0 and s.duplicates == 0
     assert s.latency_p50 is not None and s.latency_p50 >= 0.05  # at least one 50 ms hop
     # timers were re-armed and fired once a virtual second
@@ -307,12 +325,12 @@ def test_mechanics_loss_is_seeded(tmp_path: Path) -> None:
 
 
 def test_mechanics_crash_unreachable_and_block_store() -> None:
-    sim = _mechanics_sim(None, crashes=(CrashSpec(at=2.0, count=10),), crash_roots=1)
+    sim = _mechanics_sim(None, crashes=(CrashSpec(at=2.0, count=6),), crash_roots=1)
     s = sim.run()
-    assert s.crashed == 10 and s.crashed_roots == 1
+    assert s.crashed == 6 and s.crashed_roots == 1
     dead = {sim.peer_ids[i] for i in sim.crash_plan[0][1]}
     live = [n for n in sim.nodes if n is not None]
-    assert len(live) == 30
+    assert len(live) == 18
     # senders learned about dead peers only through the transport
     told = {p for n in live for p in n.unreachable}
     assert told and told <= dead
@@ -329,7 +347,7 @@ def test_mechanics_fetch_needs_a_live_holder() -> None:
     cid = sim.topic_cids[0]
     assert cid is not None
     sim._crash([creator])
-    other = next(i for i in range(40) if i != creator)
+    other = next(i for i in range(24) if i != creator)
     sim.nodes[other].out.append(FetchBlock(cid=cid))
     sim._drain(other)
     while len(sim.heap):

@@ -76,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from pulsarcast_ipfs.sim import (
         SimConfig,
+        SimulationError,
         SpecError,
         parse_crashes,
         parse_duration,
@@ -139,6 +140,9 @@ def _run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             return _fail(f"cannot write to {args.out!r}: {exc.strerror}")
+        except SimulationError as exc:
+            print(f"pulsarcast sim: simulation failed: {exc}", file=sys.stderr)
+            return 1
     Console().print(summary_table(summary.to_dict()))
     print(f"records and summary.json written to {out}")
     return 0

@@ -42,7 +42,8 @@ config, same records file, byte for byte.
    fetches with it); its block store survives (Kubo's repository is on disk).
    With ``restart`` the node comes back that long after with a fresh
    ``PulsarcastNode`` for the same peer ID, which re-subscribes to its topics
-   (as the sidecar's persisted state would make it do).
+   with ``since`` = its crash time (as the sidecar's persisted state would make
+   it do), so the core recovers the events created while it was down.
 
 Every :class:`~pulsarcast_ipfs.records.MetricRecord` output goes, as a JSON
 line with ``system="sim"``, to ``records.jsonl`` (or ``.jsonl.gz``) as it
@@ -99,6 +100,17 @@ _SUBSCRIBE: Final = 5
 _CRASH: Final = 6
 _DETECT: Final = 7
 _RESTART: Final = 8
+_KIND_NAMES: Final = (
+    "rpc",
+    "timer",
+    "block fetched",
+    "peer unreachable",
+    "publish",
+    "subscribe",
+    "crash",
+    "failure detection",
+    "restart",
+)
 
 
 class SimNode(Protocol):
@@ -150,6 +162,8 @@ class SimConfig:
     connect_timeout: float = 3.0
     fetch_timeout: float = 10.0
     run: str = "sim"
+    rpc_records: bool = True
+    """Let the nodes emit ``rpc_sent`` / ``rpc_received`` records (off: smaller files)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -174,10 +188,6 @@ class SimConfig:
             raise SpecError("crash_roots must be non-negative")
         if self.warmup < self.subscribe_window:
             raise SpecError("warmup must not be shorter than the subscribe window")
-
-
-def default_node_factory(peer_id: str, rng: Random, now: float) -> PulsarcastNode:
-    return PulsarcastNode(peer_id=peer_id, config=NodeConfig(), rng=rng, now=now)
 
 
 class _RecordSink:
@@ -226,7 +236,7 @@ class Simulation:
     ) -> None:
         self.config = c = config
         self.out = out
-        self._factory: NodeFactory = node_factory or default_node_factory
+        self._factory: NodeFactory = node_factory or self._real_node
         self._progress = progress
         self._gzip = gzip_records
         wl = workload if workload is not None else load_workload(c.workload)
@@ -241,6 +251,7 @@ class Simulation:
         self.nodes: list[Any] = [None] * n
         self.alive = [True] * n
         self.incarnation = [0] * n
+        self.crashed_at = [T0] * n
         self.timer_version = [0] * n
         self.armed: list[float | None] = [None] * n
         self.topic_cids: list[CID | None] = [None] * len(self.scaled.topics)
@@ -281,6 +292,10 @@ class Simulation:
         self.end_time = T0
 
     # -- set-up -----------------------------------------------------------------------
+
+    def _real_node(self, peer_id: str, rng: Random, now: float) -> PulsarcastNode:
+        cfg = NodeConfig(rpc_records=self.config.rpc_records)
+        return PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
 
     def _topic_options(self, creator: int) -> TopicOptions:
         if not self.config.ordered:
@@ -390,24 +405,32 @@ class Simulation:
         while heap_list and heap_list[0][0] <= end:
             _, _, kind, a, b, cc = h.pop()
             count += 1
-            if kind == _RPC:
-                self._deliver_rpc(a, b, cc)
-            elif kind == _TIMER:
-                self._fire_timer(a, b)
-            elif kind == _FETCH:
-                self._finish_fetch(a, b, cc)
-            elif kind == _UNREACHABLE:
-                self._unreachable(a, b, cc)
-            elif kind == _PUBLISH:
-                self._publish(a)
-            elif kind == _SUBSCRIBE:
-                self._subscribe(a, b)
-            elif kind == _CRASH:
-                self._crash(a)
-            elif kind == _DETECT:
-                self._detect(a, b)
-            elif kind == _RESTART:
-                self._restart(a)
+            try:
+                if kind == _RPC:
+                    self._deliver_rpc(a, b, cc)
+                elif kind == _TIMER:
+                    self._fire_timer(a, b)
+                elif kind == _FETCH:
+                    self._finish_fetch(a, b, cc)
+                elif kind == _UNREACHABLE:
+                    self._unreachable(a, b, cc)
+                elif kind == _PUBLISH:
+                    self._publish(a)
+                elif kind == _SUBSCRIBE:
+                    self._subscribe(a, b)
+                elif kind == _CRASH:
+                    self._crash(a)
+                elif kind == _DETECT:
+                    self._detect(a, b)
+                elif kind == _RESTART:
+                    self._restart(a)
+            except SimulationError:
+                raise
+            except Exception as exc:
+                raise SimulationError(
+                    f"{type(exc).__name__} while handling {_KIND_NAMES[kind]} "
+                    f"(node {a}) at t={h.now - T0:.6f}s, heap event #{count}: {exc}"
+                ) from exc
             if progress is not None and count % 2048 == 0:
                 progress(h.now - T0, self.stats.injected + self.stats.skipped, count)
         self.heap_events = count
@@ -480,13 +503,16 @@ class Simulation:
         self.nodes[src].peer_unreachable(self.heap.now, self.peer_ids[dst])
         self._drain(src)
 
-    def _subscribe(self, i: int, ti: int) -> None:
+    def _subscribe(self, i: int, ti: int, since: float | None = None) -> None:
         if not self.alive[i]:
             return
         cid = self.topic_cids[ti]
         self.stats.set_subscribed(i, self.topic_names[ti], True)
         before = self.stats_subscribed_records
-        self.nodes[i].subscribe(self.heap.now, cid)
+        if since is None:
+            self.nodes[i].subscribe(self.heap.now, cid)
+        else:
+            self.nodes[i].subscribe(self.heap.now, cid, since=since)
         self._drain(i)
         if self.stats_subscribed_records == before:
             # the core did not record it: the runner does (same schema)
@@ -633,6 +659,7 @@ class Simulation:
             if not self.alive[i]:
                 continue
             self.alive[i] = False
+            self.crashed_at[i] = now
             self.nodes[i] = None
             self.incarnation[i] += 1
             self.timer_version[i] += 1
@@ -659,11 +686,12 @@ class Simulation:
             self.stats.restarted += 1
             self._make_node(i, now)
             self.stats.set_alive(i, True, ())
+            since = self.crashed_at[i]
             for ti in self.creator_topics[i]:
-                self.nodes[i].subscribe(now, self.topic_cids[ti])
+                self.nodes[i].subscribe(now, self.topic_cids[ti], since=since)
                 self._drain(i)
             for name in self.scaled.subscriptions[i]:
-                self._subscribe(i, self._topic_pos[name])
+                self._subscribe(i, self._topic_pos[name], since=since)
         self.heap.push(now + self.config.detection_delay, _DETECT, back, True)
 
 
@@ -687,6 +715,7 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
         "connect_timeout": c.connect_timeout,
         "fetch_timeout": c.fetch_timeout,
         "run": c.run,
+        "rpc_records": c.rpc_records,
     }
 
 
