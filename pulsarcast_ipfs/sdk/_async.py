@@ -1,0 +1,212 @@
+"""The asynchronous client (anyio: asyncio or trio) of the sidecar's HTTP API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Self, TypeVar
+
+import anyio
+import httpx
+
+from pulsarcast_ipfs.sdk import _calls
+from pulsarcast_ipfs.sdk._errors import SidecarUnavailable, error_from_response
+from pulsarcast_ipfs.sdk._retry import Reconnects, describe
+from pulsarcast_ipfs.sdk._types import (
+    ClientConfig,
+    Delivery,
+    Event,
+    EventLinking,
+    Health,
+    HistoryPage,
+    NodeStatus,
+    PeerSet,
+    PublishOutcome,
+    Topic,
+)
+
+__all__ = ["AsyncClient"]
+
+T = TypeVar("T")
+Peers = PeerSet | bool | Sequence[str] | None
+
+
+class AsyncClient:
+    """``async with AsyncClient(config=ClientConfig(api=...)) as pc:`` — one sidecar.
+
+    Every method maps to one endpoint of docs/http-api.md and raises the typed
+    errors of :mod:`pulsarcast_ipfs.sdk` (``ApiError`` subclasses for refusals,
+    :class:`SidecarUnavailable` when nothing answers). ``transport`` replaces the
+    network (``httpx.MockTransport`` in unit tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: ClientConfig | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config or ClientConfig()
+        headers = {"User-Agent": "pulsarcast-sdk", "Accept": "application/json"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        self._http = httpx.AsyncClient(
+            base_url=self.config.api,
+            headers=headers,
+            timeout=self.config.timeout,
+            transport=transport,
+            trust_env=False,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _calls.Call[T]) -> T:
+        try:
+            resp = await self._http.request(
+                call.method, call.path, params=call.params or None, json=call.body
+            )
+        except httpx.TransportError as exc:
+            raise SidecarUnavailable(self.config.api, describe(exc, self.config)) from exc
+        return call.parse(resp.status_code, resp.content)
+
+    # -- node ----------------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        """``GET /health`` (raises :class:`KuboUnavailable` when Kubo is down)."""
+        return await self._send(_calls.health())
+
+    async def status(self) -> NodeStatus:
+        """``GET /v1/status``: peer ID, versions, and every topic's tree position."""
+        return await self._send(_calls.status())
+
+    # -- topics --------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        parent: str | None = None,
+        allowed_publishers: Peers = None,
+        request_to_publish: Peers = None,
+        event_linking: EventLinking | str | None = None,
+    ) -> Topic:
+        """Create a topic (PROTOCOL.md §5 "Create topic"); with ``parent``, a sub-topic
+        or new version sharing the parent's meta topic. Options left ``None`` take the
+        sidecar's defaults; a list of peers enables the set for exactly those peers."""
+        return await self._send(
+            _calls.create_topic(
+                name,
+                parent=parent,
+                allowed_publishers=allowed_publishers,
+                request_to_publish=request_to_publish,
+                event_linking=event_linking,
+            )
+        )
+
+    async def get_topic(self, cid: str) -> Topic:
+        """A topic descriptor (fetched from IPFS if the sidecar lacks it)."""
+        return await self._send(_calls.get_topic(cid))
+
+    async def update_topic(
+        self,
+        cid: str,
+        *,
+        allowed_publishers: Peers = None,
+        request_to_publish: Peers = None,
+        event_linking: EventLinking | str | None = None,
+    ) -> Topic:
+        """Publish a new version of a topic on its meta topic (PROTOCOL.md §5)."""
+        return await self._send(
+            _calls.update_topic(
+                cid,
+                allowed_publishers=allowed_publishers,
+                request_to_publish=request_to_publish,
+                event_linking=event_linking,
+            )
+        )
+
+    async def subscribe(self, cid: str) -> str:
+        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID."""
+        return await self._send(_calls.subscribe(cid, on=True))
+
+    async def unsubscribe(self, cid: str) -> str:
+        """Unsubscribe this node; it may stay in the tree as a relay."""
+        return await self._send(_calls.subscribe(cid, on=False))
+
+    # -- events --------------------------------------------------------------------------
+
+    async def publish(
+        self, topic: str, data: bytes | str, *, parent: str | None = None
+    ) -> PublishOutcome:
+        """Publish ``data`` (PROTOCOL.md §5 "Publish"): ``str`` travels as UTF-8 text,
+        ``bytes`` as they are. A node that may only request to publish gets
+        ``status == "requested"``; one that may do neither gets :class:`NotAllowed`."""
+        return await self._send(_calls.publish(topic, data, parent=parent))
+
+    async def get_event(self, cid: str) -> Event:
+        """An event descriptor by CID (from any node, through IPFS)."""
+        return await self._send(_calls.get_event(cid))
+
+    async def history(
+        self, topic: str, *, before: str | None = None, limit: int = 50
+    ) -> HistoryPage:
+        """One page of the topic's history, newest first (PROTOCOL.md §5 "History")."""
+        return await self._send(_calls.history(topic, before=before, limit=limit))
+
+    async def iter_history(
+        self, topic: str, *, before: str | None = None, page_size: int = 50
+    ) -> AsyncIterator[Event]:
+        """Every event of the topic, newest first, page after page."""
+        walk = _calls.HistoryWalk(topic, before=before, page_size=page_size)
+        while not walk.done:
+            page = await self._send(walk.call())
+            for event in page.events:
+                yield event
+            walk.advance(page)
+
+    async def deliveries(
+        self, topic: str | None = None, *, after: int | None = None, follow: bool = True
+    ) -> AsyncIterator[Delivery]:
+        """The node's deliveries as they come (``GET /v1/deliveries``), oldest first.
+
+        ``after`` replays every delivery with a larger ``seq`` first; ``follow=False``
+        ends after the replay. A dropped connection is resumed from the last ``seq``
+        seen (no gap, no duplicate); :class:`SidecarUnavailable` after
+        ``config.reconnect_attempts`` failed tries in a row.
+        """
+        cursor = _calls.DeliveryCursor(topic=topic, after=after, follow=follow)
+        retry = Reconnects(self.config)
+        timeout = httpx.Timeout(self.config.timeout, read=None)
+        while True:
+            began = time.monotonic()
+            try:
+                async with self._http.stream(
+                    "GET", "/v1/deliveries", params=cursor.params(), timeout=timeout
+                ) as resp:
+                    if resp.status_code != 200:
+                        raise error_from_response(resp.status_code, await resp.aread())
+                    async for chunk in resp.aiter_bytes():
+                        for delivery in cursor.feed(chunk):
+                            retry.delivered()
+                            yield delivery
+                if not follow and not cursor.splitter.pending():
+                    return
+                failure: BaseException | None = None
+            except httpx.TransportError as exc:
+                failure = exc
+            delay = retry.failed(failure, time.monotonic() - began)
+            cursor.reconnecting()
+            await anyio.sleep(delay)

@@ -1,0 +1,305 @@
+"""The sans-I/O half of the clients: requests to build and answers to parse.
+
+Both :class:`~pulsarcast_ipfs.sdk.AsyncClient` and :class:`~pulsarcast_ipfs.sdk.Client`
+turn a method call into a :class:`Call` here, send it with their own httpx client,
+and hand the answer back to :meth:`Call.parse`; the delivery stream's resume logic
+is :class:`DeliveryCursor`. So the two clients cannot drift apart, and all of this
+is tested without a socket.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from pulsarcast_ipfs.sdk._errors import InvalidResponse, error_from_response
+from pulsarcast_ipfs.sdk._types import (
+    Delivery,
+    Event,
+    EventLinking,
+    Health,
+    HistoryPage,
+    NodeStatus,
+    PeerSet,
+    PublishOutcome,
+    Topic,
+)
+
+__all__ = ["Call", "DeliveryCursor", "LineSplitter"]
+
+T = TypeVar("T")
+
+MAX_HISTORY_LIMIT = 500
+MAX_LINE = 4 * 1024 * 1024  # a delivery line carries at most a 512 KiB payload, base64'd
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call(Generic[T]):
+    """One request of docs/http-api.md and how to read its answer."""
+
+    method: str
+    path: str
+    parse_json: Callable[[Any], T]
+    params: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    ok: tuple[int, ...] = (200, 201)
+
+    def parse(self, status: int, content: bytes) -> T:
+        """The typed answer, or the typed error (:func:`error_from_response`)."""
+        if status not in self.ok:
+            raise error_from_response(status, content)
+        try:
+            doc = json.loads(content)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidResponse(
+                f"{self.method} {self.path}: the answer is not JSON: {content[:200]!r}"
+            ) from exc
+        return self.parse_json(doc)
+
+
+def _seg(cid: str, what: str = "topic") -> str:
+    if not isinstance(cid, str) or not cid.strip():
+        raise ValueError(f"{what} CID must be a non-empty string, got {cid!r}")
+    return quote(cid.strip(), safe="")
+
+
+def _options(
+    *,
+    parent: str | None,
+    allowed_publishers: PeerSet | bool | Sequence[str] | None,
+    request_to_publish: PeerSet | bool | Sequence[str] | None,
+    event_linking: EventLinking | str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if parent is not None:
+        _seg(parent, "parent")
+        body["parent"] = parent
+    if allowed_publishers is not None:
+        body["allowed_publishers"] = PeerSet.of(allowed_publishers).to_json()
+    if request_to_publish is not None:
+        body["request_to_publish"] = PeerSet.of(request_to_publish).to_json()
+    if event_linking is not None:
+        body["event_linking"] = EventLinking(event_linking).value
+    return body
+
+
+def health() -> Call[Health]:
+    return Call(method="GET", path="/health", parse_json=Health.from_json, ok=(200,))
+
+
+def status() -> Call[NodeStatus]:
+    return Call(method="GET", path="/v1/status", parse_json=NodeStatus.from_json, ok=(200,))
+
+
+def create_topic(
+    name: str,
+    *,
+    parent: str | None,
+    allowed_publishers: PeerSet | bool | Sequence[str] | None,
+    request_to_publish: PeerSet | bool | Sequence[str] | None,
+    event_linking: EventLinking | str | None,
+) -> Call[Topic]:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a topic needs a non-empty name, got {name!r}")
+    body = {"name": name}
+    body.update(
+        _options(
+            parent=parent,
+            allowed_publishers=allowed_publishers,
+            request_to_publish=request_to_publish,
+            event_linking=event_linking,
+        )
+    )
+    return Call(method="POST", path="/v1/topics", body=body, parse_json=Topic.from_json)
+
+
+def get_topic(cid: str) -> Call[Topic]:
+    return Call(method="GET", path=f"/v1/topics/{_seg(cid)}", parse_json=Topic.from_json, ok=(200,))
+
+
+def update_topic(
+    cid: str,
+    *,
+    allowed_publishers: PeerSet | bool | Sequence[str] | None,
+    request_to_publish: PeerSet | bool | Sequence[str] | None,
+    event_linking: EventLinking | str | None,
+) -> Call[Topic]:
+    body = _options(
+        parent=None,
+        allowed_publishers=allowed_publishers,
+        request_to_publish=request_to_publish,
+        event_linking=event_linking,
+    )
+    return Call(
+        method="POST",
+        path=f"/v1/topics/{_seg(cid)}/update",
+        body=body,
+        parse_json=Topic.from_json,
+    )
+
+
+def _subscription(doc: Any) -> str:
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("subscribed"), bool)
+        or not isinstance(doc.get("topic"), str)
+    ):
+        raise InvalidResponse(f"not a subscription answer: {doc!r}")
+    return str(doc["topic"])
+
+
+def subscribe(cid: str, *, on: bool) -> Call[str]:
+    action = "subscribe" if on else "unsubscribe"
+    return Call(
+        method="POST",
+        path=f"/v1/topics/{_seg(cid)}/{action}",
+        body={},
+        parse_json=_subscription,
+    )
+
+
+def publish(cid: str, data: bytes | str, *, parent: str | None) -> Call[PublishOutcome]:
+    body: dict[str, Any]
+    if isinstance(data, str):
+        body = {"text": data}
+    elif isinstance(data, bytes | bytearray | memoryview):
+        body = {"payload": base64.b64encode(bytes(data)).decode("ascii")}
+    else:
+        raise TypeError(f"data must be bytes or str, got {type(data).__name__}")
+    if parent is not None:
+        _seg(parent, "parent")
+        body["parent"] = parent
+    return Call(
+        method="POST",
+        path=f"/v1/topics/{_seg(cid)}/publish",
+        body=body,
+        parse_json=PublishOutcome.from_json,
+    )
+
+
+def history(cid: str, *, before: str | None, limit: int) -> Call[HistoryPage]:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError("limit must be an integer")
+    if not 1 <= limit <= MAX_HISTORY_LIMIT:
+        raise ValueError(f"limit must be in 1..{MAX_HISTORY_LIMIT}, got {limit}")
+    params = {"limit": str(limit)}
+    if before is not None:
+        params["before"] = before.strip()
+        _seg(before, "before")
+    return Call(
+        method="GET",
+        path=f"/v1/topics/{_seg(cid)}/history",
+        params=params,
+        parse_json=HistoryPage.from_json,
+        ok=(200,),
+    )
+
+
+def get_event(cid: str) -> Call[Event]:
+    return Call(
+        method="GET", path=f"/v1/events/{_seg(cid, 'event')}", parse_json=Event.from_json, ok=(200,)
+    )
+
+
+class HistoryWalk:
+    """The cursor of :meth:`iter_history`: asks for pages until ``next`` is ``None``.
+
+    Stops with :class:`InvalidResponse` if the sidecar hands the same cursor back
+    (a loop would otherwise never end).
+    """
+
+    def __init__(self, cid: str, *, before: str | None, page_size: int) -> None:
+        self.cid = cid
+        self.before = before
+        self.page_size = page_size
+        self.done = False
+        self._seen: set[str] = set()
+
+    def call(self) -> Call[HistoryPage]:
+        return history(self.cid, before=self.before, limit=self.page_size)
+
+    def advance(self, page: HistoryPage) -> None:
+        if page.next is None or not page.events:
+            self.done = True
+            return
+        if page.next in self._seen or page.next == self.before:
+            raise InvalidResponse(f"history of {self.cid}: the cursor {page.next} repeats")
+        self._seen.add(page.next)
+        self.before = page.next
+
+
+class LineSplitter:
+    """Splits an NDJSON byte stream into lines, whatever the chunking."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        self._buf += chunk
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl < 0:
+                break
+            line = bytes(self._buf[:nl]).strip()
+            del self._buf[: nl + 1]
+            if line:
+                yield line
+        if len(self._buf) > MAX_LINE:
+            raise InvalidResponse(f"a delivery line is longer than {MAX_LINE} bytes")
+
+    def pending(self) -> bool:
+        """Whether a partial line is left (the stream was cut in the middle of one)."""
+        return bool(self._buf.strip())
+
+    def reset(self) -> None:
+        self._buf.clear()
+
+
+class DeliveryCursor:
+    """Resume state of ``GET /v1/deliveries`` (docs/http-api.md).
+
+    Remembers the last ``seq`` handed to the application; a reconnect asks for
+    ``after=<that seq>``, so the sidecar replays what was missed and nothing twice.
+    A line with a ``seq`` not above the last one (a replay overlapping what was
+    already seen) is dropped. Before the first delivery the cursor is the caller's
+    ``after`` (``None``: only new deliveries, so a drop before the first one can
+    lose what arrives while reconnecting).
+    """
+
+    def __init__(self, *, topic: str | None, after: int | None, follow: bool) -> None:
+        if after is not None and (isinstance(after, bool) or after < 0):
+            raise ValueError(f"after must be a seq >= 0, got {after!r}")
+        if topic is not None:
+            _seg(topic)
+        self.topic = topic
+        self.last = after
+        self.follow = follow
+        self.splitter = LineSplitter()
+
+    def params(self) -> dict[str, str]:
+        params = {"follow": "true" if self.follow else "false"}
+        if self.topic is not None:
+            params["topic"] = self.topic
+        if self.last is not None:
+            params["after"] = str(self.last)
+        return params
+
+    def feed(self, chunk: bytes) -> Iterator[Delivery]:
+        for line in self.splitter.feed(chunk):
+            try:
+                doc = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise InvalidResponse(f"a delivery line is not JSON: {line[:200]!r}") from exc
+            delivery = Delivery.from_json(doc)
+            if self.last is not None and delivery.seq <= self.last:
+                continue
+            self.last = delivery.seq
+            yield delivery
+
+    def reconnecting(self) -> None:
+        """Forget a partial line: the replay from ``last`` sends it again whole."""
+        self.splitter.reset()

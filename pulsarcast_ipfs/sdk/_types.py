@@ -1,0 +1,474 @@
+"""What the SDK hands back: frozen dataclasses parsed from the sidecar's JSON.
+
+Each ``from_json`` checks the fields docs/http-api.md ("Objects", "Endpoints")
+promises and raises :class:`InvalidResponse` when the sidecar sent something else,
+so an application never meets a half-parsed object. Fields the contract does not
+name are ignored (a newer sidecar may add some).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pulsarcast_ipfs.sdk._errors import InvalidResponse
+
+__all__ = [
+    "DEFAULT_API",
+    "ClientConfig",
+    "Delivery",
+    "Event",
+    "EventLinking",
+    "Health",
+    "HistoryPage",
+    "NodeStatus",
+    "PeerSet",
+    "PublishOutcome",
+    "Topic",
+    "TopicStatus",
+]
+
+DEFAULT_API = "http://127.0.0.1:5050"
+
+
+def normalise_api(api: str) -> str:
+    """``127.0.0.1:5050`` (the sidecar's own ``--api`` form) → ``http://127.0.0.1:5050``."""
+    api = api.strip().rstrip("/")
+    if not api:
+        raise ValueError("the sidecar API address is empty")
+    if "://" not in api:
+        api = f"http://{api}"
+    if not api.startswith(("http://", "https://")):
+        raise ValueError(f"the sidecar API must be an http(s) URL, got {api!r}")
+    return api
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """How to reach a sidecar.
+
+    ``api`` is the sidecar's HTTP API (``host:port`` is taken as ``http://host:port``);
+    ``token`` the bearer token it wants when bound beyond loopback. ``timeout`` bounds
+    every request but the delivery stream's waits for the next line (those wait
+    forever; a dropped stream is resumed). A dropped stream is retried
+    ``reconnect_attempts`` times in a row, ``reconnect_delay`` seconds apart (doubling,
+    at most 5 s); a delivery received resets the count.
+    """
+
+    api: str = DEFAULT_API
+    token: str | None = None
+    timeout: float = 30.0
+    reconnect_attempts: int = 5
+    reconnect_delay: float = 0.2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "api", normalise_api(self.api))
+        if self.token is not None and not self.token.strip():
+            raise ValueError("token must not be empty (use None for no token)")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout!r}")
+        if self.reconnect_attempts < 0:
+            raise ValueError("reconnect_attempts must be >= 0")
+        if self.reconnect_delay < 0:
+            raise ValueError("reconnect_delay must be >= 0")
+
+    @classmethod
+    def from_env(
+        cls, *, api: str | None = None, token: str | None = None, **kwargs: Any
+    ) -> ClientConfig:
+        """Explicit values first, then ``PULSARCAST_API`` / ``PULSARCAST_API_TOKEN``."""
+        return cls(
+            api=api or os.environ.get("PULSARCAST_API") or DEFAULT_API,
+            token=token or os.environ.get("PULSARCAST_API_TOKEN") or None,
+            **kwargs,
+        )
+
+
+class EventLinking(enum.StrEnum):
+    """How a topic's events choose their ``parent`` (PROTOCOL.md §5 "Event linking")."""
+
+    LAST_SEEN = "LAST_SEEN"
+    CUSTOM = "CUSTOM"
+
+
+# -- parsing helpers -------------------------------------------------------------------
+
+
+def _obj(doc: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise InvalidResponse(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _str(doc: Mapping[str, Any], key: str, what: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidResponse(f"{what}: field {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _opt_str(doc: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidResponse(f"{what}: field {key!r} must be a string or null, got {value!r}")
+    return value
+
+
+def _bool(doc: Mapping[str, Any], key: str, what: str) -> bool:
+    value = doc.get(key)
+    if not isinstance(value, bool):
+        raise InvalidResponse(f"{what}: field {key!r} must be a boolean, got {value!r}")
+    return value
+
+
+def _int(doc: Mapping[str, Any], key: str, what: str) -> int:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidResponse(f"{what}: field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _number(doc: Mapping[str, Any], key: str, what: str) -> float:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidResponse(f"{what}: field {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _strs(doc: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidResponse(f"{what}: field {key!r} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _created(doc: Mapping[str, Any], what: str) -> datetime:
+    text = _str(doc, "created", what)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidResponse(f"{what}: 'created' is not an ISO-8601 time: {text!r}") from exc
+    if when.tzinfo is None:
+        raise InvalidResponse(f"{what}: 'created' has no time zone: {text!r}")
+    return when
+
+
+# -- objects ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerSet:
+    """A topic's ``allowedPublishers`` or ``requestToPublish`` (PROTOCOL.md §4).
+
+    ``allowed_publishers``: disabled means anyone may publish; enabled, only ``peers``.
+    ``request_to_publish``: enabled with no ``peers`` means anyone may ask.
+    """
+
+    enabled: bool = False
+    peers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peers", tuple(self.peers))
+        if not all(isinstance(p, str) and p for p in self.peers):
+            raise ValueError(f"peers must be non-empty peer ID strings, got {self.peers!r}")
+
+    @classmethod
+    def of(cls, value: PeerSet | bool | Sequence[str]) -> PeerSet:
+        """``True``/``False`` → enabled (anyone) / disabled; a list → enabled for those."""
+        if isinstance(value, PeerSet):
+            return value
+        if isinstance(value, bool):
+            return cls(enabled=value)
+        if isinstance(value, str):
+            raise TypeError("give a list of peer IDs, not a single string")
+        return cls(enabled=True, peers=tuple(value))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "peers": list(self.peers)}
+
+    @classmethod
+    def from_json(cls, doc: Any, what: str) -> PeerSet:
+        d = _obj(doc, what)
+        return cls(enabled=_bool(d, "enabled", what), peers=_strs(d, "peers", what))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Topic:
+    """A topic descriptor version (PROTOCOL.md §4), as ``GET /v1/topics/{cid}`` shows it.
+
+    ``root_cid`` is the topic's first version (its stable identity); ``latest`` the
+    newest version the sidecar knows (only on ``get_topic``).
+    """
+
+    cid: str
+    root_cid: str
+    name: str
+    author: str
+    parent: str | None
+    sub_topics: Mapping[str, str]
+    created: datetime
+    protocol_version: str
+    allowed_publishers: PeerSet
+    request_to_publish: PeerSet
+    event_linking: EventLinking
+    latest: str | None = None
+
+    @property
+    def meta(self) -> str | None:
+        """The CID of the topic's meta topic (``#.meta``)."""
+        return self.sub_topics.get("meta")
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Topic:
+        what = "topic"
+        d = _obj(doc, what)
+        subs = _obj(d.get("sub_topics", {}), "topic.sub_topics")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in subs.items()):
+            raise InvalidResponse(f"topic.sub_topics must map names to CIDs, got {subs!r}")
+        linking = _str(d, "event_linking", what)
+        try:
+            event_linking = EventLinking(linking)
+        except ValueError as exc:
+            raise InvalidResponse(f"topic: unknown event_linking {linking!r}") from exc
+        return cls(
+            cid=_str(d, "cid", what),
+            root_cid=_str(d, "root_cid", what),
+            name=_str(d, "name", what),
+            author=_str(d, "author", what),
+            parent=_opt_str(d, "parent", what),
+            sub_topics=dict(subs),
+            created=_created(d, what),
+            protocol_version=_str(d, "protocol_version", what),
+            allowed_publishers=PeerSet.from_json(
+                d.get("allowed_publishers"), "topic.allowed_publishers"
+            ),
+            request_to_publish=PeerSet.from_json(
+                d.get("request_to_publish"), "topic.request_to_publish"
+            ),
+            event_linking=event_linking,
+            latest=_opt_str(d, "latest", what),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """An event descriptor (PROTOCOL.md §4); ``payload`` decoded from base64."""
+
+    cid: str
+    topic: str
+    author: str
+    publisher: str
+    parent: str | None
+    created: datetime
+    protocol_version: str
+    payload: bytes = field(repr=False)
+
+    @property
+    def text(self) -> str:
+        """The payload as UTF-8 text (undecodable bytes replaced)."""
+        return self.payload.decode("utf-8", errors="replace")
+
+    @classmethod
+    def from_json(cls, doc: Any, what: str = "event") -> Event:
+        d = _obj(doc, what)
+        raw = d.get("payload")
+        if not isinstance(raw, str):
+            raise InvalidResponse(f"{what}: field 'payload' must be base64 text, got {raw!r}")
+        try:
+            payload = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidResponse(f"{what}: 'payload' is not valid base64") from exc
+        return cls(
+            cid=_str(d, "cid", what),
+            topic=_str(d, "topic", what),
+            author=_str(d, "author", what),
+            publisher=_str(d, "publisher", what),
+            parent=_opt_str(d, "parent", what),
+            created=_created(d, what),
+            protocol_version=_str(d, "protocol_version", what),
+            payload=payload,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """One line of ``GET /v1/deliveries``: an event handed to this node's applications.
+
+    ``seq`` is the sidecar's delivery cursor (resume with ``after=seq``);
+    ``recovered`` marks events found by gap repair (PROTOCOL.md §5 "History and
+    eventual delivery"); ``delivered_at`` is the sidecar's clock, in Unix seconds.
+    """
+
+    seq: int
+    event: Event
+    topic_root: str
+    topic_name: str
+    recovered: bool
+    delivered_at: float
+
+    @property
+    def cid(self) -> str:
+        return self.event.cid
+
+    @property
+    def payload(self) -> bytes:
+        return self.event.payload
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Delivery:
+        what = "delivery"
+        d = _obj(doc, what)
+        seq = _int(d, "seq", what)
+        if seq < 0:
+            raise InvalidResponse(f"delivery: negative seq {seq}")
+        return cls(
+            seq=seq,
+            event=Event.from_json(d, what),
+            topic_root=_str(d, "topic_root", what),
+            topic_name=_str(d, "topic_name", what),
+            recovered=_bool(d, "recovered", what),
+            delivered_at=_number(d, "delivered_at", what),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishOutcome:
+    """The answer to a publish: ``published`` (``event`` is its CID) or ``requested``
+    (a request to publish went up the tree; ``request_id`` names it, PROTOCOL.md §5)."""
+
+    status: Literal["published", "requested"]
+    event: str | None
+    request_id: str | None
+
+    @property
+    def published(self) -> bool:
+        return self.status == "published"
+
+    @classmethod
+    def from_json(cls, doc: Any) -> PublishOutcome:
+        what = "publish outcome"
+        d = _obj(doc, what)
+        status = d.get("status")
+        event = _opt_str(d, "event", what)
+        request_id = _opt_str(d, "request_id", what)
+        if status == "published":
+            if event is None:
+                raise InvalidResponse("publish outcome: 'published' without an event CID")
+            return cls(status="published", event=event, request_id=request_id)
+        if status == "requested":
+            return cls(status="requested", event=event, request_id=request_id)
+        raise InvalidResponse(f"publish outcome: unknown status {status!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryPage:
+    """One page of a topic's history, newest first; ``next`` is the cursor of the
+    following (older) page, ``None`` at the first event of the topic."""
+
+    events: tuple[Event, ...]
+    next: str | None
+
+    @classmethod
+    def from_json(cls, doc: Any) -> HistoryPage:
+        d = _obj(doc, "history page")
+        events = d.get("events")
+        if not isinstance(events, list):
+            raise InvalidResponse(f"history page: 'events' must be a list, got {events!r}")
+        return cls(
+            events=tuple(Event.from_json(e, "history event") for e in events),
+            next=_opt_str(d, "next", "history page"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicStatus:
+    """This node's place in one topic's dissemination tree (PROTOCOL.md §5).
+
+    ``role`` is ``root``, ``subscriber``, ``relay`` or ``none``; ``parent`` and
+    ``children`` are tree neighbours (peer IDs); ``acting_root`` is set while this
+    node stands in for an unreachable author; ``heads`` are the newest event CIDs.
+    """
+
+    cid: str
+    root_cid: str
+    name: str
+    role: str
+    parent: str | None
+    children: tuple[str, ...]
+    subscribed: bool
+    acting_root: bool
+    heads: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> TopicStatus:
+        what = "topic status"
+        d = _obj(doc, what)
+        return cls(
+            cid=_str(d, "cid", what),
+            root_cid=_str(d, "root_cid", what),
+            name=_str(d, "name", what),
+            role=_str(d, "role", what),
+            parent=_opt_str(d, "parent", what),
+            children=_strs(d, "children", what),
+            subscribed=_bool(d, "subscribed", what),
+            acting_root=_bool(d, "acting_root", what),
+            heads=_strs(d, "heads", what),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus:
+    """``GET /v1/status``: who this node is and its topics."""
+
+    peer_id: str
+    version: str
+    kubo_version: str
+    api: str
+    topics: tuple[TopicStatus, ...]
+
+    def topic(self, cid: str) -> TopicStatus | None:
+        """The status of the topic whose ``cid`` or ``root_cid`` is ``cid``."""
+        for t in self.topics:
+            if cid in (t.cid, t.root_cid):
+                return t
+        return None
+
+    @classmethod
+    def from_json(cls, doc: Any) -> NodeStatus:
+        what = "status"
+        d = _obj(doc, what)
+        topics = d.get("topics", [])
+        if not isinstance(topics, list):
+            raise InvalidResponse(f"status: 'topics' must be a list, got {topics!r}")
+        return cls(
+            peer_id=_str(d, "peer_id", what),
+            version=_str(d, "version", what),
+            kubo_version=_str(d, "kubo_version", what),
+            api=_str(d, "api", what),
+            topics=tuple(TopicStatus.from_json(t) for t in topics),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Health:
+    """``GET /health``: the sidecar answers and so does its Kubo."""
+
+    status: str
+    kubo: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.kubo == "ok"
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Health:
+        d = _obj(doc, "health")
+        return cls(status=_str(d, "status", "health"), kubo=_str(d, "kubo", "health"))

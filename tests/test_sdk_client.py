@@ -1,0 +1,531 @@
+"""The SDK's own logic against ``httpx.MockTransport``: requests it builds, answers it
+parses, the error mapping, and the delivery stream's parsing and resume.
+
+The SDK against a real sidecar is ``tests/test_sdk_sidecar.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import pulsarcast_ipfs.sdk as sdk
+from pulsarcast_ipfs.sdk import (
+    AsyncClient,
+    Client,
+    ClientConfig,
+    Delivery,
+    EventLinking,
+    PeerSet,
+)
+
+pytestmark = pytest.mark.anyio
+
+CID_T = "bafyreitopic"
+CID_E = "bafyreievent"
+PEER = "12D3KooWAuthor"
+
+
+def topic_json(**over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "cid": CID_T,
+        "root_cid": CID_T,
+        "name": "news",
+        "author": PEER,
+        "parent": None,
+        "sub_topics": {"meta": "bafyreimeta"},
+        "created": "2026-11-21T09:00:00.000000Z",
+        "protocol_version": "1.0.0",
+        "allowed_publishers": {"enabled": False, "peers": []},
+        "request_to_publish": {"enabled": True, "peers": []},
+        "event_linking": "LAST_SEEN",
+    }
+    doc.update(over)
+    return doc
+
+
+def event_json(n: int, **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "cid": f"{CID_E}{n}",
+        "topic": CID_T,
+        "author": PEER,
+        "publisher": PEER,
+        "parent": f"{CID_E}{n - 1}" if n > 1 else None,
+        "created": "2026-11-21T09:00:01.5Z",
+        "protocol_version": "1.0.0",
+        "payload": base64.b64encode(f"event {n}".encode()).decode(),
+    }
+    doc.update(over)
+    return doc
+
+
+def delivery_json(seq: int) -> dict[str, Any]:
+    doc = event_json(seq)
+    doc.update(
+        seq=seq, topic_root=CID_T, topic_name="news", recovered=seq == 3, delivered_at=1767e6
+    )
+    return doc
+
+
+def ndjson(*seqs: int) -> bytes:
+    return b"".join(json.dumps(delivery_json(s)).encode() + b"\n" for s in seqs)
+
+
+class Chunks(httpx.AsyncByteStream, httpx.SyncByteStream):
+    """A response body sent in the given chunks, then optionally a dropped connection."""
+
+    def __init__(self, chunks: list[bytes], *, drop: bool) -> None:
+        self.chunks = chunks
+        self.drop = drop
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.chunks
+        if self.drop:
+            raise httpx.ReadError("connection reset by peer")
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.drop:
+            raise httpx.ReadError("connection reset by peer")
+
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def config(**over: Any) -> ClientConfig:
+    return ClientConfig(api="http://sidecar.test:5050", reconnect_delay=0.0, **over)
+
+
+def aclient(handler: Handler, **over: Any) -> AsyncClient:
+    return AsyncClient(config=config(**over), transport=httpx.MockTransport(handler))
+
+
+def sclient(handler: Handler, **over: Any) -> Client:
+    return Client(config=config(**over), transport=httpx.MockTransport(handler))
+
+
+def error(status: int, code: str, message: str = "nope") -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": message}})
+
+
+# -- configuration -----------------------------------------------------------------------
+
+
+def test_config_normalises_the_sidecar_address_form() -> None:
+    assert ClientConfig(api="127.0.0.1:5050").api == "http://127.0.0.1:5050"
+    assert ClientConfig(api="http://h:1/").api == "http://h:1"
+    with pytest.raises(ValueError, match="http"):
+        ClientConfig(api="ftp://h:1")
+    with pytest.raises(ValueError, match="timeout"):
+        ClientConfig(timeout=0)
+    with pytest.raises(ValueError, match="token"):
+        ClientConfig(token="  ")
+
+
+def test_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PULSARCAST_API", "10.0.0.2:6000")
+    monkeypatch.setenv("PULSARCAST_API_TOKEN", "s3cret")
+    cfg = ClientConfig.from_env()
+    assert (cfg.api, cfg.token) == ("http://10.0.0.2:6000", "s3cret")
+    assert ClientConfig.from_env(api="http://x:1").api == "http://x:1"
+    monkeypatch.delenv("PULSARCAST_API")
+    assert ClientConfig.from_env().api == sdk.DEFAULT_API
+
+
+def test_public_names_are_exported() -> None:
+    exported = set(sdk.__all__)
+    public = {n for n in dir(sdk) if not n.startswith("_")} - {"annotations"}
+    assert public == exported
+    for name in sdk.__all__:
+        assert getattr(sdk, name) is not None
+
+
+# -- requests ----------------------------------------------------------------------------
+
+
+async def test_requests_carry_token_and_the_contract_bodies() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        path = request.url.path
+        if path == "/v1/topics":
+            return httpx.Response(201, json=topic_json())
+        if path.endswith("/publish"):
+            return httpx.Response(
+                200, json={"status": "published", "event": f"{CID_E}1", "request_id": None}
+            )
+        if path.endswith("/subscribe"):
+            return httpx.Response(200, json={"topic": CID_T, "subscribed": True})
+        raise AssertionError(path)
+
+    async with aclient(handler, token="tok") as pc:
+        topic = await pc.create_topic(
+            "news",
+            allowed_publishers=[PEER],
+            request_to_publish=True,
+            event_linking=EventLinking.CUSTOM,
+        )
+        assert await pc.subscribe(topic.cid) == CID_T
+        out_text = await pc.publish(topic.cid, "héllo")
+        await pc.publish(topic.cid, b"\x00\xff", parent=f"{CID_E}0")
+
+    assert all(r.headers["authorization"] == "Bearer tok" for r in seen)
+    assert json.loads(seen[0].content) == {
+        "name": "news",
+        "allowed_publishers": {"enabled": True, "peers": [PEER]},
+        "request_to_publish": {"enabled": True, "peers": []},
+        "event_linking": "CUSTOM",
+    }
+    assert seen[1].url.path == f"/v1/topics/{CID_T}/subscribe"
+    assert json.loads(seen[2].content) == {"text": "héllo"}
+    assert json.loads(seen[3].content) == {"payload": "AP8=", "parent": f"{CID_E}0"}
+    assert out_text.published and out_text.event == f"{CID_E}1"
+    assert topic.meta == "bafyreimeta" and topic.created.tzinfo is not None
+
+
+async def test_bad_arguments_are_refused_before_any_request() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request expected")
+
+    async with aclient(handler) as pc:
+        with pytest.raises(ValueError, match="name"):
+            await pc.create_topic(" ")
+        with pytest.raises(ValueError, match="CID"):
+            await pc.get_topic("")
+        with pytest.raises(TypeError, match="bytes or str"):
+            await pc.publish(CID_T, 42)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="limit"):
+            await pc.history(CID_T, limit=501)
+        with pytest.raises(TypeError, match="list of peer"):
+            await pc.create_topic("x", allowed_publishers=PEER)
+        with pytest.raises(ValueError, match="LINK"):
+            await pc.create_topic("x", event_linking="LINK")
+
+
+async def test_cids_are_quoted_into_the_path() -> None:
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.raw_path.decode())
+        return error(400, "bad_request", "bad CID")
+
+    async with aclient(handler) as pc:
+        with pytest.raises(sdk.BadRequest):
+            await pc.get_topic("../v1/status")
+    assert paths == ["/v1/topics/..%2Fv1%2Fstatus"]
+
+
+# -- errors ------------------------------------------------------------------------------
+
+CODES = [
+    (400, "bad_request", sdk.BadRequest),
+    (401, "unauthorized", sdk.Unauthorized),
+    (403, "not_allowed", sdk.NotAllowed),
+    (404, "unknown_topic", sdk.UnknownTopic),
+    (404, "unknown_event", sdk.UnknownEvent),
+    (404, "not_found", sdk.NotFound),
+    (409, "conflict", sdk.Conflict),
+    (413, "payload_too_large", sdk.PayloadTooLarge),
+    (422, "invalid_parent", sdk.InvalidParent),
+    (503, "kubo_unavailable", sdk.KuboUnavailable),
+    (504, "timeout", sdk.Timeout),
+]
+
+
+@pytest.mark.parametrize(("status", "code", "cls"), CODES)
+async def test_every_contract_error_becomes_its_exception(
+    status: int, code: str, cls: type[sdk.ApiError]
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return error(status, code, f"because {code}")
+
+    async with aclient(handler) as pc:
+        with pytest.raises(cls) as info:
+            await pc.publish(CID_T, "x")
+    assert type(info.value) is cls
+    assert (info.value.status, info.value.code, info.value.message) == (
+        status,
+        code,
+        f"because {code}",
+    )
+    with sclient(handler) as spc, pytest.raises(cls):
+        spc.publish(CID_T, "x")
+
+
+@pytest.mark.parametrize(
+    ("response", "cls", "code"),
+    [
+        (
+            httpx.Response(409, json={"error": {"code": "brand_new", "message": "m"}}),
+            sdk.Conflict,
+            "brand_new",
+        ),
+        (httpx.Response(418, text="teapot"), sdk.ApiError, "http_418"),
+        (httpx.Response(500, text="<html>boom</html>"), sdk.ApiError, "http_500"),
+        (httpx.Response(404, text=""), sdk.NotFound, "not_found"),
+    ],
+)
+async def test_unknown_codes_fall_back_on_the_status(
+    response: httpx.Response, cls: type[sdk.ApiError], code: str
+) -> None:
+    async with aclient(lambda _r: response) as pc:
+        with pytest.raises(cls) as info:
+            await pc.status()
+    assert type(info.value) is cls and info.value.code == code
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        json.dumps(
+            {
+                "peer_id": "p",
+                "version": "v",
+                "kubo_version": "k",
+                "api": "a",
+                "topics": [{"cid": 1}],
+            }
+        ).encode(),
+    ],
+)
+async def test_garbage_answers_raise_invalid_response(body: bytes) -> None:
+    async with aclient(lambda _r: httpx.Response(200, content=body)) as pc:
+        with pytest.raises(sdk.InvalidResponse):
+            await pc.status()
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"payload": "!!not base64"},
+        {"created": "yesterday"},
+        {"created": "2026-11-21T09:00:00"},
+        {"cid": ""},
+        {"parent": 5},
+    ],
+)
+async def test_malformed_events_raise_invalid_response(over: dict[str, Any]) -> None:
+    async with aclient(lambda _r: httpx.Response(200, json=event_json(1, **over))) as pc:
+        with pytest.raises(sdk.InvalidResponse):
+            await pc.get_event(f"{CID_E}1")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_no_sidecar_is_sidecar_unavailable() -> None:
+    api = f"http://127.0.0.1:{closed_port()}"
+    async with AsyncClient(config=ClientConfig(api=api, timeout=2)) as pc:
+        with pytest.raises(sdk.SidecarUnavailable, match="not reachable") as info:
+            await pc.health()
+    assert info.value.api == api and "refused" in info.value.reason
+    assert isinstance(info.value.__cause__, httpx.ConnectError)
+    with Client(config=ClientConfig(api=api, timeout=2)) as spc:
+        with pytest.raises(sdk.SidecarUnavailable):
+            spc.status()
+
+
+async def test_publish_outcomes() -> None:
+    answers = iter(
+        [
+            {"status": "requested", "event": None, "request_id": "r1"},
+            {"status": "published", "event": None, "request_id": None},
+            {"status": "queued", "event": None, "request_id": None},
+        ]
+    )
+    async with aclient(lambda _r: httpx.Response(200, json=next(answers))) as pc:
+        out = await pc.publish(CID_T, "x")
+        assert (out.status, out.published, out.request_id) == ("requested", False, "r1")
+        with pytest.raises(sdk.InvalidResponse, match="without an event"):
+            await pc.publish(CID_T, "x")
+        with pytest.raises(sdk.InvalidResponse, match="queued"):
+            await pc.publish(CID_T, "x")
+
+
+def test_peer_set_forms() -> None:
+    assert PeerSet.of(False) == PeerSet(enabled=False)
+    assert PeerSet.of(True) == PeerSet(enabled=True)
+    assert PeerSet.of([PEER]) == PeerSet(enabled=True, peers=(PEER,))
+    with pytest.raises(ValueError):
+        PeerSet(enabled=True, peers=("",))
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+def history_handler(total: int) -> tuple[Handler, list[dict[str, str]]]:
+    """Pages of a topic of ``total`` events, newest first; ``next`` = the next (older)
+    event to show, passed back as ``before`` (inclusive of nothing newer)."""
+    asked: list[dict[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        params = dict(request.url.params)
+        asked.append(params)
+        limit = int(params["limit"])
+        start = int(params["before"].removeprefix(CID_E)) if "before" in params else total
+        numbers = list(range(start, max(start - limit, 0), -1))
+        nxt = numbers[-1] - 1 if numbers and numbers[-1] > 1 else None
+        return httpx.Response(
+            200,
+            json={
+                "events": [event_json(n) for n in numbers],
+                "next": f"{CID_E}{nxt}" if nxt else None,
+            },
+        )
+
+    return handler, asked
+
+
+async def test_iter_history_walks_every_page() -> None:
+    handler, asked = history_handler(7)
+    async with aclient(handler) as pc:
+        page = await pc.history(CID_T, limit=3)
+        assert [e.text for e in page.events] == ["event 7", "event 6", "event 5"]
+        assert page.next == f"{CID_E}4"
+        texts = [e.text async for e in pc.iter_history(CID_T, page_size=3)]
+    assert texts == [f"event {n}" for n in range(7, 0, -1)]
+    assert [a.get("before") for a in asked[1:]] == [None, f"{CID_E}4", f"{CID_E}1"]
+    with sclient(handler) as spc:
+        assert [e.text for e in spc.iter_history(CID_T, page_size=2)] == texts
+
+
+async def test_iter_history_refuses_a_cursor_loop() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"events": [event_json(2)], "next": f"{CID_E}1"})
+
+    async with aclient(handler) as pc:
+        with pytest.raises(sdk.InvalidResponse, match="repeats"):
+            _ = [e async for e in pc.iter_history(CID_T, page_size=1)]
+
+
+# -- deliveries --------------------------------------------------------------------------
+
+
+def chopped(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+async def test_delivery_lines_parse_whatever_the_chunking(chunk: int) -> None:
+    body = ndjson(1, 2, 3)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert dict(request.url.params) == {"follow": "false", "topic": CID_T, "after": "0"}
+        return httpx.Response(200, stream=Chunks(chopped(body, chunk), drop=False))
+
+    async with aclient(handler) as pc:
+        got = [d async for d in pc.deliveries(CID_T, after=0, follow=False)]
+    assert [(d.seq, d.event.text, d.recovered) for d in got] == [
+        (1, "event 1", False),
+        (2, "event 2", False),
+        (3, "event 3", True),
+    ]
+    assert all(isinstance(d, Delivery) and d.topic_name == "news" for d in got)
+
+
+class ResumingSidecar:
+    """Drops the stream mid-line after some deliveries, then resumes from ``after``
+    replaying one delivery the client already has (which it must drop)."""
+
+    def __init__(self, drops: int) -> None:
+        self.drops = drops
+        self.afters: list[str | None] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        after = request.url.params.get("after")
+        self.afters.append(after)
+        first = int(after) if after is not None else 0
+        if len(self.afters) <= self.drops:
+            seqs = [first + 1, first + 2]
+            partial = json.dumps(delivery_json(first + 3)).encode()[:25]
+            body = ndjson(*seqs) + partial
+            return httpx.Response(200, stream=Chunks(chopped(body, 40), drop=True))
+        replay = ndjson(first, first + 1, first + 2) if first else ndjson(1, 2)
+        return httpx.Response(200, stream=Chunks([replay], drop=False))
+
+
+async def test_a_dropped_stream_resumes_from_the_last_seq_without_duplicates() -> None:
+    sidecar = ResumingSidecar(drops=2)
+    async with aclient(sidecar) as pc:
+        got = [d.seq async for d in pc.deliveries(follow=False)]
+    assert got == [1, 2, 3, 4, 5, 6]
+    assert sidecar.afters == [None, "2", "4"]
+    sync_sidecar = ResumingSidecar(drops=2)
+    with sclient(sync_sidecar) as spc:
+        assert [d.seq for d in spc.deliveries(follow=False)] == got
+    assert sync_sidecar.afters == sidecar.afters
+
+
+async def test_a_stream_that_keeps_failing_gives_up() -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    async with aclient(handler, reconnect_attempts=3) as pc:
+        with pytest.raises(sdk.SidecarUnavailable, match="gave up after 4 tries"):
+            _ = [d async for d in pc.deliveries()]
+    assert len(calls) == 4
+    with sclient(handler, reconnect_attempts=0) as spc:
+        with pytest.raises(sdk.SidecarUnavailable):
+            _ = list(spc.deliveries())
+
+
+async def test_a_followed_stream_that_ends_is_reopened() -> None:
+    afters: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        afters.append(request.url.params.get("after"))
+        assert request.url.params["follow"] == "true"
+        n = len(afters)
+        return httpx.Response(200, content=ndjson(n))
+
+    async with aclient(handler) as pc:
+        got: list[int] = []
+        async for d in pc.deliveries():
+            got.append(d.seq)
+            if len(got) == 3:
+                break
+    assert got == [1, 2, 3]
+    assert afters == [None, "1", "2"]
+
+
+async def test_stream_errors_are_not_retried() -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return error(400, "bad_request", "bad cursor")
+
+    async with aclient(handler) as pc:
+        with pytest.raises(sdk.BadRequest, match="bad cursor"):
+            _ = [d async for d in pc.deliveries(after=3)]
+    assert calls == [1]
+    async with aclient(handler) as pc:
+        with pytest.raises(ValueError, match="after"):
+            _ = [d async for d in pc.deliveries(after=-1)]
+    assert calls == [1]
+
+
+async def test_a_garbage_delivery_line_raises() -> None:
+    body = ndjson(1) + b"{not json}\n"
+    async with aclient(lambda _r: httpx.Response(200, content=body)) as pc:
+        seen: list[int] = []
+        with pytest.raises(sdk.InvalidResponse, match="not JSON"):
+            async for d in pc.deliveries(follow=False):
+                seen.append(d.seq)
+    assert seen == [1]
