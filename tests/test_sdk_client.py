@@ -529,3 +529,35 @@ async def test_a_garbage_delivery_line_raises() -> None:
             async for d in pc.deliveries(follow=False):
                 seen.append(d.seq)
     assert seen == [1]
+
+
+def test_objects_round_trip_through_their_json() -> None:
+    topic = sdk.Topic.from_json(topic_json(latest="bafyreinewer"))
+    assert sdk.Topic.from_json(topic.to_json()) == topic
+    assert topic.to_json()["created"] == "2026-11-21T09:00:00.000000Z"
+    delivery = Delivery.from_json(delivery_json(4))
+    assert Delivery.from_json(delivery.to_json()) == delivery
+    assert delivery.to_json() == delivery_json(4) | {"created": "2026-11-21T09:00:01.500000Z"}
+    status = sdk.NodeStatus.from_json(
+        {
+            "peer_id": PEER,
+            "version": "0.1.0",
+            "kubo_version": "0.43.0",
+            "api": "127.0.0.1:5050",
+            "topics": [
+                {
+                    "cid": CID_T,
+                    "root_cid": CID_T,
+                    "name": "news",
+                    "role": "relay",
+                    "parent": "12D3KooWParent",
+                    "children": ["12D3KooWChild"],
+                    "subscribed": False,
+                    "acting_root": False,
+                    "heads": [f"{CID_E}1"],
+                }
+            ],
+        }
+    )
+    assert sdk.NodeStatus.from_json(status.to_json()) == status
+    assert status.topic(CID_T) is status.topics[0] and status.topic("other") is None

@@ -14,7 +14,7 @@ import enum
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pulsarcast_ipfs.sdk._errors import InvalidResponse
@@ -150,6 +150,11 @@ def _strs(doc: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def format_created(when: datetime) -> str:
+    """The contract's time form: ``2026-11-21T09:00:00.000000Z`` (UTC)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _created(doc: Mapping[str, Any], what: str) -> datetime:
     text = _str(doc, "created", what)
     try:
@@ -226,6 +231,25 @@ class Topic:
         """The CID of the topic's meta topic (``#.meta``)."""
         return self.sub_topics.get("meta")
 
+    def to_json(self) -> dict[str, Any]:
+        """The contract's JSON form (what ``from_json`` reads)."""
+        doc: dict[str, Any] = {
+            "cid": self.cid,
+            "root_cid": self.root_cid,
+            "name": self.name,
+            "author": self.author,
+            "parent": self.parent,
+            "sub_topics": dict(self.sub_topics),
+            "created": format_created(self.created),
+            "protocol_version": self.protocol_version,
+            "allowed_publishers": self.allowed_publishers.to_json(),
+            "request_to_publish": self.request_to_publish.to_json(),
+            "event_linking": self.event_linking.value,
+        }
+        if self.latest is not None:
+            doc["latest"] = self.latest
+        return doc
+
     @classmethod
     def from_json(cls, doc: Any) -> Topic:
         what = "topic"
@@ -276,6 +300,19 @@ class Event:
         """The payload as UTF-8 text (undecodable bytes replaced)."""
         return self.payload.decode("utf-8", errors="replace")
 
+    def to_json(self) -> dict[str, Any]:
+        """The contract's JSON form (payload in base64)."""
+        return {
+            "cid": self.cid,
+            "topic": self.topic,
+            "author": self.author,
+            "publisher": self.publisher,
+            "parent": self.parent,
+            "created": format_created(self.created),
+            "protocol_version": self.protocol_version,
+            "payload": base64.b64encode(self.payload).decode("ascii"),
+        }
+
     @classmethod
     def from_json(cls, doc: Any, what: str = "event") -> Event:
         d = _obj(doc, what)
@@ -322,6 +359,18 @@ class Delivery:
     def payload(self) -> bytes:
         return self.event.payload
 
+    def to_json(self) -> dict[str, Any]:
+        """The contract's stream line (an Event plus the delivery fields)."""
+        doc = self.event.to_json()
+        doc.update(
+            seq=self.seq,
+            topic_root=self.topic_root,
+            topic_name=self.topic_name,
+            recovered=self.recovered,
+            delivered_at=self.delivered_at,
+        )
+        return doc
+
     @classmethod
     def from_json(cls, doc: Any) -> Delivery:
         what = "delivery"
@@ -352,6 +401,9 @@ class PublishOutcome:
     def published(self) -> bool:
         return self.status == "published"
 
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "event": self.event, "request_id": self.request_id}
+
     @classmethod
     def from_json(cls, doc: Any) -> PublishOutcome:
         what = "publish outcome"
@@ -375,6 +427,9 @@ class HistoryPage:
 
     events: tuple[Event, ...]
     next: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"events": [e.to_json() for e in self.events], "next": self.next}
 
     @classmethod
     def from_json(cls, doc: Any) -> HistoryPage:
@@ -406,6 +461,19 @@ class TopicStatus:
     subscribed: bool
     acting_root: bool
     heads: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cid": self.cid,
+            "root_cid": self.root_cid,
+            "name": self.name,
+            "role": self.role,
+            "parent": self.parent,
+            "children": list(self.children),
+            "subscribed": self.subscribed,
+            "acting_root": self.acting_root,
+            "heads": list(self.heads),
+        }
 
     @classmethod
     def from_json(cls, doc: Any) -> TopicStatus:
@@ -440,6 +508,15 @@ class NodeStatus:
             if cid in (t.cid, t.root_cid):
                 return t
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "peer_id": self.peer_id,
+            "version": self.version,
+            "kubo_version": self.kubo_version,
+            "api": self.api,
+            "topics": [t.to_json() for t in self.topics],
+        }
 
     @classmethod
     def from_json(cls, doc: Any) -> NodeStatus:

@@ -1,0 +1,445 @@
+"""The application commands: ``pulsarcast topic|sub|pub|history|status``.
+
+They talk to a running ``pulsarcast-sidecar`` through the SDK
+(:mod:`pulsarcast_ipfs.sdk`, docs/http-api.md) and feel like ``ipfs``: terse
+output on stdout (``pub`` prints the event CID, ``topic create`` the topic CID),
+``--json`` for scripts, errors as one ``Error: …`` line on stderr with a
+non-zero exit code (1 for a refusal or an unreachable sidecar, 2 for bad usage).
+
+``--api URL`` and ``--token`` (env ``PULSARCAST_API``, ``PULSARCAST_API_TOKEN``)
+are accepted before the command (``pulsarcast --api … pub …``) and after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pulsarcast_ipfs.sdk import (
+    ApiError,
+    Client,
+    ClientConfig,
+    Delivery,
+    EventLinking,
+    InvalidResponse,
+    NotAllowed,
+    PeerSet,
+    SdkError,
+    SidecarUnavailable,
+    Topic,
+    Unauthorized,
+)
+
+__all__ = ["add_global_options", "add_parsers", "short_peer"]
+
+Handler = Callable[[argparse.Namespace, Client], int]
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """``--api`` and ``--token``; on sub-commands with ``suppress`` so that a value
+    given before the command is not overwritten by the sub-command's default."""
+    default: Any = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("sidecar connection")
+    group.add_argument(
+        "--api",
+        metavar="URL",
+        default=default,
+        help="the sidecar's HTTP API (env PULSARCAST_API; default http://127.0.0.1:5050)",
+    )
+    group.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=default,
+        help="bearer token, if the sidecar wants one (env PULSARCAST_API_TOKEN)",
+    )
+
+
+def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
+    """Register ``topic``, ``sub``, ``pub``, ``history`` and ``status``."""
+    add_global_options(root)
+
+    def command(name: str, handler: Handler, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, **kw)
+        add_global_options(p, suppress=True)
+        p.set_defaults(handler=lambda args: _run(args, handler))
+        return p
+
+    # topic create|show|update
+    topic: argparse.ArgumentParser = sub.add_parser(
+        "topic",
+        help="create, show and update topics",
+        description="Create, show and update topics (PROTOCOL.md §5).",
+    )
+    actions = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, handler: Handler, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = actions.add_parser(name, **kw)
+        add_global_options(p, suppress=True)
+        p.set_defaults(handler=lambda args: _run(args, handler))
+        return p
+
+    create = action(
+        "create",
+        _topic_create,
+        help="create a topic; prints its CID",
+        description="Create a topic rooted at this node and print its CID.",
+    )
+    create.add_argument("name", metavar="NAME", help="the topic's name")
+    create.add_argument(
+        "--parent",
+        metavar="CID",
+        help="make it a sub-topic / new version of this topic (shares its meta topic)",
+    )
+    _topic_options(create)
+
+    show = action(
+        "show",
+        _topic_show,
+        help="show a topic descriptor",
+        description="Show a topic descriptor (fetched from IPFS if this node lacks it).",
+    )
+    show.add_argument("cid", metavar="CID")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+
+    update = action(
+        "update",
+        _topic_update,
+        help="publish a new version of a topic; prints its CID",
+        description="Publish a new version of a topic on its meta topic; print the new CID.",
+    )
+    update.add_argument("cid", metavar="CID", help="the topic (any version)")
+    _topic_options(update)
+
+    # sub
+    s = command(
+        "sub",
+        _sub,
+        help="subscribe and print deliveries as they come",
+        description=(
+            "Subscribe this node to TOPIC and print its deliveries as they come, one per "
+            "line, until Ctrl-C. The subscription stays after exit; resume with --after."
+        ),
+    )
+    s.add_argument("topic", metavar="TOPIC", help="the topic CID")
+    s.add_argument(
+        "--after", metavar="SEQ", type=int, help="first replay every delivery after this seq"
+    )
+    s.add_argument("--no-follow", action="store_true", help="stop after the replay")
+    s.add_argument("-n", "--count", type=int, metavar="N", help="stop after N deliveries")
+    s.add_argument(
+        "-l", "--long", action="store_true", help="also print seq, CID, author and recovered"
+    )
+    s.add_argument("--json", action="store_true", help="one JSON delivery per line")
+
+    # pub
+    p = command(
+        "pub",
+        _pub,
+        help="publish an event; prints its CID",
+        description=(
+            "Publish DATA (or standard input, with - or no DATA) on TOPIC and print the "
+            "event CID. If this node may only request to publish, prints the request id."
+        ),
+    )
+    p.add_argument("topic", metavar="TOPIC", help="the topic CID")
+    p.add_argument("data", metavar="DATA", nargs="?", default="-", help="the payload, or -")
+    p.add_argument("--parent", metavar="CID", help="the parent event (CUSTOM linking)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    # history
+    h = command(
+        "history",
+        _history,
+        help="list a topic's events, newest first",
+        description="List a topic's events, newest first, walking parent links.",
+    )
+    h.add_argument("topic", metavar="TOPIC", help="the topic CID")
+    h.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most N events (default 50)"
+    )
+    h.add_argument("--before", metavar="CID", help="start below this event (a page cursor)")
+    h.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    # status
+    st = command(
+        "status",
+        _status,
+        help="show the sidecar, its Kubo and its topics' tree positions",
+        description="Show this node's peer ID, versions and every topic's tree position.",
+    )
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _topic_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allowed-publisher",
+        metavar="PEER",
+        action="append",
+        default=[],
+        help="allow this peer to publish (repeatable); restricts publishing to the "
+        "listed peers and this node",
+    )
+    p.add_argument(
+        "--restrict",
+        action="store_true",
+        help="only allowed publishers may publish (this node is always one)",
+    )
+    rtp = p.add_mutually_exclusive_group()
+    rtp.add_argument(
+        "--request-to-publish",
+        metavar="PEER",
+        nargs="*",
+        default=None,
+        help="let others request to publish: anyone, or only the peers listed",
+    )
+    rtp.add_argument(
+        "--no-request-to-publish",
+        action="store_true",
+        help="refuse requests to publish",
+    )
+    p.add_argument(
+        "--linking",
+        choices=[e.value for e in EventLinking],
+        help="how events choose their parent (default LAST_SEEN)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+# -- running a command -------------------------------------------------------------------
+
+
+def _fail(message: str, code: int = 1) -> int:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]Error:[/bold red] {message}", markup=True
+    )
+    return code
+
+
+def _run(args: argparse.Namespace, handler: Handler) -> int:
+    try:
+        config = ClientConfig.from_env(
+            api=getattr(args, "api", None), token=getattr(args, "token", None)
+        )
+    except ValueError as exc:
+        return _fail(str(exc), 2)
+    try:
+        with Client(config=config) as client:
+            return handler(args, client)
+    except SidecarUnavailable as exc:
+        return _fail(
+            f"sidecar not reachable at {exc.api} ({exc.reason}) — is pulsarcast-sidecar running?"
+        )
+    except Unauthorized as exc:
+        return _fail(
+            f"the sidecar refused the token ({exc.message}); pass --token or set "
+            "PULSARCAST_API_TOKEN"
+        )
+    except NotAllowed as exc:
+        return _fail(f"not allowed: {exc.message}")
+    except ApiError as exc:
+        return _fail(f"{exc.message} ({exc.code})")
+    except InvalidResponse as exc:
+        return _fail(f"unexpected answer from the sidecar: {exc}")
+    except SdkError as exc:
+        return _fail(str(exc))
+    except (ValueError, TypeError) as exc:
+        return _fail(str(exc), 2)
+    except BrokenPipeError:
+        return 0
+
+
+def _emit(doc: Any) -> None:
+    print(json.dumps(doc, ensure_ascii=False), flush=True)
+
+
+def short_peer(peer: str | None) -> str:
+    """``12D3KooWAbc…xyz123``-style abbreviation for tables."""
+    if not peer:
+        return "-"
+    return peer if len(peer) <= 16 else f"{peer[:8]}…{peer[-6:]}"
+
+
+def _text(payload: bytes) -> str:
+    """The payload as a line: UTF-8 text, or ``base64:…`` when it is not text."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(payload).decode("ascii")
+    return text.replace("\n", "\\n")
+
+
+# -- topic -------------------------------------------------------------------------------
+
+
+def _policies(args: argparse.Namespace, client: Client) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if args.restrict or args.allowed_publisher:
+        me = client.status().peer_id
+        peers = list(dict.fromkeys([me, *args.allowed_publisher]))
+        opts["allowed_publishers"] = PeerSet(enabled=True, peers=tuple(peers))
+    if args.no_request_to_publish:
+        opts["request_to_publish"] = PeerSet(enabled=False)
+    elif args.request_to_publish is not None:
+        opts["request_to_publish"] = PeerSet.of(args.request_to_publish or True)
+    if args.linking:
+        opts["event_linking"] = EventLinking(args.linking)
+    return opts
+
+
+def _print_topic_cid(args: argparse.Namespace, topic: Topic) -> int:
+    if args.json:
+        _emit(topic.to_json())
+    else:
+        print(topic.cid)
+    return 0
+
+
+def _topic_create(args: argparse.Namespace, client: Client) -> int:
+    topic = client.create_topic(args.name, parent=args.parent, **_policies(args, client))
+    return _print_topic_cid(args, topic)
+
+
+def _topic_update(args: argparse.Namespace, client: Client) -> int:
+    topic = client.update_topic(args.cid, **_policies(args, client))
+    return _print_topic_cid(args, topic)
+
+
+def _peer_set(ps: PeerSet, off: str, on_empty: str) -> str:
+    if not ps.enabled:
+        return off
+    return ", ".join(ps.peers) if ps.peers else on_empty
+
+
+def _topic_show(args: argparse.Namespace, client: Client) -> int:
+    topic = client.get_topic(args.cid)
+    if args.json:
+        _emit(topic.to_json())
+        return 0
+    rows = [
+        ("name", topic.name),
+        ("cid", topic.cid),
+        ("root", topic.root_cid),
+        ("latest", topic.latest or topic.cid),
+        ("author", topic.author),
+        ("parent", topic.parent or "-"),
+        ("created", topic.created.isoformat()),
+        ("protocol", topic.protocol_version),
+        ("publishers", _peer_set(topic.allowed_publishers, "anyone", "nobody")),
+        ("requests", _peer_set(topic.request_to_publish, "refused", "anyone")),
+        ("linking", topic.event_linking.value),
+    ]
+    rows += [(f"#{name}", cid) for name, cid in sorted(topic.sub_topics.items())]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+# -- sub / pub / history -----------------------------------------------------------------
+
+
+def _delivery_line(d: Delivery, long: bool) -> str:
+    if not long:
+        return _text(d.payload)
+    mark = " (recovered)" if d.recovered else ""
+    return f"{d.seq}\t{d.cid}\t{d.event.author}{mark}\t{_text(d.payload)}"
+
+
+def _sub(args: argparse.Namespace, client: Client) -> int:
+    if args.count is not None and args.count < 1:
+        raise ValueError("--count must be at least 1")
+    root = client.subscribe(args.topic)
+    err = Console(stderr=True, highlight=False)
+    if not args.json:
+        err.print(f"[dim]subscribed to {root}; Ctrl-C to stop[/dim]")
+    last: int | None = args.after
+    seen = 0
+    try:
+        for d in client.deliveries(root, after=args.after, follow=not args.no_follow):
+            last = d.seq
+            if args.json:
+                _emit(d.to_json())
+            else:
+                print(_delivery_line(d, args.long), flush=True)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                break
+    except KeyboardInterrupt:
+        if last is not None:
+            err.print(f"[dim]stopped after seq {last} (resume with --after {last})[/dim]")
+        return 130
+    return 0
+
+
+def _pub(args: argparse.Namespace, client: Client) -> int:
+    data: bytes | str
+    if args.data == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        data = args.data
+    out = client.publish(args.topic, data, parent=args.parent)
+    if args.json:
+        _emit(out.to_json())
+    elif out.published:
+        print(out.event)
+    else:
+        Console(stderr=True, highlight=False).print(
+            "[dim]this node may not publish on the topic: request to publish sent up the tree[/dim]"
+        )
+        print(out.request_id or "requested")
+    return 0
+
+
+def _history(args: argparse.Namespace, client: Client) -> int:
+    if args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    count = 0
+    for event in client.iter_history(
+        args.topic, before=args.before, page_size=min(args.limit, 500)
+    ):
+        if args.json:
+            _emit(event.to_json())
+        else:
+            print(f"{event.cid}\t{event.created:%Y-%m-%d %H:%M:%S}\t{_text(event.payload)}")
+        count += 1
+        if count >= args.limit:
+            break
+    return 0
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace, client: Client) -> int:
+    status = client.status()
+    if args.json:
+        _emit(status.to_json())
+        return 0
+    print(f"peer ID   {status.peer_id}")
+    print(f"sidecar   {status.version} (API {status.api})")
+    print(f"kubo      {status.kubo_version}")
+    if not status.topics:
+        print("topics    none")
+        return 0
+    table = Table(title=f"topics ({len(status.topics)})", title_justify="left")
+    for col in ("name", "topic", "role", "parent", "children", "subscribed"):
+        table.add_column(col)
+    for t in status.topics:
+        role = f"{t.role} (acting root)" if t.acting_root else t.role
+        table.add_row(
+            t.name,
+            t.root_cid,
+            role,
+            short_peer(t.parent),
+            ", ".join(short_peer(c) for c in t.children) or "-",
+            "yes" if t.subscribed else "no",
+        )
+    Console(highlight=False).print(table)
+    return 0
