@@ -1,13 +1,104 @@
-"""``pulsarcast-sidecar``: placeholder until the sidecar issue lands."""
+"""``pulsarcast-sidecar``: run the Pulsarcast sidecar beside a Kubo daemon."""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import signal
 import sys
+from pathlib import Path
+
+import anyio
+
+from pulsarcast_ipfs.kubo import KuboError
+
+from ._config import ConfigError, SidecarConfig, load_config
+from ._driver import Driver
+from ._state import StateError
+
+log = logging.getLogger("pulsarcast.sidecar")
 
 
-def main() -> int:
-    print("pulsarcast-sidecar: not implemented yet", file=sys.stderr)
-    return 1
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pulsarcast-sidecar",
+        description=(
+            "Run the Pulsarcast sidecar beside a Kubo daemon: topic-based pub/sub with "
+            "persistence and eventual delivery over IPFS. Configuration: --config FILE "
+            "(TOML), PULSARCAST_* environment variables, then these flags."
+        ),
+    )
+    p.add_argument("--config", type=Path, help="TOML configuration file")
+    p.add_argument("--kubo-api", help="Kubo RPC API URL (default http://127.0.0.1:5001)")
+    p.add_argument("--api", help="HOST:PORT of the HTTP API (default 127.0.0.1:5050)")
+    p.add_argument("--api-token", help="bearer token (required off loopback)")
+    p.add_argument("--state-dir", help="state directory (default ~/.pulsarcast)")
+    p.add_argument("--p2p-port", type=int, help="local TCP port behind `p2p listen` (default free)")
+    p.add_argument("--metrics-dir", help="metric records directory (default <state-dir>/metrics)")
+    p.add_argument("--run", help="run identifier written into metric records")
+    p.add_argument("--system", help="system name written into metric records")
+    p.add_argument(
+        "--routing-k",
+        type=int,
+        help="keep at most K known peers per k-bucket (default: all; 1-2 makes "
+        "deeper trees in small clusters)",
+    )
+    p.add_argument("--routing-interval", type=float, help="seconds between routing-table reads")
+    p.add_argument(
+        "--resource-interval", type=float, help="seconds between resource samples (0: never)"
+    )
+    p.add_argument("--kubo-pid", type=int, help="Kubo's pid, for its resource samples")
+    p.add_argument("--ping-interval", type=float, help="tree keep-alive interval (seconds)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> SidecarConfig:
+    args = vars(build_parser().parse_args(argv))
+    file = args.pop("config")
+    return load_config(file=file, flags=args)
+
+
+async def _run(config: SidecarConfig) -> None:
+    driver = Driver(config)
+
+    async def signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+            async for sig in received:
+                log.info("received %s: stopping", signal.Signals(sig).name)
+                driver.stop()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(signals)
+        await driver.run()
+        tg.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = config_from_args(argv)
+    except ConfigError as exc:
+        print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        anyio.run(_run, config)
+    except StateError as exc:
+        print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
+        return 1
+    except KuboError as exc:
+        print(f"pulsarcast-sidecar: Kubo at {config.kubo_api}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pulsarcast_ipfs.testing._cluster import (
     default_state_dir,
     kubo_settings,
 )
+from pulsarcast_ipfs.testing._sidecars import LocalSidecarCluster, SidecarProcess
 from pulsarcast_ipfs.testing._toxiproxy import ToxiproxyAPI, ToxiproxyError
 from pulsarcast_ipfs.testing._wait import wait_until
 
@@ -23,6 +24,8 @@ __all__ = [
     "ClusterError",
     "ClusterNode",
     "LocalCluster",
+    "LocalSidecarCluster",
+    "SidecarProcess",
     "ToxiproxyAPI",
     "ToxiproxyError",
     "default_state_dir",

@@ -1,0 +1,231 @@
+"""A local cluster of Kubo daemons, each with a ``pulsarcast-sidecar`` beside it.
+
+Sidecars are subprocesses (``python -m sidecar``), so that tests and the demo can
+stop, kill and restart them one by one::
+
+    async with LocalSidecarCluster(nodes=8, routing_k=1) as sc:
+        async with sc.client(0) as api:                 # httpx.AsyncClient on node 0's API
+            topic = (await api.post("/v1/topics", json={"name": "news"})).json()
+        await sc.kill_sidecar(3)                          # SIGKILL (no graceful shutdown)
+        await sc.start_sidecar(3)                         # same state dir, same API port
+        await sc.stop_kubo(5)                             # kill node 5's Kubo (and sidecar)
+
+``sidecars=`` chooses which nodes get a sidecar (default: all); the others are bare
+Kubo nodes (``sc.cluster[i]`` is the :class:`ClusterNode`). Everything is torn down
+on exit (processes killed, directories removed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import anyio
+import httpx
+
+from pulsarcast_ipfs.testing._cluster import (
+    ClusterConfig,
+    ClusterError,
+    ClusterNode,
+    LocalCluster,
+    _alive,
+    _child_env,
+    _free_port,
+    _kill_group,
+    _log_tail,
+    _ours,
+    _spawn,
+)
+
+__all__ = ["LocalSidecarCluster", "SidecarProcess"]
+
+
+@dataclass(slots=True, kw_only=True)
+class SidecarProcess:
+    """One sidecar subprocess (its state dir and ports survive restarts)."""
+
+    index: int
+    kubo: ClusterNode
+    state_dir: Path
+    api_port: int
+    p2p_port: int
+    log_path: Path
+    pid: int = 0
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.state_dir / "metrics"
+
+    def is_running(self) -> bool:
+        return self.pid > 0 and _alive(self.pid)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return _log_tail(self.log_path, lines)
+
+
+class LocalSidecarCluster:
+    """``nodes`` Kubo daemons (a :class:`LocalCluster`) with one sidecar each."""
+
+    def __init__(
+        self,
+        *,
+        nodes: int = 8,
+        sidecars: Sequence[int] | None = None,
+        routing_k: int | None = None,
+        run: str = "local",
+        extra_args: Sequence[str] = (),
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.base_dir = Path(tempfile.mkdtemp(prefix="pulsarcast-sidecars-"))
+        self.cluster = LocalCluster(
+            config=ClusterConfig(nodes=nodes, base_dir=self.base_dir / "kubo")
+        )
+        self.with_sidecar = list(range(nodes)) if sidecars is None else list(sidecars)
+        self.routing_k = routing_k
+        self.run = run
+        self.extra_args = list(extra_args)
+        self.start_timeout = start_timeout
+        self.sidecars: dict[int, SidecarProcess] = {}
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.stop()
+
+    def __len__(self) -> int:
+        return len(self.cluster)
+
+    def __getitem__(self, index: int) -> SidecarProcess:
+        return self.sidecars[index]
+
+    async def start(self) -> None:
+        """Start the Kubo cluster, then every sidecar, and wait for their ``/health``."""
+        try:
+            await self.cluster.start()
+            for i in self.with_sidecar:
+                node = self.cluster[i]
+                self.sidecars[i] = SidecarProcess(
+                    index=i,
+                    kubo=node,
+                    state_dir=self.base_dir / f"sidecar{i}",
+                    api_port=_free_port(),
+                    p2p_port=_free_port(),
+                    log_path=self.base_dir / f"sidecar{i}.log",
+                )
+            async with anyio.create_task_group() as tg:
+                for i in self.sidecars:
+                    tg.start_soon(self.start_sidecar, i)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.stop()
+            raise
+
+    def _command(self, sc: SidecarProcess) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "--kubo-api",
+            sc.kubo.api_url,
+            "--api",
+            f"127.0.0.1:{sc.api_port}",
+            "--state-dir",
+            str(sc.state_dir),
+            "--p2p-port",
+            str(sc.p2p_port),
+            "--run",
+            self.run,
+            "--kubo-pid",
+            str(sc.kubo.pid),
+            "--routing-interval",
+            "1",
+        ]
+        if self.routing_k is not None:
+            cmd += ["--routing-k", str(self.routing_k)]
+        return cmd + self.extra_args
+
+    async def start_sidecar(self, index: int) -> None:
+        """(Re)start sidecar ``index`` and wait until its API answers ``/health``."""
+        sc = self.sidecars[index]
+        if sc.is_running():
+            return
+        sc.state_dir.mkdir(parents=True, exist_ok=True)
+        env = _child_env()
+        env.pop("PULSARCAST_API_TOKEN", None)
+        sc.pid = _spawn(self._command(sc), env=env, log=sc.log_path, detached=False)
+        with anyio.move_on_after(self.start_timeout) as scope:
+            async with httpx.AsyncClient(base_url=sc.api_url, trust_env=False) as http:
+                while True:
+                    if not sc.is_running():
+                        raise ClusterError(
+                            f"sidecar{index} exited during start-up:\n{sc.log_tail()}"
+                        )
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await http.get("/health", timeout=2)).status_code == 200:
+                            return
+                    await anyio.sleep(0.1)
+        if scope.cancelled_caught:
+            raise ClusterError(f"sidecar{index} not healthy in time:\n{sc.log_tail()}")
+
+    async def stop_sidecar(self, index: int) -> None:
+        """Stop sidecar ``index`` gracefully (SIGTERM; SIGKILL after 10 s)."""
+        sc = self.sidecars[index]
+        if sc.pid:
+            await anyio.to_thread.run_sync(lambda: _kill_group(sc.pid, str(sc.state_dir), 10.0))
+            sc.pid = 0
+
+    async def kill_sidecar(self, index: int) -> None:
+        """SIGKILL sidecar ``index`` (no graceful shutdown: a crash)."""
+        sc = self.sidecars[index]
+        if sc.pid and _ours(sc.pid, str(sc.state_dir)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sc.pid, signal.SIGKILL)
+            await anyio.to_thread.run_sync(lambda: _kill_group(sc.pid, str(sc.state_dir), 1.0))
+        sc.pid = 0
+
+    async def stop_kubo(self, index: int) -> None:
+        """Kill Kubo daemon ``index`` (its sidecar first, if any)."""
+        if index in self.sidecars:
+            await self.kill_sidecar(index)
+        node = self.cluster[index]
+        if node.pid:
+            await anyio.to_thread.run_sync(lambda: _kill_group(node.pid, str(node.repo), 5.0))
+            node.pid = 0
+
+    def client(self, index: int, **kwargs: object) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` on sidecar ``index``'s API (use with ``async with``)."""
+        return httpx.AsyncClient(
+            base_url=self.sidecars[index].api_url,
+            trust_env=False,
+            timeout=30,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    async def stop(self) -> None:
+        """Kill every sidecar and Kubo daemon and remove the directories."""
+        for i in list(self.sidecars):
+            with contextlib.suppress(Exception):
+                await self.stop_sidecar(i)
+        await self.cluster.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)

@@ -1,0 +1,640 @@
+"""The sidecar's HTTP API for applications (issue 4, part 2; contract docs/http-api.md).
+
+A Starlette app served by uvicorn inside the driver's task group. Every error is
+``{"error": {"code", "message"}}`` with the status of the contract's table.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import nullcontext
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+from multiformats import CID
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from pulsarcast_ipfs.core import (
+    MAX_PAYLOAD_SIZE,
+    DescriptorError,
+    EventDescriptor,
+    EventLinking,
+    LocalProtocolError,
+    NotAllowedToPublish,
+    PeerPolicy,
+    TopicDescriptor,
+    TopicOptions,
+    UnknownTopic,
+    cid_str,
+)
+from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
+from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
+
+from ._driver import VERSION, Driver, event_json
+from ._openapi import openapi_document
+
+__all__ = ["ApiError", "build_app", "serve_api"]
+
+log = logging.getLogger("pulsarcast.sidecar.api")
+
+DESCRIPTOR_TIMEOUT = 10.0
+MAX_HISTORY_LIMIT = 500
+
+
+class ApiError(Exception):
+    """An error answer: HTTP ``status``, contract ``code``, human ``message``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+# -- input parsing ---------------------------------------------------------------------
+
+
+def parse_cid(text: str, what: str = "CID") -> CID:
+    try:
+        cid = CID.decode(text)
+    except Exception:
+        raise ApiError(400, "bad_request", f"bad {what}: {text!r} is not a CID") from None
+    if cid.version != 1 or cid.codec.name != "dag-cbor":
+        raise ApiError(400, "bad_request", f"bad {what}: {text} is not a CIDv1 dag-cbor CID")
+    return cid
+
+
+def _policy(body: dict[str, Any], key: str) -> PeerPolicy:
+    value = body.get(key)
+    if value is None:
+        return PeerPolicy()
+    if not isinstance(value, dict) or set(value) - {"enabled", "peers"}:
+        raise ApiError(400, "bad_request", f'{key} must be {{"enabled": bool, "peers": [...]}}')
+    enabled = value.get("enabled", False)
+    peers = value.get("peers", [])
+    if not isinstance(enabled, bool):
+        raise ApiError(400, "bad_request", f"{key}.enabled must be true or false")
+    if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+        raise ApiError(400, "bad_request", f"{key}.peers must be a list of peer IDs")
+    for p in peers:
+        try:
+            validate_peer_id(p)
+        except InvalidPeerId:
+            raise ApiError(400, "bad_request", f"{key}.peers: bad peer ID {p!r}") from None
+    try:
+        return PeerPolicy(enabled=enabled, peers=tuple(peers))
+    except LocalProtocolError as exc:
+        raise ApiError(400, "bad_request", f"{key}: {exc}") from None
+
+
+def parse_options(body: dict[str, Any]) -> TopicOptions:
+    linking = body.get("event_linking", "LAST_SEEN")
+    if linking not in ("LAST_SEEN", "CUSTOM"):
+        raise ApiError(400, "bad_request", 'event_linking must be "LAST_SEEN" or "CUSTOM"')
+    return TopicOptions(
+        allowed_publishers=_policy(body, "allowed_publishers"),
+        request_to_publish=_policy(body, "request_to_publish"),
+        event_linking=EventLinking(linking),
+    )
+
+
+async def read_json(request: Request, max_body: int) -> dict[str, Any]:
+    """The JSON object body, read with a size limit (413 before reading everything)."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            if int(length) > max_body:
+                raise ApiError(413, "payload_too_large", f"request body over {max_body} bytes")
+        except ValueError:
+            raise ApiError(400, "bad_request", "bad Content-Length") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body:
+            raise ApiError(413, "payload_too_large", f"request body over {max_body} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "bad_request", f"malformed JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, "bad_request", "the body must be a JSON object")
+    return doc
+
+
+def topic_json(
+    cid: CID, desc: TopicDescriptor, *, root: CID | None, latest: CID | None
+) -> dict[str, Any]:
+    """The Topic object of docs/http-api.md."""
+    opts = desc.options
+    return {
+        "cid": cid_str(cid),
+        "root_cid": cid_str(root) if root is not None else None,
+        "name": desc.name,
+        "author": desc.author,
+        "parent": cid_str(desc.parent) if desc.parent is not None else None,
+        "sub_topics": {k: cid_str(v) for k, v in desc.links.items()},
+        "created": desc.created,
+        "protocol_version": desc.protocol_version,
+        "allowed_publishers": opts.allowed_publishers.to_ipld(),
+        "request_to_publish": opts.request_to_publish.to_ipld(),
+        "event_linking": opts.event_linking.value,
+        "latest": cid_str(latest) if latest is not None else cid_str(cid),
+    }
+
+
+# -- the app ---------------------------------------------------------------------------
+
+
+class _Api:
+    def __init__(self, driver: Driver) -> None:
+        self.d = driver
+        self.max_body = driver.config.max_body
+
+    # helpers
+
+    async def block(self, cid: CID) -> bytes:
+        data = self.d.blocks.get(cid)
+        if data is not None:
+            return data
+        try:
+            return await self.d.store.get(cid, DESCRIPTOR_TIMEOUT)
+        except KuboTimeout:
+            raise ApiError(504, "timeout", f"fetching {cid} from IPFS took too long") from None
+        except KuboNotFound:
+            raise ApiError(404, "not_found", f"block {cid} not found") from None
+
+    async def topic_descriptor(self, cid: CID) -> TopicDescriptor:
+        try:
+            data = await self.block(cid)
+        except ApiError as exc:
+            if exc.code == "not_found":
+                raise ApiError(404, "unknown_topic", f"unknown topic {cid}") from None
+            raise
+        try:
+            return TopicDescriptor.decode(data, expected_cid=cid)
+        except DescriptorError as exc:
+            raise ApiError(
+                404, "unknown_topic", f"{cid} is not a topic descriptor: {exc}"
+            ) from None
+
+    async def event_descriptor(self, cid: CID) -> EventDescriptor:
+        try:
+            data = await self.block(cid)
+        except ApiError as exc:
+            if exc.code == "not_found":
+                raise ApiError(404, "unknown_event", f"unknown event {cid}") from None
+            raise
+        try:
+            return EventDescriptor.decode(data, expected_cid=cid)
+        except DescriptorError as exc:
+            raise ApiError(
+                404, "unknown_event", f"{cid} is not an event descriptor: {exc}"
+            ) from None
+
+    async def root_of(self, cid: CID, desc: TopicDescriptor) -> CID:
+        """Walk ``parent`` links to the first version (sub-topics keep their own root)."""
+        known = self.d.known_root(cid)
+        if known is not None:
+            return known
+        cur, cur_desc = cid, desc
+        for _ in range(256):
+            if cur_desc.parent is None:
+                return cur
+            parent_desc = await self.topic_descriptor(cur_desc.parent)
+            if parent_desc.name != cur_desc.name:
+                return cur  # a sub-topic: its parent is another topic
+            cur, cur_desc = cur_desc.parent, parent_desc
+        return cur
+
+    def tree_key(self, cid: CID) -> CID:
+        root = self.d.known_root(cid)
+        if root is None:
+            raise ApiError(
+                404,
+                "unknown_topic",
+                f"topic {cid} is not known to this node (subscribe to it first)",
+            )
+        return root
+
+    # endpoints
+
+    async def health(self, request: Request) -> Response:
+        try:
+            with anyio.fail_after(3):
+                await self.d.kubo.id()
+        except (KuboError, TimeoutError):
+            return _error_response(503, "kubo_unavailable", "Kubo's API cannot be reached")
+        return JSONResponse({"status": "ok", "kubo": "ok"})
+
+    async def status(self, request: Request) -> Response:
+        topics = []
+        for root in self.d.topic_roots:
+            try:
+                st = self.d.node.topic_state(CID.decode(root))
+            except UnknownTopic:
+                continue
+            topics.append(
+                {
+                    "cid": cid_str(st.latest_cid),
+                    "root_cid": cid_str(st.topic_cid),
+                    "name": st.name,
+                    "role": st.role,
+                    "parent": st.parent,
+                    "children": list(st.children),
+                    "subscribed": st.subscribed,
+                    "acting_root": st.acting_root,
+                    "heads": [cid_str(c) for c in st.heads[:8]],
+                }
+            )
+        return JSONResponse(
+            {
+                "peer_id": self.d.peer_id,
+                "version": VERSION,
+                "kubo_version": self.d.kubo_version,
+                "api": self.d.config.api,
+                "topics": topics,
+            }
+        )
+
+    async def create_topic(self, request: Request) -> Response:
+        body = await read_json(request, self.max_body)
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "bad_request", "name must be a non-empty string")
+        parent = body.get("parent")
+        parent_cid = None
+        if parent is not None:
+            if not isinstance(parent, str):
+                raise ApiError(400, "bad_request", "parent must be a topic CID")
+            parent_cid = parse_cid(parent, "parent")
+            self.tree_key(parent_cid)
+        options = parse_options(body)
+        cid = self.d.call(
+            lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid)
+        )
+        root = self.d.known_root(cid) or cid
+        state = self.d.state.state
+        root_s = cid_str(root)
+        if root_s not in state.created:
+            state.created.append(root_s)
+        state.subscriptions.setdefault(root_s, time.time())
+        self.d.remember_topic(root_s, name)
+        self.d.persist()
+        desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
+        return JSONResponse(topic_json(cid, desc, root=root, latest=cid), status_code=201)
+
+    async def get_topic(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
+        root = await self.root_of(cid, desc)
+        latest = None
+        try:
+            latest = self.d.node.topic_state(cid).latest_cid
+        except UnknownTopic:
+            pass
+        return JSONResponse(topic_json(cid, desc, root=root, latest=latest))
+
+    async def update_topic(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        body = await read_json(request, self.max_body)
+        self.tree_key(cid)
+        options = parse_options(body)
+        new = self.d.call(lambda now: self.d.node.update_topic(now, cid, options=options))
+        self.d.persist()
+        desc = self.d.local_topic(new) or await self.topic_descriptor(new)
+        return JSONResponse(
+            topic_json(new, desc, root=self.d.known_root(new), latest=new), status_code=201
+        )
+
+    async def subscribe(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
+        root = await self.root_of(cid, desc)
+        self.d.call(lambda now: self.d.node.subscribe(now, cid))
+        root_s = cid_str(root)
+        self.d.remember_topic(root_s, desc.name)
+        self.d.state.state.subscriptions.setdefault(root_s, time.time())
+        self.d.persist()
+        return JSONResponse({"topic": root_s, "subscribed": True})
+
+    async def unsubscribe(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        root = self.tree_key(cid)
+        self.d.call(lambda now: self.d.node.unsubscribe(now, cid))
+        root_s = cid_str(root)
+        self.d.state.state.subscriptions.pop(root_s, None)
+        self.d.persist()
+        return JSONResponse({"topic": root_s, "subscribed": False})
+
+    async def publish(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        body = await read_json(request, self.max_body)
+        has_payload, has_text = "payload" in body, "text" in body
+        if has_payload == has_text:
+            raise ApiError(400, "bad_request", "give exactly one of payload (base64) or text")
+        if has_payload:
+            if not isinstance(body["payload"], str):
+                raise ApiError(400, "bad_request", "payload must be a base64 string")
+            try:
+                payload = base64.b64decode(body["payload"], validate=True)
+            except (binascii.Error, ValueError):
+                raise ApiError(400, "bad_request", "payload is not valid base64") from None
+        else:
+            if not isinstance(body["text"], str):
+                raise ApiError(400, "bad_request", "text must be a string")
+            payload = body["text"].encode("utf-8")
+        if len(payload) > MAX_PAYLOAD_SIZE:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                f"payload of {len(payload)} bytes is over the limit of {MAX_PAYLOAD_SIZE}",
+            )
+        parent = None
+        if body.get("parent") is not None:
+            if not isinstance(body["parent"], str):
+                raise ApiError(400, "bad_request", "parent must be an event CID")
+            parent = parse_cid(body["parent"], "parent")
+        inject_id = body.get("inject_id")
+        if inject_id is not None and not isinstance(inject_id, str):
+            raise ApiError(400, "bad_request", "inject_id must be a string")
+        self.tree_key(cid)
+        try:
+            res = self.d.call(
+                lambda now: self.d.node.publish(
+                    now, cid, payload, parent=parent, inject_id=inject_id
+                )
+            )
+        except NotAllowedToPublish as exc:
+            raise ApiError(403, "not_allowed", str(exc)) from None
+        except LocalProtocolError as exc:
+            msg = str(exc)
+            if "unknown parent" in msg:
+                raise ApiError(422, "invalid_parent", msg) from None
+            if "another topic" in msg:
+                raise ApiError(409, "conflict", msg) from None
+            raise
+        return JSONResponse(
+            {
+                "status": res.status,
+                "event": cid_str(res.event_cid) if res.event_cid is not None else None,
+                "request_id": res.request_id,
+            }
+        )
+
+    async def history(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        q = request.query_params
+        try:
+            limit = int(q.get("limit", "50"))
+        except ValueError:
+            raise ApiError(400, "bad_request", "limit must be an integer") from None
+        if not 1 <= limit <= MAX_HISTORY_LIMIT:
+            raise ApiError(400, "bad_request", f"limit must be in 1..{MAX_HISTORY_LIMIT}")
+        before = parse_cid(q["before"], "cursor") if q.get("before") else None
+        root = self.d.known_root(cid)
+        versions: set[CID] = {cid}
+        events: list[dict[str, Any]] = []
+        cur: CID | None = None
+        if root is not None:
+            versions.add(root)
+            try:
+                page = self.d.node.history(cid, before=before, limit=limit)
+            except LocalProtocolError:
+                page = None  # cursor not in this node's cache: walk through IPFS below
+            if page is not None:
+                events = [event_json(c, ev) for c, ev in page.events]
+                versions.update(parse_cid(e["topic"]) for e in events)
+                cur = page.missing
+                if page.missing is None and page.next_before is None:
+                    return JSONResponse({"events": events, "next": None})
+                if page.missing is None:
+                    return JSONResponse(
+                        {"events": events, "next": cid_str(page.next_before)}
+                        if page.next_before
+                        else {"events": events, "next": None}
+                    )
+            elif before is not None:
+                cur = (await self.event_descriptor(before)).parent
+        elif before is not None:
+            cur = (await self.event_descriptor(before)).parent
+        else:
+            raise ApiError(
+                404,
+                "unknown_topic",
+                f"topic {cid} is not known to this node: subscribe, or give before=<event CID>",
+            )
+        last: str | None = events[-1]["cid"] if events else None
+        while cur is not None and len(events) < limit:
+            ev = await self.event_descriptor(cur)
+            if root is not None and ev.topic not in versions:
+                if self.d.known_root(ev.topic) != root:
+                    break
+            events.append(event_json(cur, ev))
+            last = cid_str(cur)
+            cur = ev.parent
+        return JSONResponse({"events": events, "next": last if cur is not None else None})
+
+    async def get_event(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "event CID")
+        ev = await self.event_descriptor(cid)
+        return JSONResponse(event_json(cid, ev))
+
+    async def deliveries(self, request: Request) -> Response:
+        q = request.query_params
+        topic: str | None = None
+        if q.get("topic"):
+            tcid = parse_cid(q["topic"], "topic CID")
+            root = self.d.known_root(tcid)
+            topic = cid_str(root or tcid)
+        after: int | None = None
+        if q.get("after") is not None:
+            try:
+                after = int(q["after"])
+            except ValueError:
+                raise ApiError(400, "bad_request", "after must be an integer seq") from None
+            if after < 0:
+                raise ApiError(400, "bad_request", "after must not be negative")
+        follow_s = q.get("follow", "true").lower()
+        if follow_s not in ("true", "false", "1", "0"):
+            raise ApiError(400, "bad_request", "follow must be true or false")
+        follow = follow_s in ("true", "1")
+        lst = self.d.listen()  # before reading the log: no gap between replay and live
+        start = after if after is not None else self.d.state.last_seq
+
+        async def lines() -> AsyncIterator[bytes]:
+            last = start
+            try:
+                if after is not None:
+                    for obj in self.d.state.replay(after, topic):
+                        last = obj["seq"]
+                        yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+                while follow and not self.d.stopping.is_set():
+                    if not lst.items:
+                        lst.wake = anyio.Event()
+                        with anyio.move_on_after(15):
+                            await lst.wake.wait()
+                        if not lst.items:
+                            yield b"\n"  # keep-alive (an empty line; clients skip it)
+                            continue
+                    while lst.items:
+                        obj = lst.items.popleft()
+                        if obj["seq"] <= last or (topic and obj.get("topic_root") != topic):
+                            continue
+                        last = obj["seq"]
+                        yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+            finally:
+                self.d.unlisten(lst)
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    async def metrics(self, request: Request) -> Response:
+        d = self.d
+        gauges = {
+            "pulsarcast_topics": float(len(d.topic_roots)),
+            "pulsarcast_subscriptions": float(len(d.state.state.subscriptions)),
+            "pulsarcast_neighbour_connections": float(len(d.transport.neighbours)),
+            "pulsarcast_deliveries_total": float(d.state.last_seq),
+            "pulsarcast_duplicates_suppressed_total": float(d.duplicates_suppressed),
+            "pulsarcast_blocks_stored_total": float(d.store.stored),
+            "pulsarcast_blocks_store_pending": float(d.store.pending),
+            "pulsarcast_blocks_provided_total": float(d.store.provided),
+            "pulsarcast_blocks_provide_failed_total": float(d.store.provide_failed),
+            "pulsarcast_frames_in_total": float(d.transport.frames_in),
+            "pulsarcast_frames_out_total": float(d.transport.frames_out),
+            "pulsarcast_bad_frames_total": float(d.transport.bad_frames),
+        }
+        return PlainTextResponse(
+            d.metrics.prometheus(gauges), media_type="text/plain; version=0.0.4"
+        )
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _wrap(fn: Handler) -> Handler:
+    async def handler(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except ApiError as exc:
+            return _error_response(exc.status, exc.code, exc.message)
+        except UnknownTopic as exc:
+            return _error_response(404, "unknown_topic", str(exc))
+        except NotAllowedToPublish as exc:
+            return _error_response(403, "not_allowed", str(exc))
+        except LocalProtocolError as exc:
+            return _error_response(400, "bad_request", str(exc))
+        except KuboUnavailable as exc:
+            return _error_response(503, "kubo_unavailable", f"Kubo's API cannot be reached: {exc}")
+        except KuboTimeout as exc:
+            return _error_response(504, "timeout", str(exc))
+        except KuboError as exc:
+            return _error_response(503, "kubo_unavailable", f"Kubo failed: {exc}")
+
+    return handler
+
+
+class _Auth:
+    """Bearer-token check (every path but ``/health`` when a token is set)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.token and scope["type"] == "http" and scope.get("path") != "/health":
+            headers = dict(scope.get("headers") or [])
+            got = headers.get(b"authorization", b"").decode("latin-1")
+            if got != f"Bearer {self.token}":
+                resp = _error_response(401, "unauthorized", "a valid bearer token is required")
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(driver: Driver) -> ASGIApp:
+    """The ASGI app of the API (used by :func:`serve_api` and by tests)."""
+    a = _Api(driver)
+    routes = [
+        Route("/health", _wrap(a.health), methods=["GET"]),
+        Route("/v1/status", _wrap(a.status), methods=["GET"]),
+        Route("/v1/topics", _wrap(a.create_topic), methods=["POST"]),
+        Route("/v1/topics/{cid}", _wrap(a.get_topic), methods=["GET"]),
+        Route("/v1/topics/{cid}/update", _wrap(a.update_topic), methods=["POST"]),
+        Route("/v1/topics/{cid}/subscribe", _wrap(a.subscribe), methods=["POST"]),
+        Route("/v1/topics/{cid}/unsubscribe", _wrap(a.unsubscribe), methods=["POST"]),
+        Route("/v1/topics/{cid}/publish", _wrap(a.publish), methods=["POST"]),
+        Route("/v1/topics/{cid}/history", _wrap(a.history), methods=["GET"]),
+        Route("/v1/events/{cid}", _wrap(a.get_event), methods=["GET"]),
+        Route("/v1/deliveries", _wrap(a.deliveries), methods=["GET"]),
+        Route("/metrics", _wrap(a.metrics), methods=["GET"]),
+        Route("/openapi.json", _wrap(a.openapi), methods=["GET"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error_response(404, "not_found", f"no such endpoint: {request.url.path}")
+
+    async def bad_method(request: Request, exc: Exception) -> Response:
+        return _error_response(405, "bad_request", f"method {request.method} not allowed here")
+
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: bad_method})
+    return _Auth(app, driver.config.api_token)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the sidecar's main handles signals."""
+
+    def capture_signals(self) -> Any:
+        return nullcontext()
+
+
+async def serve_api(
+    driver: Driver, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve the API until ``driver`` stops (started inside the driver's task group)."""
+    cfg = driver.config
+    server = _Server(
+        uvicorn.Config(
+            build_app(driver),
+            host=cfg.api_host,
+            port=cfg.api_port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            access_log=False,
+        )
+    )
+    driver._api_server = server
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                if server.should_exit:
+                    raise OSError(f"cannot serve the API on {cfg.api}")
+                await anyio.sleep(0.02)
+            log.info("API on http://%s", cfg.api)
+            task_status.started()
+    finally:
+        driver.api_done.set()

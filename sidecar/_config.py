@@ -1,0 +1,206 @@
+"""Sidecar configuration: defaults < TOML file < ``PULSARCAST_*`` environment < flags.
+
+The defaults work beside a default ``ipfs daemon`` (docs/http-api.md, last section):
+Kubo's RPC API at ``http://127.0.0.1:5001``, the application API on
+``127.0.0.1:5050``, state in ``~/.pulsarcast``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "SidecarConfig", "load_config", "parse_hostport"]
+
+ENV_PREFIX = "PULSARCAST_"
+
+
+class ConfigError(ValueError):
+    """The configuration (file, environment or flags) is invalid; the message says where."""
+
+
+def parse_hostport(text: str, what: str = "address") -> tuple[str, int]:
+    """``"127.0.0.1:5050"`` → ``("127.0.0.1", 5050)``; a clear :class:`ConfigError` otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{what}: expected HOST:PORT, got {text!r}")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(f"{what}: port {port!r} is not a number") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{what}: port {number} out of range")
+    return host.strip("[]"), number
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SidecarConfig:
+    """Everything the sidecar needs to run (all times in seconds)."""
+
+    kubo_api: str = "http://127.0.0.1:5001"
+    api: str = "127.0.0.1:5050"
+    api_token: str | None = None
+    state_dir: Path = Path("~/.pulsarcast")
+    p2p_port: int = 0
+    """Local TCP port behind ``p2p listen`` (0: a free port)."""
+    metrics_dir: Path | None = None
+    """Metric records (default ``<state-dir>/metrics``)."""
+    run: str = "default"
+    system: str = "pulsarcast"
+    routing_k: int | None = None
+    """Keep at most this many known peers per k-bucket (by common-prefix length with
+    this node) when feeding the core's closest-peer routing. ``None``: every peer of
+    Kubo's routing table plus the connected peers. A small value (1-2) gives deeper
+    trees in small clusters; joins still always make progress towards the author."""
+    routing_interval: float = 5.0
+    """How often Kubo's routing table is read (``stats/dht`` + ``swarm/peers``)."""
+    resource_interval: float = 10.0
+    """How often a ``resource_sample`` record is written (0: never)."""
+    kubo_pid: int | None = None
+    """Kubo's process id, for its resource samples (optional)."""
+    max_body: int = 2 * 1024 * 1024
+    """Largest accepted HTTP request body (bytes)."""
+    connect_attempts: int = 5
+    """Bounded retries of a neighbour connection before the neighbour is given up."""
+    connect_backoff: float = 0.2
+    """First retry delay; doubled on every attempt (capped at 5 s)."""
+    fetch_timeout: float = 10.0
+    delivery_log_max: int = 100_000
+    """Deliveries kept in the persisted log (older ones are rotated out)."""
+    ping_interval: float = 5.0
+    heads_interval: float = 5.0
+    join_timeout: float = 2.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        parse_hostport(self.api, "api")
+        if not self.kubo_api.startswith(("http://", "https://")):
+            raise ConfigError(f"kubo_api: expected an http:// URL, got {self.kubo_api!r}")
+        if not 0 <= self.p2p_port <= 65535:
+            raise ConfigError("p2p_port: out of range")
+        if self.routing_k is not None and self.routing_k < 1:
+            raise ConfigError("routing_k: must be at least 1")
+        for name in (
+            "routing_interval",
+            "connect_backoff",
+            "fetch_timeout",
+            "ping_interval",
+            "heads_interval",
+            "join_timeout",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be positive")
+        if self.resource_interval < 0:
+            raise ConfigError("resource_interval: must not be negative")
+        if self.connect_attempts < 1 or self.max_body < 1024 or self.delivery_log_max < 10:
+            raise ConfigError("connect_attempts, max_body or delivery_log_max too small")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"log_level: unknown level {self.log_level!r}")
+        host, _ = parse_hostport(self.api)
+        if host not in ("127.0.0.1", "localhost", "::1") and not self.api_token:
+            raise ConfigError(
+                f"api: binding to {host} (not loopback) requires an API token (--api-token)"
+            )
+
+    @property
+    def api_host(self) -> str:
+        return parse_hostport(self.api)[0]
+
+    @property
+    def api_port(self) -> int:
+        return parse_hostport(self.api)[1]
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir.expanduser()
+
+    @property
+    def metrics_path(self) -> Path:
+        return (self.metrics_dir or self.state_dir / "metrics").expanduser()
+
+
+_FIELDS = {f.name: f for f in fields(SidecarConfig)}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    """Turn a TOML/env/flag value into the field's type, with a clear error."""
+    default = _FIELDS[name].default
+    kind = _FIELDS[name].type
+    try:
+        if value is None:
+            return None
+        if name in ("state_dir", "metrics_dir"):
+            return Path(str(value))
+        if name in (
+            "routing_k",
+            "kubo_pid",
+            "p2p_port",
+            "connect_attempts",
+            "max_body",
+            "delivery_log_max",
+        ):
+            if isinstance(value, bool):
+                raise ValueError("not an integer")
+            if isinstance(value, str) and value.lower() in ("", "none"):
+                if name in ("routing_k", "kubo_pid"):
+                    return None
+            return int(value)
+        if isinstance(default, float):
+            if isinstance(value, bool):
+                raise ValueError("not a number")
+            return float(value)
+        if not isinstance(value, str):
+            raise ValueError("not a string")
+        return value
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: invalid value {value!r} for {name} ({kind}): {exc}") from None
+
+
+def load_config(
+    *,
+    file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> SidecarConfig:
+    """Merge defaults, the TOML ``file``, ``PULSARCAST_*`` variables and ``flags`` (winning).
+
+    Keys use underscores (``state_dir``) in TOML and flags, upper case in the
+    environment (``PULSARCAST_STATE_DIR``); dashes are accepted in TOML.
+    """
+    values: dict[str, Any] = {}
+    if file is not None:
+        try:
+            doc = tomllib.loads(Path(file).expanduser().read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"config file {file}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {file}: not valid TOML: {exc}") from None
+        section = doc.get("sidecar", doc)
+        if not isinstance(section, dict):
+            raise ConfigError(f"config file {file}: [sidecar] must be a table")
+        for key, value in section.items():
+            name = key.replace("-", "_")
+            if name not in _FIELDS:
+                raise ConfigError(f"config file {file}: unknown key {key!r}")
+            values[name] = _coerce(name, value, f"config file {file}")
+    environ = os.environ if env is None else env
+    for name in _FIELDS:
+        var = ENV_PREFIX + name.upper()
+        if var in environ:
+            values[name] = _coerce(name, environ[var], f"environment {var}")
+    for name, value in (flags or {}).items():
+        if value is None:
+            continue
+        if name not in _FIELDS:
+            raise ConfigError(f"unknown option {name!r}")
+        values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    try:
+        return replace(SidecarConfig(), **values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,383 @@
+"""The one place joining the protocol core, anyio and Kubo (issue 4, part 1).
+
+The core (:class:`~pulsarcast_ipfs.core.PulsarcastNode`) is pure; this driver
+feeds it every input — tree RPCs from the transport, API commands, timer expiries
+and Kubo results — and carries out its outputs (docs/core-api.md, "Outputs").
+Everything runs on one event loop thread and every call into the node is
+synchronous (:meth:`Driver.call`: feed, then drain and dispatch the outputs,
+then re-arm the timer), so no lock is needed: an input is always handled
+completely before the next one.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+from multiformats import CID
+
+from pulsarcast_ipfs.core import (
+    Deliver,
+    EventDescriptor,
+    FetchBlock,
+    NodeConfig,
+    PulsarcastNode,
+    Rpc,
+    SendRpc,
+    StoreBlock,
+    TopicDescriptor,
+    TopicUpdated,
+    UnknownTopic,
+    cid_str,
+)
+from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
+from pulsarcast_ipfs.records import MetricRecord, RecordKind
+
+from ._config import SidecarConfig
+from ._metrics import MetricsWriter, resource_records
+from ._routing import known_peers
+from ._state import StateStore
+from ._store import BlockStore
+from ._transport import PROTOCOL, Transport
+
+__all__ = ["Driver", "event_json"]
+
+log = logging.getLogger("pulsarcast.sidecar")
+T = TypeVar("T")
+
+VERSION = "0.1.0"
+
+
+def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
+    """The Event object of docs/http-api.md."""
+    return {
+        "cid": str(cid) if isinstance(cid, str) else cid_str(cid),
+        "topic": cid_str(ev.topic),
+        "author": ev.author,
+        "publisher": ev.publisher,
+        "parent": cid_str(ev.parent) if ev.parent is not None else None,
+        "created": ev.created,
+        "protocol_version": ev.protocol_version,
+        "payload": base64.b64encode(ev.payload).decode("ascii"),
+    }
+
+
+@dataclass(slots=True)
+class Listener:
+    """One live delivery stream's inbox."""
+
+    items: deque[dict[str, Any]] = field(default_factory=deque)
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Driver:
+    """Runs a :class:`PulsarcastNode` beside one Kubo daemon."""
+
+    def __init__(self, config: SidecarConfig) -> None:
+        self.config = config
+        self.kubo = KuboClient(config=KuboConfig(base_url=config.kubo_api))
+        self.state = StateStore(config.state_path, log_max=config.delivery_log_max)
+        self.metrics = MetricsWriter(config.metrics_path, run=config.run, system=config.system)
+        self.store = BlockStore(kubo=self.kubo, fetch_timeout=config.fetch_timeout)
+        self.node_config = NodeConfig(
+            ping_interval=config.ping_interval,
+            heads_interval=config.heads_interval,
+            join_timeout=config.join_timeout,
+            fetch_timeout=config.fetch_timeout + 5.0,
+        )
+        self.transport = Transport(
+            kubo=self.kubo,
+            port=config.p2p_port,
+            on_rpc=self._on_rpc,
+            on_unreachable=self._on_unreachable,
+            max_frame_size=self.node_config.max_frame_size,
+            attempts=config.connect_attempts,
+            backoff=config.connect_backoff,
+        )
+        self.peer_id = ""
+        self.kubo_version = ""
+        self._node: PulsarcastNode | None = None
+        self._timer_wake = anyio.Event()
+        self._listeners: set[Listener] = set()
+        self._topics: dict[str, str] = {}
+        """Root topic CID → name, for every tree this node has been in."""
+        self.blocks: OrderedDict[CID, bytes] = OrderedDict()
+        """Recently stored descriptor blocks (answer the API before block/put is done)."""
+        self.duplicates_suppressed = 0
+        self.stopping = anyio.Event()
+        self.ready = anyio.Event()
+        self._api_server: Any = None
+        self.api_done = anyio.Event()
+        self._dirty = False
+
+    @property
+    def node(self) -> PulsarcastNode:
+        assert self._node is not None, "the driver is not running"
+        return self._node
+
+    # -- feeding the core ------------------------------------------------------------
+
+    def call(self, fn: Callable[[float], T]) -> T:
+        """Run one input on the node with ``now = time.time()``, then carry out its outputs.
+
+        Exceptions from the node (``LocalProtocolError``) propagate after the outputs
+        it queued before raising were carried out.
+        """
+        try:
+            return fn(time.time())
+        finally:
+            self._pump()
+
+    def _pump(self) -> None:
+        for out in self.node.take_outputs():
+            if isinstance(out, SendRpc):
+                self.transport.send(out.peer, out.data)
+            elif isinstance(out, MetricRecord):
+                self._record(out)
+            elif isinstance(out, StoreBlock):
+                self.blocks[out.cid] = out.data
+                if len(self.blocks) > 4096:
+                    self.blocks.popitem(last=False)
+                self.store.store(out.cid, out.data)
+            elif isinstance(out, FetchBlock):
+                self.store.fetch(out.cid, self._on_fetched)
+            elif isinstance(out, Deliver):
+                self._deliver(out)
+            elif isinstance(out, TopicUpdated):
+                log.info("topic %s updated: %s -> %s", out.topic.name, out.old_cid, out.new_cid)
+        self._timer_wake.set()
+
+    def _record(self, rec: MetricRecord) -> None:
+        if rec.kind is RecordKind.TREE_CHANGED:
+            root = rec.fields.get("topic_cid")
+            if isinstance(root, str):
+                self._topics[root] = str(rec.fields.get("topic", ""))
+            log.debug("tree %s: %s", rec.fields.get("topic"), dict(rec.fields))
+        elif rec.kind is RecordKind.EVENT_DROPPED:
+            log.info("dropped: %s", dict(rec.fields))
+        self.metrics.write(rec)
+
+    def _deliver(self, out: Deliver) -> None:
+        cid = cid_str(out.event_cid)
+        if cid in self.state.delivered:
+            # Gap repair after a restart re-finds events delivered before it.
+            self.duplicates_suppressed += 1
+            return
+        root = cid_str(out.topic_cid)
+        obj = event_json(cid, out.event)
+        obj.update(
+            topic_root=root,
+            topic_name=self._topics.get(root, ""),
+            recovered=out.recovered,
+            delivered_at=time.time(),
+        )
+        obj = self.state.append_delivery(obj)
+        self._dirty = True
+        for lst in self._listeners:
+            lst.items.append(obj)
+            lst.wake.set()
+
+    def _on_rpc(self, peer: str, rpc: Rpc) -> None:
+        try:
+            self.call(lambda now: self.node.receive_rpc(now, peer, rpc))
+        except Exception:  # a core bug must not kill the connection task group
+            log.exception("receive_rpc(%s, %s) failed", peer, rpc.op)
+
+    def _on_unreachable(self, peer: str) -> None:
+        log.info("peer %s unreachable: dropped from every tree", peer)
+        self.call(lambda now: self.node.peer_unreachable(now, peer))
+
+    def _on_fetched(self, cid: CID, data: bytes | None) -> None:
+        try:
+            self.call(lambda now: self.node.block_fetched(now, cid, data))
+        except Exception:
+            log.exception("block_fetched(%s) failed", cid)
+
+    # -- listeners (delivery streams) -------------------------------------------------
+
+    def listen(self) -> Listener:
+        lst = Listener()
+        self._listeners.add(lst)
+        return lst
+
+    def unlisten(self, lst: Listener) -> None:
+        self._listeners.discard(lst)
+
+    # -- topics ------------------------------------------------------------------------
+
+    @property
+    def topic_roots(self) -> list[str]:
+        return list(self._topics)
+
+    def remember_topic(self, root: str, name: str) -> None:
+        self._topics.setdefault(root, name)
+
+    def local_topic(self, cid: CID) -> TopicDescriptor | None:
+        data = self.blocks.get(cid)
+        if data is None:
+            return None
+        try:
+            return TopicDescriptor.decode(data, expected_cid=cid)
+        except Exception:
+            return None
+
+    def known_root(self, cid: CID) -> CID | None:
+        """The first version of topic ``cid`` if the node has it in a tree."""
+        try:
+            return self.node.topic_state(cid).topic_cid
+        except UnknownTopic:
+            return None
+
+    def persist(self) -> None:
+        """Save ``state.json`` with fresh heads."""
+        heads: dict[str, list[str]] = {}
+        for root in list(self.state.state.subscriptions) + list(self.state.state.created):
+            try:
+                st = self.node.topic_state(CID.decode(root))
+            except (UnknownTopic, ValueError):
+                continue
+            heads[root] = [cid_str(c) for c in st.heads[:16]]
+        self.state.state.heads = heads
+        self.state.save()
+        self._dirty = False
+
+    # -- running -----------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start everything, serve until :meth:`stop`, then shut down gracefully."""
+        async with self.kubo:
+            ident = await self.kubo.id()
+            self.peer_id = ident.peer_id
+            try:
+                self.kubo_version = (await self.kubo.version()).version
+            except KuboError:
+                self.kubo_version = ""
+            self.state.load(self.peer_id)
+            self.metrics.open(self.peer_id)
+            self._node = PulsarcastNode(
+                peer_id=self.peer_id,
+                config=self.node_config,
+                rng=random.Random(),
+                now=time.time(),
+            )
+            log.info(
+                "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
+            )
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self.transport.run, tg)
+                    tg.start_soon(self.store.run, tg)
+                    await self._refresh_routing()
+                    tg.start_soon(self._routing_loop)
+                    tg.start_soon(self._timer_loop)
+                    tg.start_soon(self._housekeeping_loop)
+                    if self.config.resource_interval > 0:
+                        tg.start_soon(self._resource_loop)
+                    self._resume()
+                    from ._api import serve_api
+
+                    await tg.start(serve_api, self)
+                    self.ready.set()
+                    task_status.started()
+                    await self.stopping.wait()
+                    log.info("shutting down")
+                    if self._api_server is not None:
+                        self._api_server.should_exit = True
+                        with anyio.move_on_after(5):
+                            await self.api_done.wait()
+                    tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.transport.close()
+                    try:
+                        self.persist()
+                    except Exception:
+                        log.exception("could not save the state")
+                    self.metrics.close()
+                    log.info("stopped")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for lst in self._listeners:
+            lst.wake.set()
+
+    def _resume(self) -> None:
+        """Re-subscribe what the persisted state says (§5 eventual delivery after a restart)."""
+        for root, since in self.state.state.subscriptions.items():
+            try:
+                cid = CID.decode(root)
+            except ValueError:
+                log.warning("skipping bad persisted topic CID %r", root)
+                continue
+            log.info("resuming subscription %s (since %.3f)", root, since)
+            self._resubscribe(cid, since)
+
+    def _resubscribe(self, cid: CID, since: float) -> None:
+        self.call(lambda now: self.node.subscribe(now, cid, since=since))
+
+    async def _refresh_routing(self) -> None:
+        try:
+            peers = await known_peers(self.kubo, self.peer_id, self.config.routing_k)
+        except KuboError as exc:
+            log.warning("routing table unavailable: %s", exc)
+            return
+        self.call(lambda now: self.node.set_known_peers(now, peers))
+
+    async def _routing_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.routing_interval)
+            await self._refresh_routing()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._timer_wake = anyio.Event()
+            t = self.node.get_timer()
+            if t is None:
+                await self._timer_wake.wait()
+                continue
+            delay = t - time.time()
+            if delay > 0:
+                with anyio.move_on_after(delay):
+                    await self._timer_wake.wait()
+                continue
+            try:
+                self.call(lambda now: self.node.handle_timer(now))
+            except Exception:
+                log.exception("handle_timer failed")
+                await anyio.sleep(0.1)
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await anyio.sleep(2.0)
+            self.metrics.flush()
+            if self._dirty:
+                self.persist()
+
+    async def _resource_loop(self) -> None:
+        while True:
+            bw: dict[str, Any] | None = None
+            try:
+                total = await self.kubo.stats_bw()
+                proto = await self.kubo.stats_bw(protocol=PROTOCOL)
+                bw = {
+                    "bw_total_in": total.total_in,
+                    "bw_total_out": total.total_out,
+                    "bw_protocols": {PROTOCOL: {"in": proto.total_in, "out": proto.total_out}},
+                }
+            except KuboError:
+                pass
+            for rec in resource_records(
+                now=time.time(), node=self.peer_id, kubo_pid=self.config.kubo_pid, bw=bw
+            ):
+                self.metrics.write(rec)
+            await anyio.sleep(self.config.resource_interval)

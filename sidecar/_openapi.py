@@ -1,0 +1,190 @@
+"""The OpenAPI 3.1 description of the sidecar's API (kept equal to docs/http-api.md by a test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ENDPOINTS", "openapi_document"]
+
+ENDPOINTS: tuple[tuple[str, str, str], ...] = (
+    ("get", "/health", "Sidecar and Kubo health"),
+    ("get", "/v1/status", "Peer ID, versions, topics with their tree neighbours"),
+    ("post", "/v1/topics", "Create a topic (or a sub-topic / new version with parent)"),
+    ("get", "/v1/topics/{cid}", "A topic descriptor (fetched from IPFS if not local)"),
+    ("post", "/v1/topics/{cid}/update", "Publish a new version of a topic on its meta topic"),
+    ("post", "/v1/topics/{cid}/subscribe", "Subscribe this node"),
+    ("post", "/v1/topics/{cid}/unsubscribe", "Unsubscribe this node"),
+    ("post", "/v1/topics/{cid}/publish", "Publish an event (or request to publish)"),
+    ("get", "/v1/topics/{cid}/history", "History, newest first, cursor = event CID"),
+    ("get", "/v1/events/{cid}", "An event descriptor (from any node, by CID)"),
+    ("get", "/v1/deliveries", "NDJSON stream of deliveries, resumable by seq"),
+    ("get", "/metrics", "Prometheus text metrics"),
+    ("get", "/openapi.json", "This document"),
+)
+
+_PEER_POLICY = {
+    "type": "object",
+    "properties": {
+        "enabled": {"type": "boolean"},
+        "peers": {"type": "array", "items": {"type": "string"}},
+    },
+}
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+_TOPIC = {
+    "type": "object",
+    "properties": {
+        k: {"type": t}
+        for k, t in {
+            "cid": "string",
+            "root_cid": "string",
+            "name": "string",
+            "author": "string",
+            "parent": ["string", "null"],
+            "sub_topics": "object",
+            "created": "string",
+            "protocol_version": "string",
+            "allowed_publishers": "object",
+            "request_to_publish": "object",
+            "event_linking": "string",
+            "latest": "string",
+        }.items()
+    },
+}
+_EVENT = {
+    "type": "object",
+    "properties": {
+        k: {"type": t}
+        for k, t in {
+            "cid": "string",
+            "topic": "string",
+            "author": "string",
+            "publisher": "string",
+            "parent": ["string", "null"],
+            "created": "string",
+            "protocol_version": "string",
+            "payload": "string",
+        }.items()
+    },
+}
+_DELIVERY = {
+    "allOf": [
+        {"$ref": "#/components/schemas/Event"},
+        {
+            "type": "object",
+            "properties": {
+                "seq": {"type": "integer"},
+                "topic_root": {"type": "string"},
+                "topic_name": {"type": "string"},
+                "recovered": {"type": "boolean"},
+                "delivered_at": {"type": "number"},
+            },
+        },
+    ]
+}
+_TOPIC_OPTIONS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "parent": {"type": "string"},
+        "allowed_publishers": {"$ref": "#/components/schemas/PeerPolicy"},
+        "request_to_publish": {"$ref": "#/components/schemas/PeerPolicy"},
+        "event_linking": {"enum": ["LAST_SEEN", "CUSTOM"]},
+    },
+}
+_PUBLISH = {
+    "type": "object",
+    "properties": {
+        "payload": {"type": "string", "contentEncoding": "base64"},
+        "text": {"type": "string"},
+        "parent": {"type": "string"},
+        "inject_id": {"type": "string"},
+    },
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _op(method: str, path: str, summary: str) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {}}
+    params: list[dict[str, Any]] = []
+    if "{cid}" in path:
+        params.append({"name": "cid", "in": "path", "required": True, "schema": {"type": "string"}})
+    ok = "201" if path.endswith(("/topics", "/update")) and method == "post" else "200"
+    schema: dict[str, Any] = {"type": "object"}
+    if path in ("/v1/topics", "/v1/topics/{cid}", "/v1/topics/{cid}/update"):
+        schema = _ref("Topic")
+    elif path == "/v1/events/{cid}":
+        schema = _ref("Event")
+    if path in ("/v1/topics", "/v1/topics/{cid}/update"):
+        op["requestBody"] = {"content": {"application/json": {"schema": _ref("TopicOptions")}}}
+    if path.endswith("/publish"):
+        op["requestBody"] = {"content": {"application/json": {"schema": _ref("Publish")}}}
+    if path.endswith("/history"):
+        params += [
+            {"name": "before", "in": "query", "schema": {"type": "string"}},
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+            },
+        ]
+    content: dict[str, Any] = {"application/json": {"schema": schema}}
+    if path == "/v1/deliveries":
+        params += [
+            {"name": "topic", "in": "query", "schema": {"type": "string"}},
+            {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+            {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
+        ]
+        content = {"application/x-ndjson": {"schema": _ref("Delivery")}}
+    if path == "/metrics":
+        content = {"text/plain": {"schema": {"type": "string"}}}
+    op["responses"][ok] = {"description": "success", "content": content}
+    for status in ("400", "401", "403", "404", "409", "413", "422", "503", "504"):
+        op["responses"][status] = {
+            "description": "error",
+            "content": {"application/json": {"schema": _ref("Error")}},
+        }
+    if params:
+        op["parameters"] = params
+    return op
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document served at ``/openapi.json``."""
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, summary in ENDPOINTS:
+        paths.setdefault(path, {})[method] = _op(method, path, summary)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Pulsarcast sidecar API",
+            "version": "1.0.0",
+            "description": "Topic-based publish/subscribe over IPFS (docs/http-api.md).",
+        },
+        "servers": [{"url": "http://127.0.0.1:5050"}],
+        "components": {
+            "schemas": {
+                "Error": _ERROR,
+                "PeerPolicy": _PEER_POLICY,
+                "Topic": _TOPIC,
+                "TopicOptions": _TOPIC_OPTIONS,
+                "Event": _EVENT,
+                "Delivery": _DELIVERY,
+                "Publish": _PUBLISH,
+            },
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "paths": paths,
+    }

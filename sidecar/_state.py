@@ -1,0 +1,238 @@
+"""The sidecar's own persisted state (issue 4: "persisted on disk so that a restarted
+sidecar resumes its subscriptions and repairs what it missed").
+
+``state.json`` (rewritten atomically: temp file, fsync, rename) holds the peer ID,
+the created topics, the subscriptions (with the time they started, so the core's
+gap repair recovers everything since), the last-seen heads per topic and the
+next delivery sequence number. ``deliveries.ndjson`` is the append-only delivery
+log (one Delivery object per line, ``seq`` increasing); it is rotated (oldest
+half dropped, atomically) when it exceeds its bound. The set of delivered event
+CIDs rebuilt from it lets the driver suppress duplicates after a restart, when
+the core's gap repair re-delivers events it cannot know were delivered before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PersistedState", "StateError", "StateStore"]
+
+STATE_FILE = "state.json"
+DELIVERY_LOG = "deliveries.ndjson"
+STATE_VERSION = 1
+
+
+class StateError(RuntimeError):
+    """The state directory cannot be used (corrupt file, other node's state, I/O error).
+
+    Nothing is overwritten when this is raised: the files stay as they were.
+    """
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@dataclass(slots=True, kw_only=True)
+class PersistedState:
+    """What ``state.json`` holds."""
+
+    peer_id: str | None = None
+    created: list[str] = field(default_factory=list)
+    """Root CIDs of topics this node created (it is their author)."""
+    subscriptions: dict[str, float] = field(default_factory=dict)
+    """Root topic CID → when the subscription started (epoch seconds)."""
+    heads: dict[str, list[str]] = field(default_factory=dict)
+    """Root topic CID → most recent event CIDs seen, newest first."""
+    next_seq: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "peer_id": self.peer_id,
+            "created": self.created,
+            "subscriptions": self.subscriptions,
+            "heads": self.heads,
+            "next_seq": self.next_seq,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, where: Path) -> PersistedState:
+        def bad(msg: str) -> StateError:
+            return StateError(f"{where}: {msg} (fix or move the file away; it was not changed)")
+
+        if not isinstance(doc, dict):
+            raise bad("expected a JSON object")
+        if doc.get("version") != STATE_VERSION:
+            raise bad(f"unsupported state version {doc.get('version')!r}")
+        peer = doc.get("peer_id")
+        created = doc.get("created", [])
+        subs = doc.get("subscriptions", {})
+        heads = doc.get("heads", {})
+        seq = doc.get("next_seq", 1)
+        if peer is not None and not isinstance(peer, str):
+            raise bad("peer_id must be a string")
+        if not isinstance(created, list) or not all(isinstance(c, str) for c in created):
+            raise bad("created must be a list of CIDs")
+        if not isinstance(subs, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in subs.values()
+        ):
+            raise bad("subscriptions must map topic CIDs to times")
+        if not isinstance(heads, dict) or not all(
+            isinstance(v, list) and all(isinstance(c, str) for c in v) for v in heads.values()
+        ):
+            raise bad("heads must map topic CIDs to lists of CIDs")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise bad("next_seq must be a positive integer")
+        return cls(
+            peer_id=peer,
+            created=list(created),
+            subscriptions={str(k): float(v) for k, v in subs.items()},
+            heads={str(k): list(v) for k, v in heads.items()},
+            next_seq=seq,
+        )
+
+
+class StateStore:
+    """The state directory: ``state.json`` plus the delivery log."""
+
+    def __init__(self, directory: Path, *, log_max: int = 100_000) -> None:
+        self.dir = directory
+        self.log_max = log_max
+        self.state = PersistedState()
+        self.delivered: OrderedDict[str, int] = OrderedDict()
+        """Delivered event CID → seq (bounded like the log)."""
+        self._log_lines = 0
+        self._first_seq = 1
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / STATE_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / DELIVERY_LOG
+
+    def load(self, peer_id: str) -> None:
+        """Read the state (creating the directory); refuse another node's state."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot create state directory {self.dir}: {exc}") from None
+        path = self.state_file
+        if path.exists():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise StateError(f"cannot read {path}: {exc}") from None
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise StateError(
+                    f"{path}: corrupt state file ({exc}); fix or move it away, it was not changed"
+                ) from None
+            self.state = PersistedState.from_json(doc, path)
+            if self.state.peer_id not in (None, peer_id):
+                raise StateError(
+                    f"{path} belongs to peer {self.state.peer_id}, but Kubo is {peer_id}: "
+                    "use another --state-dir"
+                )
+        self.state.peer_id = peer_id
+        last_seq = 0
+        for obj in self._read_log():
+            seq = obj["seq"]
+            self.delivered[obj["cid"]] = seq
+            self._log_lines += 1
+            last_seq = max(last_seq, seq)
+            if self._log_lines == 1:
+                self._first_seq = seq
+        while len(self.delivered) > self.log_max:
+            self.delivered.popitem(last=False)
+        self.state.next_seq = max(self.state.next_seq, last_seq + 1)
+        self.save()
+
+    def _read_log(self) -> Iterator[dict[str, Any]]:
+        path = self.log_file
+        if not path.exists():
+            return
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    if not line.endswith("\n"):
+                        return  # a torn last line (crash while appending): ignore it
+                    raise StateError(f"{path}:{n}: corrupt delivery log line") from None
+                if (
+                    not isinstance(obj, dict)
+                    or not isinstance(obj.get("seq"), int)
+                    or not isinstance(obj.get("cid"), str)
+                ):
+                    raise StateError(f"{path}:{n}: a delivery needs an integer seq and a cid")
+                yield obj
+
+    def save(self) -> None:
+        """Rewrite ``state.json`` atomically."""
+        atomic_write(self.state_file, json.dumps(self.state.to_json(), indent=1, sort_keys=True))
+
+    # deliveries
+
+    def append_delivery(self, delivery: dict[str, Any]) -> dict[str, Any]:
+        """Give ``delivery`` the next seq, append it to the log and return it."""
+        seq = self.state.next_seq
+        self.state.next_seq += 1
+        obj = {**delivery, "seq": seq}
+        with open(self.log_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self.delivered[obj["cid"]] = seq
+        if len(self.delivered) > self.log_max:
+            self.delivered.popitem(last=False)
+        self._log_lines += 1
+        if self._log_lines > self.log_max:
+            self._rotate()
+        return obj
+
+    def _rotate(self) -> None:
+        keep = list(self._read_log())[-(self.log_max // 2) :]
+        atomic_write(
+            self.log_file, "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in keep)
+        )
+        self._log_lines = len(keep)
+        self._first_seq = keep[0]["seq"] if keep else self.state.next_seq
+
+    def replay(self, after: int, topic: str | None = None) -> Iterator[dict[str, Any]]:
+        """Persisted deliveries with ``seq > after`` (of one root topic if given), oldest first."""
+        for obj in self._read_log():
+            if obj["seq"] > after and (topic is None or obj.get("topic_root") == topic):
+                yield obj
+
+    @property
+    def last_seq(self) -> int:
+        return self.state.next_seq - 1

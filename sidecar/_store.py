@@ -1,0 +1,119 @@
+"""Descriptor blocks in Kubo (PROTOCOL.md §5 "Persistence").
+
+``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CID checked by the
+client) with ``pin=true``, in order, by one writer task; then ``routing/provide``
+in a separate background queue, so dissemination never waits for the DHT (§8).
+``FetchBlock`` → ``block/get`` with a timeout, answered with ``node.block_fetched``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+
+import anyio
+import anyio.abc
+from multiformats import CID
+
+from pulsarcast_ipfs.kubo import KuboClient, KuboError
+
+__all__ = ["BlockStore"]
+
+log = logging.getLogger("pulsarcast.sidecar.store")
+
+_PROVIDE_QUEUE_MAX = 50_000
+
+
+class BlockStore:
+    """Writes, pins, provides and fetches descriptor blocks through Kubo."""
+
+    def __init__(self, *, kubo: KuboClient, fetch_timeout: float, provide_workers: int = 2) -> None:
+        self.kubo = kubo
+        self.fetch_timeout = fetch_timeout
+        self.provide_workers = provide_workers
+        self._puts: deque[tuple[CID, bytes]] = deque()
+        self._put_wake = anyio.Event()
+        self._provides: deque[CID] = deque()
+        self._provide_wake = anyio.Event()
+        self._stored: set[CID] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.stored = 0
+        self.provided = 0
+        self.provide_failed = 0
+        self.provide_skipped = 0
+        self.store_failed = 0
+        self.fetched = 0
+        self.fetch_failed = 0
+
+    async def run(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        for i in range(self.provide_workers):
+            tg.start_soon(self._provide_loop, name=f"provide-{i}")
+        await self._put_loop()
+
+    @property
+    def pending(self) -> int:
+        return len(self._puts)
+
+    def store(self, cid: CID, data: bytes) -> None:
+        """Queue a block for ``block/put`` + pin (never blocks)."""
+        if cid in self._stored:
+            return
+        self._stored.add(cid)
+        if len(self._stored) > 200_000:
+            self._stored.clear()
+        self._puts.append((cid, data))
+        self._put_wake.set()
+
+    async def _put_loop(self) -> None:
+        while True:
+            while not self._puts:
+                self._put_wake = anyio.Event()
+                await self._put_wake.wait()
+            cid, data = self._puts[0]
+            try:
+                await self.kubo.block_put(data, pin=True)
+                self.stored += 1
+            except KuboError as exc:
+                self.store_failed += 1
+                log.warning("block/put %s failed: %s", cid, exc)
+            self._puts.popleft()
+            if len(self._provides) < _PROVIDE_QUEUE_MAX:
+                self._provides.append(cid)
+                self._provide_wake.set()
+            else:
+                self.provide_skipped += 1  # Kubo's reprovider announces pinned blocks later
+
+    async def _provide_loop(self) -> None:
+        while True:
+            while not self._provides:
+                self._provide_wake = anyio.Event()
+                await self._provide_wake.wait()
+            cid = self._provides.popleft()
+            try:
+                await self.kubo.provide(cid)
+                self.provided += 1
+            except KuboError as exc:
+                self.provide_failed += 1
+                log.debug("provide %s failed: %s", cid, exc)
+
+    def fetch(self, cid: CID, answer: Callable[[CID, bytes | None], None]) -> None:
+        """Start fetching ``cid``; ``answer(cid, data or None)`` is called when done."""
+        assert self._tg is not None, "BlockStore.run must be started first"
+        self._tg.start_soon(self._fetch, cid, answer)
+
+    async def _fetch(self, cid: CID, answer: Callable[[CID, bytes | None], None]) -> None:
+        data: bytes | None
+        try:
+            data = await self.kubo.block_get(cid, max_wait=self.fetch_timeout)
+            self.fetched += 1
+        except KuboError as exc:
+            log.debug("block/get %s failed: %s", cid, exc)
+            self.fetch_failed += 1
+            data = None
+        answer(cid, data)
+
+    async def get(self, cid: CID, max_wait: float) -> bytes:
+        """Read a block for the API (local store first, then IPFS); KuboError on failure."""
+        return await self.kubo.block_get(cid, max_wait=max_wait)

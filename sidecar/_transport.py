@@ -1,0 +1,272 @@
+"""Tree RPCs over Kubo stream mounting (PROTOCOL.md §6).
+
+Incoming: ``p2p listen /x/pulsarcast/1.0.0 /ip4/127.0.0.1/tcp/<port>`` with
+``report-peer-id``; every TCP connection Kubo makes to our port starts with the
+authenticated sender's peer ID and a newline, then length-prefixed dag-cbor frames
+(:class:`~pulsarcast_ipfs.core.FrameDecoder`). A frame that does not decode closes
+that connection (``RemoteProtocolError``).
+
+Outgoing: one long-lived connection per neighbour, through a ``p2p forward`` of a
+free local port to ``/p2p/<peer>``, fed from a send queue. p2p streams have no
+half-close and Kubo accepts our TCP connection before it knows whether the libp2p
+stream can be opened, so frames written on a connection that dies young are sent
+again on the next one (the core is idempotent for repeated frames: events are
+de-duplicated by CID). A connection is retried a bounded number of times with
+exponential backoff; then the driver is told (``node.peer_unreachable``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from pulsarcast_ipfs.core import FrameDecoder, RemoteProtocolError, Rpc
+from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
+from pulsarcast_ipfs.kubo import KuboClient, KuboError
+
+__all__ = ["PROTOCOL", "Transport"]
+
+PROTOCOL = "/x/pulsarcast/1.0.0"
+_YOUNG = 1.0
+"""A connection that breaks within this many seconds re-sends what it carried."""
+_MAX_BACKOFF = 5.0
+
+log = logging.getLogger("pulsarcast.sidecar.transport")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(slots=True, kw_only=True)
+class _Conn:
+    peer: str
+    queue: deque[bytes] = field(default_factory=deque)
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    port: int | None = None
+    closed: bool = False
+
+
+class Transport:
+    """The p2p listener and the per-neighbour outgoing connections of one sidecar."""
+
+    def __init__(
+        self,
+        *,
+        kubo: KuboClient,
+        port: int,
+        on_rpc: Callable[[str, Rpc], None],
+        on_unreachable: Callable[[str], None],
+        max_frame_size: int,
+        attempts: int = 5,
+        backoff: float = 0.2,
+    ) -> None:
+        self.kubo = kubo
+        self.port = port or free_port()
+        self.on_rpc = on_rpc
+        self.on_unreachable = on_unreachable
+        self.max_frame_size = max_frame_size
+        self.attempts = attempts
+        self.backoff = backoff
+        self._conns: dict[str, _Conn] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closing = False
+        self.frames_in = 0
+        self.frames_out = 0
+        self.bad_frames = 0
+        self.incoming = 0
+
+    @property
+    def target(self) -> str:
+        return f"/ip4/127.0.0.1/tcp/{self.port}"
+
+    async def run(
+        self, tg: anyio.abc.TaskGroup, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        """Bind the port, register ``p2p listen``, then accept connections until cancelled."""
+        self._tg = tg
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
+        async with listener:
+            # A crashed predecessor may have left its listener registered in Kubo.
+            await self.kubo.p2p_close(protocol=PROTOCOL)
+            await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
+            log.info("p2p listen %s -> %s (report-peer-id)", PROTOCOL, self.target)
+            task_status.started()
+            await listener.serve(self._handle, task_group=tg)
+
+    async def close(self) -> None:
+        """Graceful shutdown: close our p2p listener and every forward (§ issue 4)."""
+        self._closing = True
+        for conn in self._conns.values():
+            conn.closed = True
+            conn.wake.set()
+        with anyio.move_on_after(5, shield=True):
+            try:
+                n = await self.kubo.p2p_close(protocol=PROTOCOL)
+                log.info("closed %d p2p listeners/forwards", n)
+            except KuboError as exc:
+                log.warning("could not close p2p listeners: %s", exc)
+
+    # incoming ---------------------------------------------------------------------
+
+    async def _handle(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            buf = b""
+            try:
+                while b"\n" not in buf:
+                    buf += await stream.receive()
+                    if len(buf) > 256:
+                        log.warning("incoming connection without a peer-ID line: closed")
+                        return
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                return
+            line, rest = buf.split(b"\n", 1)
+            try:
+                peer = validate_peer_id(line.decode("ascii").strip())
+            except (UnicodeDecodeError, InvalidPeerId):
+                log.warning("incoming connection with a bad peer-ID line %r: closed", line[:80])
+                return
+            self.incoming += 1
+            decoder = FrameDecoder(max_frame_size=self.max_frame_size)
+            try:
+                data = rest
+                while True:
+                    if data:
+                        for rpc in decoder.feed(data):
+                            self.frames_in += 1
+                            self.on_rpc(peer, rpc)
+                    data = await stream.receive()
+            except RemoteProtocolError as exc:
+                self.bad_frames += 1
+                log.warning("garbage from %s, connection closed: %s", peer, exc)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                pass
+
+    # outgoing ---------------------------------------------------------------------
+
+    def send(self, peer: str, data: bytes) -> None:
+        """Queue one frame for ``peer`` (never blocks; the connection task sends it)."""
+        if self._closing or self._tg is None:
+            return
+        conn = self._conns.get(peer)
+        if conn is None:
+            conn = _Conn(peer=peer)
+            self._conns[peer] = conn
+            self._tg.start_soon(self._run_conn, conn, name=f"conn-{peer[-8:]}")
+        conn.queue.append(data)
+        conn.wake.set()
+
+    def forget(self, peer: str) -> None:
+        """Close the connection to ``peer`` (it was dropped from every tree)."""
+        conn = self._conns.pop(peer, None)
+        if conn is not None:
+            conn.closed = True
+            conn.wake.set()
+
+    @property
+    def neighbours(self) -> list[str]:
+        return list(self._conns)
+
+    async def _run_conn(self, conn: _Conn) -> None:
+        failures = 0
+        try:
+            while not conn.closed:
+                try:
+                    lived = await self._connect_and_send(conn)
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                    lived, why = 0.0, str(exc) or type(exc).__name__
+                except KuboError as exc:
+                    lived, why = 0.0, f"p2p forward: {exc}"
+                else:
+                    why = "connection closed by the remote"
+                if self._gone(conn):
+                    break
+                failures = 1 if lived > _YOUNG else failures + 1
+                if failures >= self.attempts:
+                    log.warning("%s unreachable after %d attempts (%s)", conn.peer, failures, why)
+                    break
+                delay = min(self.backoff * 2 ** (failures - 1), _MAX_BACKOFF)
+                log.debug("connection to %s failed (%s); retry in %.1fs", conn.peer, why, delay)
+                await anyio.sleep(delay)
+        finally:
+            if self._conns.get(conn.peer) is conn:
+                del self._conns[conn.peer]
+            if conn.port is not None:
+                with anyio.move_on_after(5, shield=True):
+                    try:
+                        await self.kubo.p2p_close(listen_address=f"/ip4/127.0.0.1/tcp/{conn.port}")
+                    except KuboError:
+                        pass
+            if not conn.closed and not self._closing:
+                self.on_unreachable(conn.peer)
+
+    @staticmethod
+    def _gone(conn: _Conn) -> bool:
+        return conn.closed
+
+    async def _connect_and_send(self, conn: _Conn) -> float:
+        """One connection's life; returns how long it lived (seconds)."""
+        if conn.port is None:
+            port = free_port()
+            await self.kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", conn.peer)
+            conn.port = port
+        stream = await anyio.connect_tcp("127.0.0.1", conn.port)
+        began = time.monotonic()
+        recent: deque[tuple[float, bytes]] = deque()
+        broken = anyio.Event()
+
+        async def watch() -> None:
+            # The remote never writes: a read only ends when the stream is gone.
+            try:
+                while True:
+                    await stream.receive()
+            except (
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                OSError,
+            ):
+                pass
+            broken.set()
+            conn.wake.set()
+
+        async with stream, anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            try:
+                while not conn.closed and not broken.is_set():
+                    while conn.queue and not broken.is_set():
+                        data = conn.queue[0]
+                        try:
+                            await stream.send(data)
+                        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                            broken.set()
+                            break
+                        conn.queue.popleft()
+                        self.frames_out += 1
+                        t = time.monotonic()
+                        recent.append((t, data))
+                        while recent and recent[0][0] < t - _YOUNG:
+                            recent.popleft()
+                    if not conn.queue:
+                        conn.wake = anyio.Event()
+                        if conn.queue:  # appended between the check and the new event
+                            continue
+                        await conn.wake.wait()
+            finally:
+                tg.cancel_scope.cancel()
+        lived = time.monotonic() - began
+        # What may not have made it through a dying stream goes again (idempotent).
+        cutoff = time.monotonic() - _YOUNG
+        again = [d for t, d in recent if t >= cutoff or lived <= _YOUNG]
+        conn.queue.extendleft(reversed(again))
+        return lived
