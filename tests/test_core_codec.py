@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -69,7 +71,14 @@ def test_wire_has_op_field() -> None:
 
     assert dag_cbor.decode(encode_rpc(SAMPLES[0]))["op"] == "JOIN"
     assert set(dag_cbor.decode(encode_rpc(SAMPLES[6]))) == {
-        "op", "topic", "descriptor", "requestId", "author", "payload", "parent", "created",
+        "op",
+        "topic",
+        "descriptor",
+        "requestId",
+        "author",
+        "payload",
+        "parent",
+        "created",
         "injectId",
     }
 
@@ -92,7 +101,7 @@ def test_any_split_gives_the_same_messages(cuts: list[int]) -> None:
     points = sorted({0, len(STREAM), *cuts})
     dec = FrameDecoder()
     out: list[Rpc] = []
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         out += dec.feed(STREAM[a:b])
     assert out == SAMPLES
 

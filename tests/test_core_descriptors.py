@@ -188,7 +188,9 @@ def test_policies() -> None:
     t = topic()
     assert t.may_publish(PEERS[0]) and t.may_publish(PEERS[1]) and not t.may_publish(PEERS[2])
     assert t.may_request(PEERS[3])
-    closed = topic(options=TopicOptions(request_to_publish=PeerPolicy(enabled=True, peers=(PEERS[2],))))
+    closed = topic(
+        options=TopicOptions(request_to_publish=PeerPolicy(enabled=True, peers=(PEERS[2],)))
+    )
     assert closed.may_publish(PEERS[3])  # allowedPublishers disabled: anyone
     assert closed.may_request(PEERS[2]) and not closed.may_request(PEERS[3])
 
@@ -207,7 +209,12 @@ peers = st.sampled_from(PEERS)
     linking=st.sampled_from(list(EventLinking)),
 )
 def test_topic_round_trip_property(
-    name: str, author: str, now: float, subs: dict[str, bytes], allowed: list[str], linking: EventLinking
+    name: str,
+    author: str,
+    now: float,
+    subs: dict[str, bytes],
+    allowed: list[str],
+    linking: EventLinking,
 ) -> None:
     links = {k: compute_cid(v) for k, v in subs.items()}
     t = TopicDescriptor.new(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._codec import (
     MAX_FRAME_SIZE,
+    MAX_HEADS,
     Event,
     FrameDecoder,
     Heads,
@@ -62,6 +63,7 @@ from ._node import PulsarcastNode
 
 __all__ = [
     "MAX_FRAME_SIZE",
+    "MAX_HEADS",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
     "Deliver",

@@ -27,6 +27,8 @@ class NodeConfig:
     """A failed peer is avoided for this long, then tried again (the author may return)."""
     heads_interval: float = 5.0
     """Tree neighbours exchange HEADS (recent event CIDs) this often when they changed."""
+    heads_after_publish: float = 0.5
+    """A publisher also announces its new events in HEADS this soon after publishing."""
     heads_refresh_every: int = 6
     """...and unconditionally every this many HEADS intervals."""
     heads_size: int = 64

@@ -44,7 +44,6 @@ from . import _dagcbor
 from ._errors import DescriptorError, LocalProtocolError
 
 __all__ = [
-    "MAX_DESCRIPTOR_SIZE",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
     "EventDescriptor",
@@ -52,7 +51,6 @@ __all__ = [
     "PeerPolicy",
     "TopicDescriptor",
     "TopicOptions",
-    "check_link",
     "cid_str",
     "compute_cid",
     "decode_descriptor",

@@ -192,8 +192,10 @@ class _Tree:
     joined: bool = False
     join: _JoinAttempt | None = None
     recheck_at: float | None = None
+    heads_due: float | None = None
     recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     last_seen: CID | None = None
+    last_seen_ts: float = 0.0
     heads_sent: dict[str, tuple[CID, ...]] = field(default_factory=dict)
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
@@ -648,17 +650,20 @@ class PulsarcastNode:
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
         self._emit(StoreBlock(cid=cid, data=ev.encode()))
-        self._note_recent(tree, cid, ev.created_ts)
+        self._note_recent(tree, cid, ev.created_ts, live=not recovered)
         self._forward(now, tree, cid, exclude=sender)
         self._offer(now, tree, cid, recovered)
         return True
 
-    def _note_recent(self, tree: _Tree, cid: CID, created: float) -> None:
+    def _note_recent(self, tree: _Tree, cid: CID, created: float, *, live: bool) -> None:
         tree.recent[cid] = created
         tree.recent.move_to_end(cid)
         while len(tree.recent) > self.config.heads_size:
             tree.recent.popitem(last=False)
-        tree.last_seen = cid
+        # LAST_SEEN: the most recent event seen; an older one found by gap repair is not.
+        if live or tree.last_seen is None or created >= tree.last_seen_ts:
+            tree.last_seen = cid
+            tree.last_seen_ts = created
 
     def _forward(
         self, now: float, tree: _Tree, cid: CID, *, exclude: str | None, only: str | None = None
@@ -690,7 +695,12 @@ class PulsarcastNode:
                 continue
             ev: EventDescriptor = entry[1]
             if ev.created_ts < t.since:
-                continue  # history from before the subscription: not delivered
+                # History from before the subscription: not delivered, but it is the
+                # boundary of the gap walk, so what waited for it can go now.
+                for item in self._waiting.pop(cur, []):
+                    self._waiting_count -= 1
+                    stack.append(item)
+                continue
             parent = ev.parent
             ready = (
                 parent is None
@@ -808,8 +818,11 @@ class PulsarcastNode:
             else:
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
                 return
+        # A node with children repairs everything advertised (its subtree may have
+        # subscribed before it did); a leaf only what it could deliver.
+        bound = tree.since if not tree.children else float("-inf")
         for cid, created in rpc.heads:
-            if cid in self._seen or cid in self._fetches or created < tree.since:
+            if cid in self._seen or cid in self._fetches or created < bound:
                 continue
             self._fetch(now, cid, "event", tree.key, peer)
         theirs = {c for c, _ in rpc.heads}
@@ -966,6 +979,8 @@ class PulsarcastNode:
                 deadlines.append(tree.join.deadline)
             if tree.recheck_at is not None:
                 deadlines.append(tree.recheck_at)
+            if tree.heads_due is not None:
+                deadlines.append(tree.heads_due)
         deadlines.extend(f.due for f in self._fetches.values())
         deadlines.extend(r.due for r in self._requests.values())
         return min(deadlines) if deadlines else None
@@ -998,6 +1013,13 @@ class PulsarcastNode:
                         self._send(
                             now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name
                         )
+        for tree in list(self._trees.values()):
+            if tree.heads_due is not None and tree.heads_due <= now:
+                tree.heads_due = None
+                current = tuple(reversed(tree.recent))
+                for peer in tree.neighbours():
+                    if tree.heads_sent.get(peer) != current:
+                        self._send_heads(now, tree, peer)
         for cid, f in list(self._fetches.items()):
             if f.due > now:
                 continue
@@ -1320,7 +1342,7 @@ class PulsarcastNode:
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
         self._emit(StoreBlock(cid=cid, data=ev.encode()))
-        self._note_recent(tree, cid, ev.created_ts)
+        self._note_recent(tree, cid, ev.created_ts, live=True)
         self._record(
             now,
             RecordKind.EVENT_PUBLISHED,
@@ -1342,6 +1364,10 @@ class PulsarcastNode:
             self._ensure_joined(now, tree)
         self._forward(now, tree, cid, exclude=None)
         self._offer(now, tree, cid, False)
+        # Announce it again soon in HEADS: if the EVENT to a neighbour was lost and this
+        # node then fails, the block can still be fetched by whoever heard of it.
+        if tree.heads_due is None:
+            tree.heads_due = now + self.config.heads_after_publish
         return cid
 
     def _send_request(self, now: float, req: _Request) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,8 @@ class CoreNet:
         self.fetches = 0
         self.messages = 0
         self.lost = 0
+        self.drop_if: Callable[[str, str, Rpc], bool] | None = None
+        """Test hook: ``drop_if(sender, receiver, rpc)`` true loses that message."""
         self._heap: list[tuple[float, int, str, str, Any]] = []
         self._seq = 0
         for i, peer in enumerate(self.peers):
@@ -122,7 +125,9 @@ class CoreNet:
                     if self.unreachable_after is not None:
                         self._push(self.now + self.unreachable_after, "unreachable", peer, out.peer)
                     continue
-                if self.loss and self.rng.random() < self.loss:
+                if (self.loss and self.rng.random() < self.loss) or (
+                    self.drop_if is not None and self.drop_if(peer, out.peer, out.rpc)
+                ):
                     self.lost += 1
                     continue
                 delay = self.latency * (1.0 + self.rng.random())
@@ -197,7 +202,18 @@ class CoreNet:
         return result
 
     def crash(self, peer: str) -> None:
+        """``peer`` stops: it gets nothing and its timers do not fire."""
         self.crashed.add(peer)
+
+    def revive(self, peer: str) -> None:
+        """``peer`` comes back with the state it had (its timers fire again)."""
+        self.crashed.discard(peer)
+        self._after(peer)
+
+    def inject(self, sender: str, receiver: str, rpc: Rpc) -> None:
+        """Deliver ``rpc`` to ``receiver`` now, as if ``sender`` had sent it."""
+        self.nodes[receiver].receive_rpc(self.now, sender, rpc)
+        self._after(receiver)
 
     def delivered(self, peer: str, topic: CID | None = None) -> list[CID]:
         return [e for t, e, _ in self.logs[peer].delivered if topic is None or t == topic]
