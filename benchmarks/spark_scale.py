@@ -67,13 +67,14 @@ class PeakRss:
 
 def generate(session: job.SessionConfig | None, n_records: int, out: Path) -> int:
     """Write ~n_records records as 100 per-node gzip JSONL files; return the exact count."""
+    from pyspark.sql import Column
     from pyspark.sql import functions as F
 
     spark = job.get_session(session)
     events = max(1, n_records // PER_EVENT)
     run, system = F.lit("bench"), F.lit("pulsarcast")
 
-    def u(*cols: object) -> object:  # uniform [0, 1) from a hash
+    def u(*cols: Column) -> Column:  # uniform [0, 1) from a hash
         return F.pmod(F.xxhash64(*cols), F.lit(1_000_000)) / F.lit(1_000_000.0)
 
     ev = spark.range(events).select(
@@ -83,44 +84,90 @@ def generate(session: job.SessionConfig | None, n_records: int, out: Path) -> in
         (F.col("id") * 0.01).alias("ts"),
     )
     topic = F.concat(F.lit("topic-"), F.col("t"))
-    node = lambda c: F.concat(F.lit("node-"), c)  # noqa: E731
+
+    def node(c: Column) -> Column:
+        return F.concat(F.lit("node-"), c)
+
     base = [F.lit(1).alias("v"), run.alias("run"), system.alias("system")]
-    inj = ev.select(*base, F.col("ts"), node(F.col("pub")).alias("node"),
-                    F.lit("event_injected").alias("kind"), topic.alias("topic"),
-                    F.concat(F.lit("i"), F.col("i")).alias("inject_id"), F.lit(600).alias("size"))
-    pub = ev.select(*base, (F.col("ts") + 0.005).alias("ts"), node(F.col("pub")).alias("node"),
-                    F.lit("event_published").alias("kind"), topic.alias("topic"),
-                    F.concat(F.lit("e"), F.col("i")).alias("event"),
-                    F.concat(F.lit("i"), F.col("i")).alias("inject_id"))
-    rcv = ev.crossJoin(spark.range(SUBS_PER_TOPIC).select(F.col("id").alias("j"))).select(
-        "*",
-        F.pmod(F.col("t") * 7 + F.col("j"), F.lit(NODES)).alias("dst"),
-        u(F.col("i"), F.col("j"), F.lit(3)).alias("x"),
-    ).where(F.col("x") >= 0.02)
+    inj = ev.select(
+        *base,
+        F.col("ts"),
+        node(F.col("pub")).alias("node"),
+        F.lit("event_injected").alias("kind"),
+        topic.alias("topic"),
+        F.concat(F.lit("i"), F.col("i")).alias("inject_id"),
+        F.lit(600).alias("size"),
+    )
+    pub = ev.select(
+        *base,
+        (F.col("ts") + 0.005).alias("ts"),
+        node(F.col("pub")).alias("node"),
+        F.lit("event_published").alias("kind"),
+        topic.alias("topic"),
+        F.concat(F.lit("e"), F.col("i")).alias("event"),
+        F.concat(F.lit("i"), F.col("i")).alias("inject_id"),
+    )
+    rcv = (
+        ev.crossJoin(spark.range(SUBS_PER_TOPIC).select(F.col("id").alias("j")))
+        .select(
+            "*",
+            F.pmod(F.col("t") * 7 + F.col("j"), F.lit(NODES)).alias("dst"),
+            u(F.col("i"), F.col("j"), F.lit(3)).alias("x"),
+        )
+        .where(F.col("x") >= 0.02)
+    )
     lat = F.lit(0.02) + F.col("x") * 0.3
-    dl = rcv.select(*base, (F.col("ts") + 0.005 + lat).alias("ts"), node(F.col("dst")).alias("node"),
-                    F.lit("event_delivered").alias("kind"), topic.alias("topic"),
-                    F.concat(F.lit("e"), F.col("i")).alias("event"), lat.alias("latency"),
-                    (F.col("x") < 0.03).alias("recovered"))
-    sent = rcv.select(*base, (F.col("ts") + 0.006).alias("ts"), node(F.col("pub")).alias("node"),
-                      F.lit("rpc_sent").alias("kind"), F.lit("event").alias("op"),
-                      F.lit(700).alias("bytes"), node(F.col("dst")).alias("peer"), topic.alias("topic"))
-    got = rcv.select(*base, (F.col("ts") + 0.006 + lat).alias("ts"), node(F.col("dst")).alias("node"),
-                     F.lit("rpc_received").alias("kind"), F.lit("event").alias("op"),
-                     F.lit(700).alias("bytes"), node(F.col("pub")).alias("peer"), topic.alias("topic"))
+    dl = rcv.select(
+        *base,
+        (F.col("ts") + 0.005 + lat).alias("ts"),
+        node(F.col("dst")).alias("node"),
+        F.lit("event_delivered").alias("kind"),
+        topic.alias("topic"),
+        F.concat(F.lit("e"), F.col("i")).alias("event"),
+        lat.alias("latency"),
+        (F.col("x") < 0.03).alias("recovered"),
+    )
+    sent = rcv.select(
+        *base,
+        (F.col("ts") + 0.006).alias("ts"),
+        node(F.col("pub")).alias("node"),
+        F.lit("rpc_sent").alias("kind"),
+        F.lit("event").alias("op"),
+        F.lit(700).alias("bytes"),
+        node(F.col("dst")).alias("peer"),
+        topic.alias("topic"),
+    )
+    got = rcv.select(
+        *base,
+        (F.col("ts") + 0.006 + lat).alias("ts"),
+        node(F.col("dst")).alias("node"),
+        F.lit("rpc_received").alias("kind"),
+        F.lit("event").alias("op"),
+        F.lit(700).alias("bytes"),
+        node(F.col("pub")).alias("peer"),
+        topic.alias("topic"),
+    )
     subs = spark.range(TOPICS * SUBS_PER_TOPIC).select(
-        *base, F.lit(0.0).alias("ts"),
-        node(F.pmod(F.floor(F.col("id") / SUBS_PER_TOPIC) * 7 + F.col("id") % SUBS_PER_TOPIC,
-                    F.lit(NODES))).alias("node"),
+        *base,
+        F.lit(0.0).alias("ts"),
+        node(
+            F.pmod(
+                F.floor(F.col("id") / SUBS_PER_TOPIC) * 7 + F.col("id") % SUBS_PER_TOPIC,
+                F.lit(NODES),
+            )
+        ).alias("node"),
         F.lit("subscribed").alias("kind"),
-        F.concat(F.lit("topic-"), F.floor(F.col("id") / SUBS_PER_TOPIC)).alias("topic"))
+        F.concat(F.lit("topic-"), F.floor(F.col("id") / SUBS_PER_TOPIC)).alias("topic"),
+    )
     samples = int(events * 0.01 / 10) + 1
     res = spark.range(NODES * 2 * samples).select(
         *base,
         ((F.col("id") % samples) * 10.0).alias("ts"),
         node(F.floor(F.col("id") / (2 * samples))).alias("node"),
         F.lit("resource_sample").alias("kind"),
-        F.when(F.floor(F.col("id") / samples) % 2 == 0, "sidecar").otherwise("kubo").alias("process"),
+        F.when(F.floor(F.col("id") / samples) % 2 == 0, "sidecar")
+        .otherwise("kubo")
+        .alias("process"),
         ((F.col("id") % samples) * 10.0 * 0.05).alias("cpu_seconds"),
         (F.lit(200_000_000) + (F.col("id") % samples) * 1000).alias("rss_bytes"),
         ((F.col("id") % samples) * 50_000).alias("bw_total_in"),
@@ -151,8 +198,9 @@ def generate(session: job.SessionConfig | None, n_records: int, out: Path) -> in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--records", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--workdir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--driver-memory", default="2g")
@@ -160,8 +208,10 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="spark-scale-"))
     cfg = job.SessionConfig(driver_memory=args.driver_memory)
     spark = job.get_session(cfg)
-    print(f"Spark {spark.version}, master {spark.sparkContext.master}, "
-          f"driver memory {args.driver_memory}, {os.cpu_count()} CPUs, workdir {work}")
+    print(
+        f"Spark {spark.version}, master {spark.sparkContext.master}, "
+        f"driver memory {args.driver_memory}, {os.cpu_count()} CPUs, workdir {work}"
+    )
     rows = []
     for n in args.records:
         runs = work / f"n{n}" / "run"
@@ -175,16 +225,21 @@ def main() -> None:
         with PeakRss() as peak:
             t0 = time.monotonic()
             res = job.run_report(
-                spark, job.ReportConfig(run_dirs=(str(runs),), out=str(out), plots=True),
+                spark,
+                job.ReportConfig(run_dirs=(str(runs),), out=str(out), plots=True),
                 progress=lambda m: print("  " + m, flush=True),
             )
             secs = time.monotonic() - t0
         r = res.runs[0]
-        print(f"  coverage vs published {r['coverage_published']:.4f}, "
-              f"latency p50 {r['latency_p50']:.3f} s, rejected {res.rejected_records}")
+        print(
+            f"  coverage vs published {r['coverage_published']:.4f}, "
+            f"latency p50 {r['latency_p50']:.3f} s, rejected {res.rejected_records}"
+        )
         rows.append((got, secs, got / secs, peak.peak))
-        print(f"  => {got:,} records in {secs:.1f} s: {got / secs:,.0f} records/s, "
-              f"peak driver RSS (python + JVM) {peak.peak / 2**20:,.0f} MiB")
+        print(
+            f"  => {got:,} records in {secs:.1f} s: {got / secs:,.0f} records/s, "
+            f"peak driver RSS (python + JVM) {peak.peak / 2**20:,.0f} MiB"
+        )
         shutil.rmtree(work / f"n{n}")
     print("\nrecords      seconds   records/s   peak driver MiB")
     for got, secs, rate, pk in rows:

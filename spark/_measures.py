@@ -328,7 +328,9 @@ def rpc_tables(rec: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
         F.sum(F.when(~F.col("sent"), F.col("bytes")).otherwise(0)).alias("bytes_received"),
     ]
     per_topic = rpc.groupBy(*KEY, "topic").agg(*aggs)
-    total = rpc.groupBy(*KEY).agg(*aggs).select(*KEY, F.lit(ALL).alias("topic"), *per_topic.columns[3:])
+    total = (
+        rpc.groupBy(*KEY).agg(*aggs).select(*KEY, F.lit(ALL).alias("topic"), *per_topic.columns[3:])
+    )
     by_topic = per_topic.unionByName(total)
     nodes = rec.select(*KEY, "node").distinct()
     per_node = nodes.join(rpc.groupBy(*KEY, "node").agg(*aggs), on=[*KEY, "node"], how="left")
@@ -441,7 +443,9 @@ def resource_tables(rec: DataFrame, cfg: MeasureConfig) -> tuple[DataFrame, Data
         series.groupBy(*KEY, "bucket")
         .agg(F.sum("cpu").alias("cpu"), F.sum("mem").alias("mem"), F.sum("net").alias("net"))
         .groupBy(*KEY)
-        .agg(*stats("cluster_cpu", "cpu"), *stats("cluster_mem", "mem"), *stats("cluster_net", "net"))
+        .agg(
+            *stats("cluster_cpu", "cpu"), *stats("cluster_mem", "mem"), *stats("cluster_net", "net")
+        )
     )
     totals = counters.groupBy(*KEY).agg(
         F.sum("bytes_in").alias("cluster_bytes_in"), F.sum("bytes_out").alias("cluster_bytes_out")

@@ -448,7 +448,10 @@ def _markdown(
                 out.append(
                     R.markdown_table(
                         [
-                            {"what": w, **{k: r[f"{w}_{k}"] for k in ("mean", "std", "p95", "p99", "max")}}
+                            {
+                                "what": w,
+                                **{k: r[f"{w}_{k}"] for k in ("mean", "std", "p95", "p99", "max")},
+                            }
                             for w in ("sent", "received")
                         ],
                         [
@@ -474,7 +477,10 @@ def _markdown(
                         "what": label,
                         "_u": unit,
                         **{f"n_{k}": r[f"node_{what}_{k}"] for k in ("mean", "p95", "p99")},
-                        **{f"c_{k}": r[f"cluster_{what}_{k}"] for k in ("mean", "p95", "p99", "max")},
+                        **{
+                            f"c_{k}": r[f"cluster_{what}_{k}"]
+                            for k in ("mean", "p95", "p99", "max")
+                        },
                     }
                 )
             for row in rows:
@@ -496,4 +502,3 @@ def _markdown(
 def default_progress(msg: str) -> None:
     """Print a stage message to stderr."""
     print(msg, file=sys.stderr, flush=True)
-

@@ -76,8 +76,12 @@ def plot_events(topics: Sequence[Row], title: str, path: Path) -> None:
     series = (("injected", "injected"), ("published", "published"), ("deliveries", "received"))
     for i, (key, label) in enumerate(series):
         vals = [max(int(r[key] or 0), 0) for r in rows]
-        ax.bar([v + (i - 1) * width for v in x], [v if v > 0 else float("nan") for v in vals],
-               width, label=label)
+        ax.bar(
+            [v + (i - 1) * width for v in x],
+            [v if v > 0 else float("nan") for v in vals],
+            width,
+            label=label,
+        )
     ax.set_yscale("log")
     ax.set_xticks(x)
     ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
@@ -130,10 +134,18 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
 
     ax = axes[0][0]
     w = 0.4
-    ax.bar([i - w / 2 for i in x], [nz(r["coverage_injected"], 100) for r in runs], w,
-           label="vs injected")
-    ax.bar([i + w / 2 for i in x], [nz(r["coverage_published"], 100) for r in runs], w,
-           label="vs published")
+    ax.bar(
+        [i - w / 2 for i in x],
+        [nz(r["coverage_injected"], 100) for r in runs],
+        w,
+        label="vs injected",
+    )
+    ax.bar(
+        [i + w / 2 for i in x],
+        [nz(r["coverage_published"], 100) for r in runs],
+        w,
+        label="vs published",
+    )
     ax.set_ylim(0, 105)
     ax.set_title("subscription coverage (%)")
     ax.legend(fontsize=8)
@@ -141,23 +153,35 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
     ax = axes[0][1]
     w = 0.27
     for j, p in enumerate(("p50", "p95", "p99")):
-        ax.bar([i + (j - 1) * w for i in x], [nz(r[f"latency_{p}"], 1000) for r in runs], w,
-               label=p)
+        ax.bar(
+            [i + (j - 1) * w for i in x], [nz(r[f"latency_{p}"], 1000) for r in runs], w, label=p
+        )
     ax.set_title("delivery latency (ms)")
     ax.legend(fontsize=8)
 
     ax = axes[1][0]
-    ax.bar(x, [nz(r["rpc_sent_mean"]) for r in runs],
-           yerr=[0.0 if r["rpc_sent_std"] is None else r["rpc_sent_std"] for r in runs],
-           capsize=3)
+    ax.bar(
+        x,
+        [nz(r["rpc_sent_mean"]) for r in runs],
+        yerr=[0.0 if r["rpc_sent_std"] is None else r["rpc_sent_std"] for r in runs],
+        capsize=3,
+    )
     ax.set_title("RPC messages sent per node (mean ± sd)")
 
     ax = axes[1][1]
     w = 0.4
-    ax.bar([i - w / 2 for i in x], [nz(r["rpc_bytes_sent"], 2**-20) for r in runs], w,
-           label="RPC bytes sent")
-    ax.bar([i + w / 2 for i in x], [nz(r["cluster_bytes_out"], 2**-20) for r in runs], w,
-           label="network out (stats/bw)")
+    ax.bar(
+        [i - w / 2 for i in x],
+        [nz(r["rpc_bytes_sent"], 2**-20) for r in runs],
+        w,
+        label="RPC bytes sent",
+    )
+    ax.bar(
+        [i + w / 2 for i in x],
+        [nz(r["cluster_bytes_out"], 2**-20) for r in runs],
+        w,
+        label="network out (stats/bw)",
+    )
     ax.set_title("bytes (MiB, whole cluster)")
     ax.legend(fontsize=8)
     for row in axes:

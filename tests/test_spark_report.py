@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
-pytest.importorskip("pyspark")
-
-from pyspark.sql import SparkSession  # noqa: E402
-
-import spark as job  # noqa: E402
-from pulsarcast_ipfs.cli import main as cli_main  # noqa: E402
-from pulsarcast_ipfs.records import validate_record  # noqa: E402
+import spark as job
+from pulsarcast_ipfs.cli import main as cli_main
+from pulsarcast_ipfs.records import validate_record
 
 pytestmark = pytest.mark.spark
 
@@ -90,20 +87,68 @@ def _run1() -> list[Rec]:
         r("rpc_received", 14, "C", op="event", bytes=200, peer="B", topic="t2"),
         r("rpc_received", 12, "A", op="event", bytes=50, peer="A", topic="t1"),
         # resources
-        r("resource_sample", 0, "A", process="sidecar", cpu_seconds=0.0, rss_bytes=100,
-          bw_total_in=0, bw_total_out=0),
-        r("resource_sample", 10, "A", process="sidecar", cpu_seconds=5.0, rss_bytes=200,
-          bw_total_in=1000, bw_total_out=3000),
-        r("resource_sample", 20, "A", process="sidecar", cpu_seconds=7.0, rss_bytes=300,
-          bw_total_in=1000, bw_total_out=5000),
+        r(
+            "resource_sample",
+            0,
+            "A",
+            process="sidecar",
+            cpu_seconds=0.0,
+            rss_bytes=100,
+            bw_total_in=0,
+            bw_total_out=0,
+        ),
+        r(
+            "resource_sample",
+            10,
+            "A",
+            process="sidecar",
+            cpu_seconds=5.0,
+            rss_bytes=200,
+            bw_total_in=1000,
+            bw_total_out=3000,
+        ),
+        r(
+            "resource_sample",
+            20,
+            "A",
+            process="sidecar",
+            cpu_seconds=7.0,
+            rss_bytes=300,
+            bw_total_in=1000,
+            bw_total_out=5000,
+        ),
         r("resource_sample", 0, "A", process="kubo", cpu_seconds=10.0, rss_bytes=1000),
         r("resource_sample", 10, "A", process="kubo", cpu_seconds=20.0, rss_bytes=1000),
-        r("resource_sample", 5, "B", process="sidecar", cpu_seconds=0.0, rss_bytes=500,
-          bw_total_in=0, bw_total_out=0),
-        r("resource_sample", 15, "B", process="sidecar", cpu_seconds=1.0, rss_bytes=500,
-          bw_total_in=500, bw_total_out=500),
-        r("resource_sample", 16, "B", process="sidecar", cpu_seconds=0.5, rss_bytes=600,
-          bw_total_in=600, bw_total_out=600),  # restart: CPU counter went back
+        r(
+            "resource_sample",
+            5,
+            "B",
+            process="sidecar",
+            cpu_seconds=0.0,
+            rss_bytes=500,
+            bw_total_in=0,
+            bw_total_out=0,
+        ),
+        r(
+            "resource_sample",
+            15,
+            "B",
+            process="sidecar",
+            cpu_seconds=1.0,
+            rss_bytes=500,
+            bw_total_in=500,
+            bw_total_out=500,
+        ),
+        r(
+            "resource_sample",
+            16,
+            "B",
+            process="sidecar",
+            cpu_seconds=0.5,
+            rss_bytes=600,
+            bw_total_in=600,
+            bw_total_out=600,
+        ),  # restart: CPU counter went back
         r("tree_changed", 1, "A", topic="t1", role="root", children=["B"]),
     ]
 
@@ -129,8 +174,9 @@ BAD_LINES = {
     json.dumps(_r("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"v": 2}): (
         "unsupported_version"
     ),
-    json.dumps(_r("r1", "pulsarcast", "event_delivered", 1, "A", topic="t1", event="e1",
-                  recovered=False)): "missing_field:latency",
+    json.dumps(
+        _r("r1", "pulsarcast", "event_delivered", 1, "A", topic="t1", event="e1", recovered=False)
+    ): "missing_field:latency",
     json.dumps(_r("r1", "pulsarcast", "gossip_heartbeat", 1, "A")): "unknown_kind",
     json.dumps(_r("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"ts": "x"}): "bad_type",
 }
@@ -147,7 +193,7 @@ def _write_jsonl(path: Path, lines: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=4))
+    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
     yield session
     session.stop()
 
@@ -175,8 +221,10 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> t
     _write_jsonl(d1 / "bad.jsonl", list(BAD_LINES))
     (d1 / "notes.txt").write_text("not a record file\n")
     d_rows = [json.loads(x) for x in by_node["D"]]
-    cols = "v bigint, ts double, run string, system string, node string, kind string, " \
+    cols = (
+        "v bigint, ts double, run string, system string, node string, kind string, "
         "topic string, inject_id string, event string, latency double, recovered boolean"
+    )
     names = [c.split()[0] for c in cols.split(", ")]
     floats = {"ts", "latency"}
 
@@ -225,9 +273,12 @@ def test_topic_t1_late_subscriber_duplicates_unpublished(result: job.ReportResul
     t1 = _topic(result, "r1", "t1")
     # injected i1@10 {A,B}, i2@20 {A,B}, i3@60 {A,C} -> 6; published e1@11 {A,B}, e2@35 {A,B,C} -> 5
     assert {k: t1[k] for k in ("subscribers", "injected", "published")} == {
-        "subscribers": 3, "injected": 3, "published": 2}
+        "subscribers": 3,
+        "injected": 3,
+        "published": 2,
+    }
     assert (t1["expected_injected"], t1["expected_published"]) == (6, 5)
-    # distinct pairs: (A,e1) (B,e1) (C,e1) (A,e2) (B,e2) (C,e2) (A,e9); counted: all but (C,e1), (A,e9)
+    # distinct: (A,e1) (B,e1) (C,e1) (A,e2) (B,e2) (C,e2) (A,e9); counted: not (C,e1) (A,e9)
     assert (t1["deliveries"], t1["received"], t1["duplicates"]) == (7, 5, 2)
     assert (t1["late"], t1["unpublished"], t1["recovered"]) == (1, 1, 1)
     assert t1["coverage_published"] == pytest.approx(1.0)
@@ -264,9 +315,7 @@ def test_run_totals_and_comparison(result: job.ReportResult) -> None:
 
 
 def _lat(res: job.ReportResult, run: str, topic: str, cls: str) -> dict[str, Any]:
-    (row,) = [
-        r for r in res.latency if (r["run"], r["topic"], r["class"]) == (run, topic, cls)
-    ]
+    (row,) = [r for r in res.latency if (r["run"], r["topic"], r["class"]) == (run, topic, cls)]
     return row
 
 
@@ -337,8 +386,13 @@ def test_outputs_written(result: job.ReportResult, spark: SparkSession) -> None:
     assert "88.9 %" in md  # r1 total coverage vs injected, 8/9
     names = sorted(p.name for p in result.plots)
     assert names == sorted(
-        ["comparison.png", "coverage_r1__pulsarcast.png", "events_r1__pulsarcast.png",
-         "coverage_r2__floodsub.png", "events_r2__floodsub.png"]
+        [
+            "comparison.png",
+            "coverage_r1__pulsarcast.png",
+            "events_r1__pulsarcast.png",
+            "coverage_r2__floodsub.png",
+            "events_r2__floodsub.png",
+        ]
     )
     for p in result.plots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -367,8 +421,12 @@ def test_exclude_publisher(
     assert (r2["expected_published"], r2["received"], r2["coverage_published"]) == (1, 1, 1.0)
 
 
-def test_cli_report(spark: SparkSession, run_dirs: tuple[Path, Path], tmp_path: Path,
-                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_report(
+    spark: SparkSession,
+    run_dirs: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     out = tmp_path / "cli"
     rc = cli_main(["report", str(run_dirs[1]), "--out", str(out), "--no-plots"])
     assert rc == 0

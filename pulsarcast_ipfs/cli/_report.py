@@ -23,20 +23,44 @@ Malformed or foreign records are kept in OUT/tables/rejected and counted."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="directory (or s3a://... path) holding one run's records")
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="directory (or s3a://... path) holding one run's records",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    p.add_argument("--master", default=None, metavar="URL",
-                   help="Spark master (default: local[*], or what spark-submit chose)")
+    p.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master (default: local[*], or what spark-submit chose)",
+    )
     p.add_argument("--format", default="md", choices=["md"], help="report format (md)")
-    p.add_argument("--driver-memory", default="2g", metavar="SIZE",
-                   help="driver memory when Spark is started here (default 2g)")
-    p.add_argument("--exclude-publisher", action="store_true",
-                   help="do not expect delivery of an event to the node that published it")
-    p.add_argument("--bucket", type=float, default=10.0, metavar="SECONDS",
-                   help="time bucket aligning resource samples across nodes (default 10)")
-    p.add_argument("--report-dir", default=None, metavar="DIR",
-                   help="local directory for report.md and plots when --out is remote")
+    p.add_argument(
+        "--driver-memory",
+        default="2g",
+        metavar="SIZE",
+        help="driver memory when Spark is started here (default 2g)",
+    )
+    p.add_argument(
+        "--exclude-publisher",
+        action="store_true",
+        help="do not expect delivery of an event to the node that published it",
+    )
+    p.add_argument(
+        "--bucket",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="time bucket aligning resource samples across nodes (default 10)",
+    )
+    p.add_argument(
+        "--report-dir",
+        default=None,
+        metavar="DIR",
+        help="local directory for report.md and plots when --out is remote",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
 
@@ -68,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
         run_dirs=tuple(args.run_dirs),
         out=args.out,
         report_dir=args.report_dir,
-        measures=job.MeasureConfig(exclude_publisher=args.exclude_publisher,
-                                   bucket_seconds=args.bucket),
+        measures=job.MeasureConfig(
+            exclude_publisher=args.exclude_publisher, bucket_seconds=args.bucket
+        ),
         plots=not args.no_plots,
     )
     from pyspark.sql import SparkSession
@@ -99,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point (``spark-submit spark/report_job.py ...``)."""
     p = argparse.ArgumentParser(
-        prog="report_job.py", description=_DESCRIPTION,
+        prog="report_job.py",
+        description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
