@@ -1,0 +1,328 @@
+"""``pulsarcast topic|sub|pub|history|status``: arguments, output and exit codes.
+
+The sidecar is replaced by ``httpx.MockTransport`` here (the CLI's own logic); the
+commands against a real sidecar are in ``tests/test_cli_app_sidecar.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from pulsarcast_ipfs.cli import _app, main
+from pulsarcast_ipfs.sdk import Client, ClientConfig
+
+ME = "12D3KooWMeMeMeMeMeMeMeMeMe"
+TOPIC = "bafyreitopic"
+
+
+def topic_doc(**over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "cid": TOPIC,
+        "root_cid": TOPIC,
+        "name": "news",
+        "author": ME,
+        "parent": None,
+        "sub_topics": {"meta": "bafyreimeta"},
+        "created": "2026-11-21T09:00:00.000000Z",
+        "protocol_version": "1.0.0",
+        "allowed_publishers": {"enabled": False, "peers": []},
+        "request_to_publish": {"enabled": True, "peers": []},
+        "event_linking": "LAST_SEEN",
+    }
+    doc.update(over)
+    return doc
+
+
+def event_doc(n: int, payload: bytes | None = None) -> dict[str, Any]:
+    return {
+        "cid": f"bafyreiev{n}",
+        "topic": TOPIC,
+        "author": ME,
+        "publisher": ME,
+        "parent": f"bafyreiev{n - 1}" if n > 1 else None,
+        "created": "2026-11-21T09:00:01.000000Z",
+        "protocol_version": "1.0.0",
+        "payload": base64.b64encode(payload or f"event {n}".encode()).decode(),
+    }
+
+
+class FakeSidecar:
+    """Answers the contract's endpoints with canned documents; records requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.publish_answer: httpx.Response = httpx.Response(
+            200, json={"status": "published", "event": "bafyreinew", "request_id": None}
+        )
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.path
+        if path == "/v1/status":
+            return httpx.Response(
+                200,
+                json={
+                    "peer_id": ME,
+                    "version": "0.1.0",
+                    "kubo_version": "0.43.0",
+                    "api": "127.0.0.1:5050",
+                    "topics": [
+                        {
+                            "cid": TOPIC,
+                            "root_cid": TOPIC,
+                            "name": "news",
+                            "role": "relay",
+                            "parent": "12D3KooWParentParentParent",
+                            "children": ["12D3KooWChildChildChild1"],
+                            "subscribed": False,
+                            "acting_root": False,
+                            "heads": [],
+                        }
+                    ],
+                },
+            )
+        if path == "/v1/topics":
+            return httpx.Response(201, json=topic_doc(name=json.loads(request.content)["name"]))
+        if path == f"/v1/topics/{TOPIC}":
+            return httpx.Response(200, json=topic_doc(latest="bafyreinewer"))
+        if path.endswith("/update"):
+            return httpx.Response(201, json=topic_doc(cid="bafyreiv2", parent=TOPIC))
+        if path.endswith("/subscribe"):
+            return httpx.Response(200, json={"topic": TOPIC, "subscribed": True})
+        if path.endswith("/publish"):
+            return self.publish_answer
+        if path.endswith("/history"):
+            events = [event_doc(n) for n in range(9, 0, -1)]
+            return httpx.Response(200, json={"events": events, "next": None})
+        if path == "/v1/deliveries":
+            lines = []
+            for seq in (4, 5):
+                d = event_doc(seq, b"\xff\x00" if seq == 5 else None)
+                d.update(
+                    seq=seq,
+                    topic_root=TOPIC,
+                    topic_name="news",
+                    recovered=seq == 5,
+                    delivered_at=1.0,
+                )
+                lines.append(json.dumps(d))
+            return httpx.Response(200, content="\n".join(lines) + "\n")
+        return httpx.Response(
+            404, json={"error": {"code": "not_found", "message": f"no route {path}"}}
+        )
+
+
+@pytest.fixture
+def sidecar(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeSidecar, list[ClientConfig]]:
+    fake = FakeSidecar()
+    configs: list[ClientConfig] = []
+
+    def make(*, config: ClientConfig) -> Client:
+        configs.append(config)
+        return Client(config=config, transport=httpx.MockTransport(fake))
+
+    monkeypatch.setattr(_app, "Client", make)
+    monkeypatch.delenv("PULSARCAST_API", raising=False)
+    monkeypatch.delenv("PULSARCAST_API_TOKEN", raising=False)
+    return fake, configs
+
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Run:
+    def go(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return go
+
+
+def body(request: httpx.Request) -> Any:
+    return json.loads(request.content)
+
+
+def test_pub_prints_the_event_cid(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    assert run("pub", TOPIC, "hello world") == (0, "bafyreinew\n", "")
+    assert body(fake.requests[-1]) == {"text": "hello world"}
+    code, out, _ = run("pub", TOPIC, "x", "--parent", "bafyreiev1", "--json")
+    assert code == 0 and json.loads(out)["event"] == "bafyreinew"
+    assert body(fake.requests[-1]) == {"text": "x", "parent": "bafyreiev1"}
+
+
+@pytest.mark.parametrize("argv", [["pub", TOPIC, "-"], ["pub", TOPIC]])
+def test_pub_reads_standard_input(
+    sidecar: tuple[FakeSidecar, Any], run: Run, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    fake, _ = sidecar
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\x00binary\xff")))
+    assert run(*argv)[0] == 0
+    assert base64.b64decode(body(fake.requests[-1])["payload"]) == b"\x00binary\xff"
+
+
+def test_pub_with_only_a_request_to_publish(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    fake.publish_answer = httpx.Response(
+        200, json={"status": "requested", "event": None, "request_id": "req-7"}
+    )
+    code, out, err = run("pub", TOPIC, "please")
+    assert (code, out) == (0, "req-7\n")
+    assert "request to publish sent" in err
+
+
+def test_refusals_are_one_clear_line_and_exit_1(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    fake.publish_answer = httpx.Response(
+        403, json={"error": {"code": "not_allowed", "message": "only the author may publish"}}
+    )
+    code, out, err = run("pub", TOPIC, "x")
+    assert (code, out) == (1, "")
+    assert err.strip() == "Error: not allowed: only the author may publish"
+    code, _, err = run("topic", "show", "bafyreiunknown")
+    assert code == 1 and err.startswith("Error: no route") and "(not_found)" in err
+
+
+def test_topic_create_restricted(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    code, out, _ = run(
+        "topic", "create", "news", "--restrict", "--allowed-publisher", "12D3KooWOther",
+        "--request-to-publish", "--linking", "CUSTOM",
+    )  # fmt: skip
+    assert (code, out) == (0, f"{TOPIC}\n")
+    assert body(fake.requests[-1]) == {
+        "name": "news",
+        "allowed_publishers": {"enabled": True, "peers": [ME, "12D3KooWOther"]},
+        "request_to_publish": {"enabled": True, "peers": []},
+        "event_linking": "CUSTOM",
+    }
+    run("topic", "create", "open", "--no-request-to-publish", "--parent", TOPIC)
+    assert body(fake.requests[-1]) == {
+        "name": "open",
+        "parent": TOPIC,
+        "request_to_publish": {"enabled": False, "peers": []},
+    }
+    run("topic", "create", "few", "--request-to-publish", "12D3KooWA", "12D3KooWB")
+    assert body(fake.requests[-1])["request_to_publish"] == {
+        "enabled": True,
+        "peers": ["12D3KooWA", "12D3KooWB"],
+    }
+
+
+def test_topic_show_and_update(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    code, out, _ = run("topic", "show", TOPIC)
+    assert code == 0
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert fields["name"] == "news" and fields["latest"] == "bafyreinewer"
+    assert fields["publishers"] == "anyone" and fields["requests"] == "anyone"
+    assert fields["#meta"] == "bafyreimeta"
+    code, out, _ = run("topic", "show", TOPIC, "--json")
+    assert json.loads(out)["cid"] == TOPIC
+    assert run("topic", "update", TOPIC, "--linking", "LAST_SEEN") == (0, "bafyreiv2\n", "")
+
+
+def test_sub_prints_deliveries(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    code, out, err = run("sub", TOPIC, "--after", "3", "--no-follow")
+    assert code == 0
+    assert out.splitlines() == ["event 4", "base64:/wA="]
+    assert f"subscribed to {TOPIC}" in err
+    assert dict(fake.requests[-1].url.params) == {
+        "follow": "false",
+        "topic": TOPIC,
+        "after": "3",
+    }
+    code, out, _ = run("sub", TOPIC, "--after", "3", "--no-follow", "-l")
+    assert out.splitlines()[0] == f"4\tbafyreiev4\t{ME}\tevent 4"
+    assert "(recovered)" in out.splitlines()[1]
+    code, out, _ = run("sub", TOPIC, "--after", "3", "--no-follow", "--json", "-n", "1")
+    lines = out.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["seq"] == 4
+
+
+def test_history_and_status(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    code, out, _ = run("history", TOPIC, "--limit", "3")
+    assert code == 0
+    assert [ln.split("\t")[0] for ln in out.splitlines()] == [
+        "bafyreiev9",
+        "bafyreiev8",
+        "bafyreiev7",
+    ]
+    assert fake.requests[-1].url.params["limit"] == "3"
+    code, out, _ = run("history", TOPIC, "--json", "--limit", "2")
+    assert [json.loads(ln)["cid"] for ln in out.splitlines()] == ["bafyreiev9", "bafyreiev8"]
+    code, out, _ = run("status")
+    assert code == 0 and f"peer ID   {ME}" in out
+    assert "relay" in out and "12D3KooW…Parent" in out
+    code, out, _ = run("status", "--json")
+    assert json.loads(out)["topics"][0]["children"] == ["12D3KooWChildChildChild1"]
+
+
+def test_api_and_token_before_or_after_the_command(
+    sidecar: tuple[FakeSidecar, list[ClientConfig]], run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, configs = sidecar
+    run("--api", "10.1.1.1:7000", "--token", "t1", "status")
+    run("status", "--api", "http://10.2.2.2:7000", "--token", "t2")
+    monkeypatch.setenv("PULSARCAST_API", "10.3.3.3:7000")
+    monkeypatch.setenv("PULSARCAST_API_TOKEN", "t3")
+    run("status")
+    assert [(c.api, c.token) for c in configs] == [
+        ("http://10.1.1.1:7000", "t1"),
+        ("http://10.2.2.2:7000", "t2"),
+        ("http://10.3.3.3:7000", "t3"),
+    ]
+    assert fake.requests[-1].headers["authorization"] == "Bearer t3"
+
+
+def test_usage_errors_exit_2(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    assert run("--api", "ftp://x", "status")[0] == 2
+    code, _, err = run("history", TOPIC, "--limit", "0")
+    assert code == 2 and "--limit" in err
+    with pytest.raises(SystemExit) as info:
+        main(["topic", "create", "x", "--linking", "SOMETIMES"])
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["topic"],
+        ["topic", "create"],
+        ["topic", "show"],
+        ["topic", "update"],
+        ["sub"],
+        ["pub"],
+        ["history"],
+        ["status"],
+    ],
+)
+def test_help_everywhere(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    assert "usage: pulsarcast" in capsys.readouterr().out
+
+
+def test_no_sidecar_says_so(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("PULSARCAST_API_TOKEN", raising=False)
+    code, out, err = run("--api", f"http://127.0.0.1:{port}", "pub", TOPIC, "x")
+    assert (code, out) == (1, "")
+    assert err.strip() == (
+        f"Error: sidecar not reachable at http://127.0.0.1:{port} (connection refused) "
+        "— is pulsarcast-sidecar running?"
+    )
