@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for noisy in ("httpx", "httpcore", "uvicorn.error"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         anyio.run(_run, config)
     except StateError as exc:

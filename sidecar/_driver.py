@@ -70,7 +70,7 @@ def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
     }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Listener:
     """One live delivery stream's inbox."""
 
@@ -331,6 +331,17 @@ class Driver:
         except KuboError as exc:
             log.warning("routing table unavailable: %s", exc)
             return
+        # A tree where this node acts as root although it is not the author (no known
+        # peer closer to the author, e.g. a sparse routing table): add the author, whom
+        # `p2p forward` can reach by peer ID through the DHT (§5: "if the author itself
+        # is reachable, go straight to it").
+        for root in self._topics:
+            try:
+                st = self.node.topic_state(CID.decode(root))
+            except (UnknownTopic, ValueError):
+                continue
+            if st.acting_root and st.author not in peers and st.author != self.peer_id:
+                peers.append(st.author)
         self.call(lambda now: self.node.set_known_peers(now, peers))
 
     async def _routing_loop(self) -> None:

@@ -5,9 +5,11 @@ network traffic) and ``swarm/peers`` and gives the union to the core
 (``node.set_known_peers``). With ``routing_k`` only that many peers per bucket
 (common-prefix length with this node) are kept, closest to this node first: a
 sparser view, like a real Kademlia table in a large network, which makes trees
-deeper in small test clusters. Joins still always make progress: a node whose
-bucket containing the author is non-empty keeps a peer there, and every such
-peer is strictly closer to the author than the node itself.
+deeper in small test clusters. Joins still make progress: a node whose bucket
+containing the author is non-empty keeps a peer there, and every such peer is
+strictly closer to the author than the node itself. When that bucket is empty
+the node would act as root (§6 failover); the driver then adds the author itself
+to the known peers (``p2p forward`` reaches it by peer ID).
 """
 
 from __future__ import annotations

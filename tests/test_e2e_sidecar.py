@@ -1,0 +1,437 @@
+"""End-to-end acceptance of the sidecar (issue 4) on a real local cluster.
+
+Nine Kubo daemons; sidecars on nodes 0-7 (``routing_k=1``: one known peer per
+k-bucket, so that trees have relays and depth in a small cluster); node 8 is a
+bare Kubo node used as a forger and as an independent IPFS client. One cluster is
+shared by the whole module; the scenarios that kill processes come last.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from pulsarcast_ipfs.core import (
+    Event,
+    EventDescriptor,
+    compute_cid,
+    encode_frame,
+    format_created,
+)
+from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from sidecar import PROTOCOL
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio]
+
+SIDECARS = list(range(8))
+BARE = 8
+
+
+@pytest.fixture(scope="module")
+async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
+    async with LocalSidecarCluster(nodes=9, sidecars=SIDECARS, routing_k=1, run="e2e") as cluster:
+        yield cluster
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+async def api(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> httpx.Response:
+    async with sc.client(i) as c:
+        return await c.request(method, path, **kw)
+
+
+async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
+    r = await api(sc, i, method, path, **kw)
+    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
+    return r.json()
+
+
+async def deliveries(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[str, Any]]:
+    r = await api(
+        sc, i, "GET", "/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"}
+    )
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+
+async def peer_id(sc: LocalSidecarCluster, i: int) -> str:
+    return sc.cluster[i].peer_id
+
+
+async def create(sc: LocalSidecarCluster, i: int, name: str, **opts: Any) -> str:
+    topic = await ok(sc, i, "POST", "/v1/topics", json={"name": name, **opts})
+    return str(topic["cid"])
+
+
+async def subscribe_all(sc: LocalSidecarCluster, topic: str, nodes: list[int]) -> None:
+    for i in nodes:
+        await ok(sc, i, "POST", f"/v1/topics/{topic}/subscribe")
+
+    async def joined() -> bool:
+        for i in nodes:
+            st = await topic_status(sc, i, topic)
+            if st is None or st["acting_root"] or (st["parent"] is None and st["role"] != "root"):
+                return False
+        return True
+
+    try:
+        await wait_until(joined, deadline=30, what="every subscriber joined", interval=0.3)
+    except TimeoutError:
+        trees = {i: await topic_status(sc, i, topic) for i in sc.sidecars if sc[i].is_running()}
+        raise AssertionError(f"not every subscriber joined: {trees}") from None
+
+
+async def topic_status(sc: LocalSidecarCluster, i: int, topic: str) -> dict[str, Any] | None:
+    status = await ok(sc, i, "GET", "/v1/status")
+    for t in status["topics"]:
+        if t["root_cid"] == topic:
+            return dict(t)
+    return None
+
+
+async def wait_deliveries(
+    sc: LocalSidecarCluster, nodes: list[int], topic: str, want: set[str], deadline: float = 60
+) -> dict[int, list[dict[str, Any]]]:
+    got: dict[int, list[dict[str, Any]]] = {}
+
+    async def done() -> bool:
+        for i in nodes:
+            got[i] = await deliveries(sc, i, topic)
+        return all({d["cid"] for d in got[i]} >= want for i in nodes)
+
+    try:
+        await wait_until(done, deadline=deadline, what="deliveries", interval=0.5)
+    except TimeoutError:
+        missing = {i: len(want - {d["cid"] for d in got[i]}) for i in nodes}
+        trees = {i: await topic_status(sc, i, topic) for i in sc.sidecars if sc[i].is_running()}
+        raise AssertionError(f"missing deliveries per node: {missing}; trees: {trees}") from None
+    return got
+
+
+def assert_exactly_once(got: dict[int, list[dict[str, Any]]], want: set[str]) -> None:
+    for i, ds in got.items():
+        counts = Counter(d["cid"] for d in ds)
+        dups = {c: n for c, n in counts.items() if n > 1}
+        assert not dups, f"node{i} got duplicates: {dups}"
+        assert set(counts) == want, f"node{i}: unexpected {set(counts) - want}"
+        seqs = [d["seq"] for d in ds]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+# -- scenarios ---------------------------------------------------------------------------
+
+
+async def test_exactly_once_with_relays_and_depth(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 0, "bulk")
+    subscribers = [1, 2, 3, 4, 5, 6]
+    await subscribe_all(sc, topic, subscribers)
+    publishers = [0, 1, 2]
+    want: set[str] = set()
+
+    async def publish_from(i: int) -> None:
+        async with sc.client(i) as c:
+            for n in range(200 // 3 + (1 if i == 0 else 0) + (1 if i == 1 else 0)):
+                r = await c.post(f"/v1/topics/{topic}/publish", json={"text": f"{i}:{n}"})
+                assert r.status_code == 200, r.text
+                assert r.json()["status"] == "published"
+                want.add(r.json()["event"])
+
+    async with anyio.create_task_group() as tg:
+        for i in publishers:
+            tg.start_soon(publish_from, i)
+    assert len(want) == 200
+    got = await wait_deliveries(sc, subscribers, topic, want)
+    assert_exactly_once(got, want)
+
+    # Tree shape: parents per node, depth from the root, relays.
+    parents: dict[str, str | None] = {}
+    roles: dict[str, str] = {}
+    children: dict[str, list[str]] = {}
+    for i in SIDECARS:
+        st = await topic_status(sc, i, topic)
+        if st is not None and st["role"] != "none":
+            pid = await peer_id(sc, i)
+            parents[pid], roles[pid], children[pid] = st["parent"], st["role"], st["children"]
+
+    def depth(p: str) -> int:
+        d = 0
+        while parents.get(p) is not None:
+            p = parents[p]  # type: ignore[assignment]
+            d += 1
+            assert d < 20, "cycle in the tree"
+        return d
+
+    max_depth = max(depth(p) for p in parents)
+    forwarding = [p for p, r in roles.items() if r != "root" and children[p]]
+    print(f"tree: depth {max_depth}, roles {Counter(roles.values())}, forwarding {len(forwarding)}")
+    assert max_depth >= 2, f"tree depth {max_depth}: {parents}"
+    assert forwarding, "no node relays for another"
+
+
+async def test_allowed_publishers_and_request_to_publish(sc: LocalSidecarCluster) -> None:
+    p1, p3 = await peer_id(sc, 1), await peer_id(sc, 3)
+    topic = await create(
+        sc,
+        0,
+        "guarded",
+        allowed_publishers={"enabled": True, "peers": [p1]},
+        request_to_publish={"enabled": True, "peers": [p3]},
+    )
+    await subscribe_all(sc, topic, [1, 2, 3, 4, 5])
+    # Node 2 may neither publish nor request: a clear 403.
+    r = await api(sc, 2, "POST", f"/v1/topics/{topic}/publish", json={"text": "no"})
+    assert r.status_code == 403, r.text
+    assert r.json()["error"]["code"] == "not_allowed"
+    # Node 3 may request: published once by the first allowed node on the way up.
+    res = await ok(sc, 3, "POST", f"/v1/topics/{topic}/publish", json={"text": "please"})
+    assert res["status"] == "requested" and res["request_id"]
+    ok_pub = await ok(sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"text": "allowed"})
+
+    async def both_arrived() -> bool:
+        ds = await deliveries(sc, 5, topic)
+        return len(ds) >= 2
+
+    await wait_until(both_arrived, deadline=30, what="request and publish delivered")
+    await anyio.sleep(2)  # time for a wrong second publication of the request to show
+    for i in (1, 2, 4, 5):
+        ds = await deliveries(sc, i, topic)
+        requested = [d for d in ds if d["author"] == p3]
+        assert len(requested) == 1, f"node{i}: {requested}"
+        assert requested[0]["publisher"] in (await peer_id(sc, 0), p1)
+        assert base64.b64decode(requested[0]["payload"]) == b"please"
+        assert ok_pub["event"] in {d["cid"] for d in ds}
+        assert len(ds) == 2
+
+    # A forged event on the wire from a peer that is not allowed: dropped at the first hop.
+    target = 4
+    bare = sc.cluster[BARE]
+    forged = EventDescriptor(
+        topic=compute_cid_of(topic),
+        author=bare.peer_id,
+        publisher=bare.peer_id,
+        parent=None,
+        payload=b"forged",
+        created=format_created(time.time()),
+    )
+    before = await dropped(sc, target)
+    port = free_tcp_port()
+    async with bare.client() as kubo:
+        await kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", await peer_id(sc, target))
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+        async with stream:
+            await stream.send(encode_frame(Event(topic=forged.topic, event=forged.encode())))
+
+            async def was_dropped() -> bool:
+                return await dropped(sc, target) > before
+
+            await wait_until(was_dropped, deadline=15, what="the forged event dropped")
+        await kubo.p2p_close(listen_address=f"/ip4/127.0.0.1/tcp/{port}")
+    await anyio.sleep(1)
+    for i in (1, 2, 3, 4, 5):
+        assert forged.cid.encode("base32") not in {d["cid"] for d in await deliveries(sc, i, topic)}
+
+
+def compute_cid_of(text: str) -> Any:
+    from multiformats import CID
+
+    return CID.decode(text)
+
+
+def free_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def dropped(sc: LocalSidecarCluster, i: int) -> int:
+    r = await api(sc, i, "GET", "/metrics")
+    total = 0
+    for line in r.text.splitlines():
+        if line.startswith("pulsarcast_events_dropped_total{"):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+async def test_event_linking(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 1, "chain")
+    await subscribe_all(sc, topic, [2, 3])
+    cids = []
+    for n in range(5):
+        cids.append(
+            (await ok(sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"text": str(n)}))["event"]
+        )
+    await wait_deliveries(sc, [2, 3], topic, set(cids))
+    # LAST_SEEN: one chain, each event's parent the previous one seen by the publisher.
+    for i in (1, 2):
+        h = await ok(sc, i, "GET", f"/v1/topics/{topic}/history", params={"limit": 10})
+        assert [e["cid"] for e in h["events"]] == cids[::-1]
+        assert [e["parent"] for e in h["events"]] == [*cids[::-1][1:], None]
+    # Paging: cursor = event CID.
+    h1 = await ok(sc, 2, "GET", f"/v1/topics/{topic}/history", params={"limit": 2})
+    assert [e["cid"] for e in h1["events"]] == cids[:2:-1] and h1["next"] == cids[3]
+    h2 = await ok(
+        sc, 2, "GET", f"/v1/topics/{topic}/history", params={"limit": 2, "before": h1["next"]}
+    )
+    assert [e["cid"] for e in h2["events"]] == [cids[2], cids[1]]
+
+    custom = await create(sc, 1, "custom", event_linking="CUSTOM")
+    await subscribe_all(sc, custom, [2])
+    first = (await ok(sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "a"}))["event"]
+    second = await ok(
+        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "b", "parent": first}
+    )
+    ev = await ok(sc, 1, "GET", f"/v1/events/{second['event']}")
+    assert ev["parent"] == first
+    unknown = str(compute_cid(b"\xa1anot an event"))
+    r = await api(
+        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": unknown}
+    )
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_parent", r.text
+    r = await api(
+        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": cids[0]}
+    )
+    assert r.status_code == 409 and r.json()["error"]["code"] == "conflict", r.text
+    r = await api(
+        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": "xyz"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+
+
+async def test_unsubscribe_prunes_and_update_changes_behaviour(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 2, "mutable")
+    subs = [0, 1, 3, 4, 5, 6, 7]
+    await subscribe_all(sc, topic, subs)
+    # A leaf (subscriber without children) unsubscribes: its parent drops it.
+    leaf = None
+    for i in subs:
+        st = await topic_status(sc, i, topic)
+        if st and not st["children"]:
+            leaf, parent = i, st["parent"]
+            break
+    assert leaf is not None
+    leaf_pid = await peer_id(sc, leaf)
+    parent_idx = next(i for i in SIDECARS if sc.cluster[i].peer_id == parent)
+    assert leaf_pid in (await topic_status(sc, parent_idx, topic) or {})["children"]
+    await ok(sc, leaf, "POST", f"/v1/topics/{topic}/unsubscribe")
+
+    async def pruned() -> bool:
+        st = await topic_status(sc, parent_idx, topic)
+        return st is None or leaf_pid not in st["children"]
+
+    await wait_until(pruned, deadline=15, what="the branch pruned")
+    r = await ok(sc, 3, "POST", f"/v1/topics/{topic}/publish", json={"text": "before update"})
+    assert r["status"] == "published"
+    # Update: only the author may publish now; subscribers learn it through the meta topic.
+    new = await ok(
+        sc,
+        2,
+        "POST",
+        f"/v1/topics/{topic}/update",
+        json={"allowed_publishers": {"enabled": True, "peers": []}},
+    )
+    assert new["parent"] == topic and new["allowed_publishers"]["enabled"] is True
+
+    async def refused() -> bool:
+        r = await api(sc, 3, "POST", f"/v1/topics/{topic}/publish", json={"text": "after"})
+        return r.status_code == 403
+
+    await wait_until(refused, deadline=20, what="node 3 refused after the update", interval=0.5)
+    latest = await ok(sc, 3, "GET", f"/v1/topics/{topic}")
+    assert latest["latest"] == new["cid"]
+
+
+async def test_independent_client_reads_descriptor(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 0, "plain")
+    node = sc.cluster[BARE]
+    async with httpx.AsyncClient(base_url=node.api_url, trust_env=False, timeout=30) as http:
+        r = await http.post("/api/v0/dag/get", params={"arg": topic})
+        assert r.status_code == 200, r.text
+        doc = r.json()
+    assert set(doc) == {"name", "author", "parent", "#", "metadata"}
+    assert doc["name"] == "plain" and doc["author"] == sc.cluster[0].peer_id
+    assert doc["parent"] is None and set(doc["#"]["meta"]) == {"/"}
+    md = doc["metadata"]
+    assert md["protocolVersion"] == "1.0.0" and md["eventLinking"] == "LAST_SEEN"
+    assert md["allowedPublishers"] == {"enabled": False, "peers": []}
+    assert set(md["requestToPublish"]) == {"enabled", "peers"} and "created" in md
+
+
+async def test_restarted_subscriber_recovers(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 0, "resume")
+    await subscribe_all(sc, topic, [3, 5, 6])
+    first = (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": "x"}))["event"]
+    await wait_deliveries(sc, [5], topic, {first})
+    await sc.stop_sidecar(5)
+    missed = []
+    for n in range(50):
+        missed.append(
+            (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"m{n}"}))[
+                "event"
+            ]
+        )
+    await sc.start_sidecar(5)
+    last = (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": "y"}))["event"]
+    want = {first, *missed, last}
+    got = await wait_deliveries(sc, [5, 3], topic, want, deadline=90)
+    assert_exactly_once(got, want)
+    recovered = [d for d in got[5] if d["recovered"]]
+    print(f"restart: {len(recovered)} of 50 recovered")
+    assert {d["cid"] for d in got[5]} >= set(missed)
+
+
+async def test_relay_killed_mid_stream(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 0, "failover")
+    subs = [1, 2, 3, 4, 6, 7]
+    await subscribe_all(sc, topic, subs)
+    relay = None
+    for i in subs:
+        st = await topic_status(sc, i, topic)
+        if st and st["children"] and st["role"] != "root":
+            relay = i
+            break
+    if relay is None:
+        pytest.fail("no forwarding node in the tree to kill (routing_k=1 should give one)")
+    want: list[str] = []
+    for n in range(60):
+        if n == 20:
+            await sc.kill_sidecar(relay)
+        want.append(
+            (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"f{n}"}))[
+                "event"
+            ]
+        )
+        await anyio.sleep(0.05)
+    alive = [i for i in subs if i != relay]
+    got = await wait_deliveries(sc, alive, topic, set(want), deadline=120)
+    assert_exactly_once(got, set(want))
+    await sc.start_sidecar(relay)
+
+
+async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
+    topic = await create(sc, 6, "orphan")
+    await subscribe_all(sc, topic, [1])
+    cids = [
+        (await ok(sc, 6, "POST", f"/v1/topics/{topic}/publish", json={"text": f"o{n}"}))["event"]
+        for n in range(10)
+    ]
+    await wait_deliveries(sc, [1], topic, set(cids))
+    await anyio.sleep(3)  # provide records on their way (not required: node 1 holds them)
+    await sc.stop_kubo(6)
+    # Node 7 never saw the topic: it fetches by CID and walks the history through IPFS.
+    ev = await ok(sc, 7, "GET", f"/v1/events/{cids[-1]}")
+    assert base64.b64decode(ev["payload"]) == b"o9"
+    h = await ok(
+        sc, 7, "GET", f"/v1/topics/{topic}/history", params={"before": cids[-1], "limit": 50}
+    )
+    assert [e["cid"] for e in h["events"]] == cids[-2::-1]
