@@ -138,7 +138,9 @@ async def _main(demo: _Demo) -> None:
     try:
         with console.status("starting Kubo daemons and sidecars"):
             await sc.start()
-        console.print(f"  {demo.n} nodes up in {time.monotonic() - t0:.1f} s")
+        console.print(
+            f"  {demo.n} nodes up in {time.monotonic() - t0:.1f} s (metric records: run {demo.run})"
+        )
         demo.clients = [AsyncClient(config=ClientConfig(api=sc[i].api_url)) for i in range(demo.n)]
         await _nodes(demo)
         await _scenario(demo)
@@ -195,18 +197,24 @@ async def _scenario(demo: _Demo) -> None:
     for i in alerts_subs:
         await c[i].subscribe(alerts.cid)
 
+    waiting: list[str] = []
+
     async def joined() -> bool:
+        waiting.clear()
         for topic, subs in ((news, news_subs), (alerts, alerts_subs)):
             for i in subs:
                 st = (await c[i].status()).topic(topic.cid)
                 if st is None or not st.subscribed or st.parent is None:
-                    return False
-        return True
+                    role = "not in the tree" if st is None else f"{st.role}, no parent"
+                    waiting.append(f"node{i} in {topic.name} ({role})")
+        return not waiting
 
     if await _wait("the trees", joined):
         console.print("  every subscriber has a parent in its tree")
     else:
-        demo.problems.append(f"not every subscriber joined its tree within {WAIT:.0f} s")
+        demo.problems.append(
+            f"not every subscriber joined its tree within {WAIT:.0f} s: " + "; ".join(waiting)
+        )
 
     demo.stage("publishing")
     expected: dict[int, list[str]] = {i: [] for i in range(n)}
