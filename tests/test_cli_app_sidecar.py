@@ -1,0 +1,83 @@
+"""``pulsarcast topic|sub|pub|history|status`` as a user runs them (subprocesses)
+against real sidecars: two Kubo daemons with a ``pulsarcast-sidecar`` each."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pulsarcast_ipfs.testing import LocalSidecarCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
+
+PULSARCAST = str(Path(sys.executable).parent / "pulsarcast")
+
+
+@pytest.fixture(scope="module")
+async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
+    async with LocalSidecarCluster(nodes=2, run="cli-test") as cluster:
+        yield cluster
+
+
+async def cli(
+    sc: LocalSidecarCluster, node: int, *argv: str, stdin: bytes = b""
+) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSARCAST_API")}
+    env["PULSARCAST_API"] = sc[node].api_url
+    result = await anyio.run_process([PULSARCAST, *argv], input=stdin, env=env, check=False)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
+    code, out, err = await cli(sc, 0, "topic", "create", "shell-news")
+    assert code == 0, err
+    topic = out.strip()
+    assert topic.startswith("bafy") and len(out.splitlines()) == 1
+
+    code, out, _ = await cli(sc, 0, "topic", "show", topic, "--json")
+    assert code == 0 and json.loads(out)["name"] == "shell-news"
+
+    code, _, err = await cli(sc, 1, "sub", topic, "--after", "0", "--no-follow")
+    assert code == 0 and "subscribed to" in err
+
+    code, out, _ = await cli(sc, 0, "pub", topic, "first line")
+    first = out.strip()
+    assert code == 0 and first.startswith("bafy")
+    code, out, _ = await cli(sc, 1, "pub", topic, stdin=b"from stdin\n")
+    assert code == 0 and out.strip().startswith("bafy")
+
+    # `sub --after 0` replays both deliveries, one payload per line (newlines escaped).
+    code, out, err = await cli(sc, 1, "sub", topic, "--after", "0", "-n", "2")
+    assert code == 0, err
+    assert out.splitlines() == ["first line", "from stdin\\n"]
+
+    code, out, _ = await cli(sc, 1, "history", topic, "--json")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["cid"] for e in events][-1] == first and len(events) == 2
+
+    code, out, _ = await cli(sc, 1, "status", "--json")
+    status = json.loads(out)
+    (mine,) = [t for t in status["topics"] if t["root_cid"] == topic]
+    assert mine["subscribed"] and mine["role"] == "subscriber" and mine["parent"]
+    code, out, _ = await cli(sc, 0, "status")
+    assert code == 0 and "shell-news" in out and "root" in out
+
+
+async def test_errors_from_the_shell(sc: LocalSidecarCluster) -> None:
+    code, out, _ = await cli(sc, 0, "topic", "create", "shell-closed", "--restrict")
+    closed = out.strip()
+    assert code == 0
+    code, out, _ = await cli(sc, 0, "topic", "show", closed)
+    assert "publishers" in out and "requests    refused" in out
+    await cli(sc, 1, "sub", closed, "--no-follow")
+    code, out, err = await cli(sc, 1, "pub", closed, "let me")
+    assert (code, out) == (1, "")
+    assert err.startswith("Error: not allowed:") and "request to publish" in err
+    code, _, err = await cli(sc, 0, "topic", "show", "nonsense")
+    assert code == 1 and err.startswith("Error:") and "(bad_request)" in err
