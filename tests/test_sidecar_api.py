@@ -1,0 +1,154 @@
+"""The HTTP API against a sidecar driver running in-process beside one real Kubo daemon:
+validation and error answers of docs/http-api.md, delivery stream resume, metrics, auth."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import socket
+from collections.abc import AsyncIterator
+
+import anyio
+import httpx
+import pytest
+
+from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
+from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
+from sidecar import Driver, load_config
+
+pytestmark = [pytest.mark.kubo, pytest.mark.anyio]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+async def api(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with LocalCluster(config=ClusterConfig(nodes=1)) as cluster:
+        cfg = load_config(
+            env={},
+            flags={
+                "kubo_api": cluster[0].api_url,
+                "api": f"127.0.0.1:{_port()}",
+                "state_dir": str(tmp_path_factory.mktemp("sidecar")),
+                "max_body": 1024 * 1024,
+                "resource_interval": 0.5,
+            },
+        )
+        driver = Driver(cfg)
+        async with anyio.create_task_group() as tg:
+            await tg.start(driver.run)
+            async with httpx.AsyncClient(
+                base_url=f"http://{cfg.api}", trust_env=False, timeout=30
+            ) as client:
+                yield client
+            driver.stop()
+
+
+def err(r: httpx.Response, status: int, code: str) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"]["code"] == code and body["error"]["message"]
+
+
+async def test_health_status_openapi(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/health")).json() == {"status": "ok", "kubo": "ok"}
+    st = (await api.get("/v1/status")).json()
+    assert st["peer_id"].startswith("12D3") and st["kubo_version"]
+    assert (await api.get("/openapi.json")).json()["openapi"] == "3.1.0"
+    err(await api.get("/v1/nothing"), 404, "not_found")
+
+
+async def test_topic_validation(api: httpx.AsyncClient) -> None:
+    err(await api.post("/v1/topics", content=b"{not json"), 400, "bad_request")
+    err(await api.post("/v1/topics", json={"name": ""}), 400, "bad_request")
+    err(await api.post("/v1/topics", json=["x"]), 400, "bad_request")
+    r = await api.post(
+        "/v1/topics", json={"name": "t", "allowed_publishers": {"enabled": True, "peers": ["nope"]}}
+    )
+    err(r, 400, "bad_request")
+    assert "peer" in r.json()["error"]["message"]
+    err(
+        await api.post("/v1/topics", json={"name": "t", "event_linking": "RANDOM"}),
+        400,
+        "bad_request",
+    )
+    err(await api.get("/v1/topics/notacid"), 400, "bad_request")
+    unknown = str(compute_cid(b"\xa1aa\x01"))  # a dag-cbor CID nobody has
+    err(await api.post(f"/v1/topics/{unknown}/publish", json={"text": "x"}), 404, "unknown_topic")
+    err(await api.post(f"/v1/topics/{unknown}/unsubscribe"), 404, "unknown_topic")
+    err(await api.get(f"/v1/topics/{unknown}/history"), 404, "unknown_topic")
+
+
+async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None:
+    r = await api.post("/v1/topics", json={"name": "news"})
+    assert r.status_code == 201, r.text
+    topic = r.json()
+    assert topic["root_cid"] == topic["cid"] and set(topic["sub_topics"]) == {"meta"}
+    cid = topic["cid"]
+    err(await api.post(f"/v1/topics/{cid}/publish", json={}), 400, "bad_request")
+    err(
+        await api.post(f"/v1/topics/{cid}/publish", json={"text": "a", "payload": "YQ=="}),
+        400,
+        "bad_request",
+    )
+    err(await api.post(f"/v1/topics/{cid}/publish", json={"payload": "***"}), 400, "bad_request")
+    big = base64.b64encode(b"x" * (MAX_PAYLOAD_SIZE + 1)).decode()
+    err(
+        await api.post(f"/v1/topics/{cid}/publish", json={"payload": big}), 413, "payload_too_large"
+    )
+    err(
+        await api.post(f"/v1/topics/{cid}/publish", content=b"x" * (2 * 1024 * 1024)),
+        413,
+        "payload_too_large",
+    )
+    # LAST_SEEN topic: choosing a parent is refused.
+    err(
+        await api.post(f"/v1/topics/{cid}/publish", json={"text": "a", "parent": cid}),
+        400,
+        "bad_request",
+    )
+    # A live stream, then two publishes, then a resumed replay: no gap, no duplicate.
+    seen: list[dict[str, object]] = []
+
+    async def follow() -> None:
+        async with api.stream("GET", "/v1/deliveries", params={"topic": cid}) as resp:
+            assert resp.headers["content-type"].startswith("application/x-ndjson")
+            async for line in resp.aiter_lines():
+                if line.strip():
+                    seen.append(json.loads(line))
+                    if len(seen) == 2:
+                        return
+
+    events = []
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.sleep(0.3)
+            for text in ("one", "two"):
+                r = await api.post(f"/v1/topics/{cid}/publish", json={"text": text})
+                assert r.status_code == 200 and r.json()["status"] == "published", r.text
+                events.append(r.json()["event"])
+    assert [d["cid"] for d in seen] == events
+    first_seq = int(seen[0]["seq"])  # type: ignore[call-overload]
+    r = await api.get(
+        "/v1/deliveries", params={"after": first_seq, "follow": "false", "topic": cid}
+    )
+    assert [json.loads(x)["cid"] for x in r.text.splitlines() if x.strip()] == events[1:]
+    err(await api.get("/v1/deliveries", params={"after": "x"}), 400, "bad_request")
+    ev = (await api.get(f"/v1/events/{events[1]}")).json()
+    assert ev["parent"] == events[0] and base64.b64decode(ev["payload"]) == b"two"
+    h = (await api.get(f"/v1/topics/{cid}/history", params={"limit": 1})).json()
+    assert [e["cid"] for e in h["events"]] == [events[1]] and h["next"] == events[1]
+    err(await api.get(f"/v1/topics/{cid}/history", params={"limit": 0}), 400, "bad_request")
+    err(await api.get(f"/v1/events/{cid}"), 404, "unknown_event")
+    metrics = (await api.get("/metrics")).text
+    published = re.search(r'pulsarcast_records_total\{kind="event_published"\} (\d+)', metrics)
+    assert published and int(published.group(1)) == 3  # two events and the topic on its meta topic
+    assert "pulsarcast_deliveries_total 2.0" in metrics
