@@ -364,3 +364,12 @@ def test_config_errors() -> None:
         SimConfig(rate=0)
     with pytest.raises(SpecError, match="--nodes"):
         SimConfig(nodes=0)
+
+
+def test_cid_text_matches_multiformats() -> None:
+    from pulsarcast_ipfs.core import compute_cid
+    from pulsarcast_ipfs.sim._runner import cid_text
+
+    for i in range(50):
+        cid = compute_cid(bytes([i]) * (i + 1))
+        assert cid_text(cid) == str(cid)

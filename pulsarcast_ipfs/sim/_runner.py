@@ -52,6 +52,7 @@ happens; the summary is computed incrementally (:mod:`._stats`).
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
 import json
@@ -111,6 +112,11 @@ _KIND_NAMES: Final = (
     "failure detection",
     "restart",
 )
+
+
+def cid_text(cid: CID) -> str:
+    """``str(cid)`` for a CIDv1 in base32 (``bafy…``), ~20x faster than multiformats' encoder."""
+    return "b" + base64.b32encode(bytes(cid)).decode("ascii").lower().rstrip("=")
 
 
 class SimNode(Protocol):
@@ -507,6 +513,7 @@ class Simulation:
         if not self.alive[i]:
             return
         cid = self.topic_cids[ti]
+        assert cid is not None, "topics are created before anyone subscribes"
         self.stats.set_subscribed(i, self.topic_names[ti], True)
         before = self.stats_subscribed_records
         if since is None:
@@ -521,7 +528,7 @@ class Simulation:
                     kind=RecordKind.SUBSCRIBED,
                     ts=self.heap.now,
                     node=self.peer_ids[i],
-                    fields={"topic": self.topic_names[ti], "topic_cid": str(cid)},
+                    fields={"topic": self.topic_names[ti], "topic_cid": cid_text(cid)},
                 )
             )
 
@@ -537,6 +544,7 @@ class Simulation:
             return
         ti = self._topic_pos[pub.topic]
         cid = self.topic_cids[ti]
+        assert cid is not None, "topics are created before anyone publishes"
         payload = pub.payload(self.config.seed)
         self.stats.on_call(j, pub.topic)
         before = self.stats_injected_records
@@ -553,7 +561,7 @@ class Simulation:
                     node=self.peer_ids[i],
                     fields={
                         "topic": pub.topic,
-                        "topic_cid": str(cid),
+                        "topic_cid": cid_text(cid),
                         "inject_id": pub.inject_id,
                         "size": len(payload),
                     },
@@ -634,7 +642,7 @@ class Simulation:
         self._drain(i)
 
     def _on_deliver(self, i: int, out: Any) -> None:
-        self.stats.on_deliver(i, str(out.event_cid), bool(out.recovered))
+        self.stats.on_deliver(i, cid_text(out.event_cid), bool(out.recovered))
 
     def _on_topic_updated(self, i: int, out: Any) -> None:
         pass
