@@ -1,0 +1,323 @@
+"""The benchmark runner: one workload, each system × condition on a fresh cluster.
+
+For each (system, condition), back to back: start the cluster (Toxiproxy latency
+toxic for ``latency``), take a first resource sample, create the topics at
+their creator nodes, subscribe every node to its topics, wait ``settle``
+seconds, publish the events in ``internalId`` order at the aggregate ``rate``
+(one publish in flight per node), wait ``grace`` seconds, take a last sample and
+tear everything down. ``RUN_DIR/<system>-<condition>/`` then holds the metric
+records (``node-<i>.jsonl``, and ``sidecar/`` for Pulsarcast) and ``run.json``
+(command, Kubo version, node count, machine, condition, wall time, errors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+
+from pulsarcast_ipfs.bench._config import BenchConfig, BenchError
+from pulsarcast_ipfs.bench._recorder import sample_node
+from pulsarcast_ipfs.bench._schedule import Schedule, build_schedule, load_bench_workload
+from pulsarcast_ipfs.bench._systems import System, make_system
+from pulsarcast_ipfs.testing import ClusterError
+
+__all__ = ["BenchProgress", "BenchResult", "RunOutcome", "machine_info", "run_bench"]
+
+
+class BenchProgress:
+    """Progress callbacks (no-ops here; the CLI draws ``rich`` bars)."""
+
+    def run_started(self, system: str, condition: str, index: int, total: int) -> None:
+        """A (system, condition) run begins (``index`` of ``total``)."""
+
+    def stage(self, text: str) -> None:
+        """A set-up or tear-down step."""
+
+    def publishing(self, done: int, total: int) -> None:
+        """``done`` of ``total`` publications have completed."""
+
+    def waiting(self, label: str, elapsed: float, total: float) -> None:
+        """A timed wait (settle, grace)."""
+
+    def run_finished(self, outcome: RunOutcome) -> None:
+        """A run ended."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOutcome:
+    """What one (system, condition) run did."""
+
+    system: str
+    condition: str
+    run_dir: Path
+    status: str
+    """``ok``, ``aborted`` or ``failed``."""
+    wall_seconds: float
+    publish_seconds: float
+    publications: int
+    max_publish_delay: float
+    errors: dict[str, int] = field(default_factory=dict)
+    first_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchResult:
+    out: Path
+    runs: tuple[RunOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.runs)
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU count, memory, file-descriptor limit and load of this machine."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return {
+        "nproc": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "memory_available_bytes": psutil.virtual_memory().available,
+        "nofile_soft": soft,
+        "nofile_hard": hard,
+        "loadavg_1_5_15": list(os.getloadavg()),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+    }
+
+
+def _config_doc(cfg: BenchConfig) -> dict[str, Any]:
+    doc = asdict(cfg)
+    doc["out"] = str(cfg.out)
+    doc["latency"] = {"ms": cfg.latency.ms, "jitter_ms": cfg.latency.jitter}
+    return doc
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await anyio.sleep(delay)
+
+
+async def _timed_wait(label: str, seconds: float, progress: BenchProgress) -> None:
+    start = time.monotonic()
+    while (elapsed := time.monotonic() - start) < seconds:
+        progress.waiting(label, elapsed, seconds)
+        await anyio.sleep(min(0.5, seconds - elapsed))
+    progress.waiting(label, seconds, seconds)
+
+
+async def _sample_all(system: System) -> None:
+    limiter = anyio.CapacityLimiter(8)
+
+    async def one(i: int) -> None:
+        node = system.kubo_nodes[i]
+        async with limiter, node.client(timeout=20.0) as kubo:
+            await sample_node(
+                system.writers[i],
+                kubo=kubo,
+                kubo_pid=node.pid,
+                protocols=system.protocols,
+                others=system.other_processes(i),
+            )
+            system.writers[i].flush()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(system.kubo_nodes)):
+            tg.start_soon(one, i)
+
+
+async def _sampler(system: System, interval: float) -> None:
+    while True:
+        await anyio.sleep(interval)
+        await _sample_all(system)
+
+
+async def _run_one(
+    cfg: BenchConfig,
+    schedule: Schedule,
+    system_name: str,
+    condition: str,
+    machine: dict[str, Any],
+    progress: BenchProgress,
+) -> RunOutcome:
+    run_dir = cfg.run_dir(system_name, condition)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    started_at = time.time()
+    status = "failed"
+    kubo_version = ""
+    done = 0
+    publish_seconds = 0.0
+    max_delay = 0.0
+    system: System | None = None
+    meta: dict[str, Any] = {
+        "system": system_name,
+        "condition": condition,
+        "run": cfg.run_id(condition),
+        "command": cfg.command,
+        "nodes": cfg.nodes,
+        "workload": cfg.workload,
+        "rate": cfg.rate,
+        "events": len(schedule.events),
+        "topics": [t.name for t in schedule.topics],
+        "subscriptions": sum(len(s) for s in schedule.subscriptions),
+        "expected_deliveries": schedule.expected_deliveries(),
+        "grace": cfg.grace,
+        "settle": cfg.settle,
+        "latency": (
+            {"ms": cfg.latency.ms, "jitter_ms": cfg.latency.jitter}
+            if condition == "latency"
+            else None
+        ),
+        "machine": machine,
+        "started_at": started_at,
+    }
+    try:
+        progress.stage("starting the cluster")
+        system = make_system(
+            system_name,
+            nodes=cfg.nodes,
+            run=cfg.run_id(condition),
+            run_dir=run_dir,
+            latency=cfg.latency if condition == "latency" else None,
+            sample_interval=cfg.sample_interval,
+            say=progress.stage,
+        )
+        async with system:
+            kubo_version = await system.kubo_version()
+            meta["kubo_version"] = kubo_version
+            meta["peers"] = [n.peer_id for n in system.kubo_nodes]
+            meta["startup_seconds"] = time.monotonic() - began
+            await _sample_all(system)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_sampler, system, cfg.sample_interval)
+                progress.stage(f"creating {len(schedule.topics)} topics")
+                await system.create_topics(schedule)
+                progress.stage(f"subscribing ({meta['subscriptions']} subscriptions)")
+                await system.subscribe(schedule)
+                await _timed_wait("settling", cfg.settle, progress)
+                progress.publishing(0, len(schedule.events))
+                t0 = time.monotonic()
+
+                async def publish(i: int) -> None:
+                    nonlocal done, max_delay
+                    assert system is not None
+                    ev = schedule.events[i]
+                    await system.publish(ev)
+                    done += 1
+                    max_delay = max(max_delay, time.monotonic() - (t0 + ev.at))
+                    progress.publishing(done, len(schedule.events))
+
+                async with anyio.create_task_group() as pubs:
+                    for i, ev in enumerate(schedule.events):
+                        await _sleep_until(t0 + ev.at)
+                        pubs.start_soon(publish, i)
+                publish_seconds = time.monotonic() - t0
+                await _timed_wait("grace period", cfg.grace, progress)
+                tg.cancel_scope.cancel()
+            await _sample_all(system)
+            progress.stage("tearing down")
+        status = "ok"
+    except anyio.get_cancelled_exc_class():
+        status = "aborted"
+        raise
+    finally:
+        outcome = RunOutcome(
+            system=system_name,
+            condition=condition,
+            run_dir=run_dir,
+            status=status,
+            wall_seconds=time.monotonic() - began,
+            publish_seconds=publish_seconds,
+            publications=done,
+            max_publish_delay=max_delay,
+            errors=dict(system.errors) if system is not None else {},
+            first_error=system.first_error if system is not None else None,
+        )
+        meta.update(
+            status=status,
+            wall_seconds=outcome.wall_seconds,
+            publish_seconds=publish_seconds,
+            publications_completed=done,
+            max_publish_delay=max_delay,
+            errors=outcome.errors,
+            first_error=outcome.first_error,
+            finished_at=time.time(),
+        )
+        (run_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+        progress.run_finished(outcome)
+    return outcome
+
+
+def check_out_dir(cfg: BenchConfig) -> None:
+    """Refuse to mix records into a run directory that already holds some."""
+    for s in cfg.systems:
+        for c in cfg.conditions:
+            d = cfg.run_dir(s, c)
+            if d.exists() and any(d.iterdir()):
+                raise BenchError(f"{d} already holds a run; choose another --out")
+
+
+async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) -> BenchResult:
+    """Run every (system, condition) of ``cfg`` in turn; see the module docstring.
+
+    A failed run (cluster error, system error) is recorded in its ``run.json`` and
+    the next run goes on; cancellation (Ctrl-C) tears the current one down and
+    stops.
+    """
+    prog = progress or BenchProgress()
+    workload = load_bench_workload(cfg.workload)
+    schedule = build_schedule(
+        workload,
+        nodes=cfg.nodes,
+        rate=cfg.rate,
+        events=cfg.events,
+        topics=cfg.topics,
+        seed=cfg.seed,
+    )
+    if not schedule.events:
+        raise BenchError("the schedule has no events")
+    check_out_dir(cfg)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
+    (cfg.out / "bench.json").write_text(
+        json.dumps({"config": _config_doc(cfg), "machine": machine}, indent=2) + "\n"
+    )
+    pairs: Sequence[tuple[str, str]] = [(s, c) for s in cfg.systems for c in cfg.conditions]
+    outcomes: list[RunOutcome] = []
+    for n, (s, c) in enumerate(pairs):
+        prog.run_started(s, c, n, len(pairs))
+        try:
+            outcomes.append(await _run_one(cfg, schedule, s, c, machine, prog))
+        except (BenchError, ClusterError, OSError) as exc:
+            d = cfg.run_dir(s, c)
+            outcomes.append(
+                RunOutcome(
+                    system=s,
+                    condition=c,
+                    run_dir=d,
+                    status="failed",
+                    wall_seconds=0.0,
+                    publish_seconds=0.0,
+                    publications=0,
+                    max_publish_delay=0.0,
+                    first_error=str(exc),
+                )
+            )
+            meta_path = d / "run.json"
+            if meta_path.exists():
+                meta = json.loads(meta_path.read_text())
+                meta["first_error"] = str(exc)
+                meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return BenchResult(out=cfg.out, runs=tuple(outcomes))

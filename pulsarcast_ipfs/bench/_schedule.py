@@ -1,0 +1,153 @@
+"""The benchmark schedule: the Reddit workload mapped onto the cluster, with times.
+
+Mapping (``workload.py``, :meth:`Workload.scale`): user ``k`` (``node-(k+1)`` in
+the file) lives on cluster node ``k mod N``; a node holding several users takes
+the union of their subscriptions and all their events; a topic is created by
+the node of the user the file names as its creator. Events keep ``internalId``
+order; with ``--events E`` the stream is thinned evenly (a stratified sample that
+keeps the per-topic and per-user proportions).
+
+Timing: event ``j`` is due ``j / rate`` seconds after the first publication, so
+``rate`` is the aggregate rate over the whole cluster.
+
+Payloads: every system gets the very same bytes for an event — a one-line JSON
+header ``{"i": inject_id, "t": created}`` (the Kubo baselines carry no
+descriptor, so this is how a subscriber learns which event it got and when it
+was created) followed by the workload's deterministic 200-600 byte record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pulsarcast_ipfs.bench._config import BenchError
+from pulsarcast_ipfs.workload import (
+    ScaledTopic,
+    Workload,
+    WorkloadError,
+    load_workload,
+    shipped_workload_path,
+)
+
+__all__ = [
+    "Schedule",
+    "ScheduledEvent",
+    "build_schedule",
+    "frame_payload",
+    "load_bench_workload",
+    "unframe_payload",
+]
+
+SHIPPED: Final = {"25k": "reddit-2007-25k.jsonl", "10k": "reddit-2007-10k.jsonl"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledEvent:
+    """One publication: which node publishes what, when (seconds after the start)."""
+
+    seq: int
+    node: int
+    topic: str
+    inject_id: str
+    at: float
+    body: bytes
+    """The workload record (200-600 bytes); :func:`frame_payload` adds the header."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """Topics (with creator nodes), per-node subscriptions and timed publications."""
+
+    nodes: int
+    rate: float
+    topics: tuple[ScaledTopic, ...]
+    subscriptions: tuple[tuple[str, ...], ...]
+    events: tuple[ScheduledEvent, ...]
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first to the last publication."""
+        return self.events[-1].at if self.events else 0.0
+
+    def subscribers(self, topic: str) -> list[int]:
+        return [i for i, subs in enumerate(self.subscriptions) if topic in subs]
+
+    def expected_deliveries(self) -> int:
+        """Σ over events of the nodes subscribed to its topic (publisher included)."""
+        counts = {t.name: len(self.subscribers(t.name)) for t in self.topics}
+        return sum(counts[e.topic] for e in self.events)
+
+    def publishers(self) -> set[int]:
+        return {e.node for e in self.events}
+
+
+def load_bench_workload(name: str) -> Workload:
+    """A shipped workload by short name (``25k``, ``10k``) or a workload file path."""
+    try:
+        if name in SHIPPED:
+            return load_workload(shipped_workload_path(SHIPPED[name]))
+        return load_workload(Path(name))
+    except WorkloadError as exc:
+        raise BenchError(str(exc)) from exc
+
+
+def build_schedule(
+    workload: Workload,
+    *,
+    nodes: int,
+    rate: float,
+    events: int | None = None,
+    topics: int | None = None,
+    seed: int = 0,
+) -> Schedule:
+    """Scale ``workload`` onto ``nodes`` nodes and time its events at ``rate`` per second."""
+    if not rate > 0:
+        raise BenchError(f"rate must be positive, got {rate}")
+    try:
+        scaled = workload.scale(nodes=nodes, topics=topics, events=events, seed=seed)
+    except WorkloadError as exc:
+        raise BenchError(str(exc)) from exc
+    evs = tuple(
+        ScheduledEvent(
+            seq=p.seq,
+            node=p.node,
+            topic=p.topic,
+            inject_id=p.inject_id,
+            at=p.seq / rate,
+            body=p.payload(seed),
+        )
+        for p in scaled.publications
+    )
+    return Schedule(
+        nodes=nodes,
+        rate=rate,
+        topics=scaled.topics,
+        subscriptions=scaled.subscriptions,
+        events=evs,
+    )
+
+
+def frame_payload(inject_id: str, created: float, body: bytes) -> bytes:
+    """The bytes published: a JSON header line, then the workload record."""
+    head = json.dumps({"i": inject_id, "t": created}, separators=(",", ":")).encode()
+    return head + b"\n" + body
+
+
+def unframe_payload(data: bytes) -> tuple[str, float]:
+    """``(inject_id, created)`` of a payload made by :func:`frame_payload`."""
+    head, sep, _ = data.partition(b"\n")
+    try:
+        obj: Any = json.loads(head) if sep else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        obj = None
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("i"), str)
+        or not isinstance(obj.get("t"), int | float)
+        or isinstance(obj.get("t"), bool)
+    ):
+        raise BenchError(f"not a benchmark payload: {data[:60]!r}")
+    return obj["i"], float(obj["t"])

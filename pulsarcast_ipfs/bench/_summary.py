@@ -1,0 +1,348 @@
+"""A quick, dependency-free summary of benchmark runs (the Spark report is the full one).
+
+Reads every record under ``RUN_DIR/<system>-<condition>/`` and computes, with the
+same definitions as ``spark/_measures.py`` (docs/metrics.md):
+
+* coverage against events injected and against events published: received ÷
+  expected, where expected = Σ over events of the nodes subscribed to the
+  event's topic at its injection (resp. publication) time — the publisher
+  included when subscribed — and received = distinct (node, event) deliveries
+  of published events to nodes subscribed at the publication time;
+* delivery latency percentiles (nearest rank) over distinct deliveries;
+* bytes on the wire per delivered event from Kubo's ``stats/bw``: wire bytes =
+  (Σ over nodes of Δ bytes in + Σ Δ bytes out) ÷ 2 between the first and last
+  sample (each byte is counted once sent and once received), in total and for
+  the system's dissemination protocols;
+* RPC messages per node (Pulsarcast's ``rpc_sent`` / ``rpc_received``; Kubo's
+  pubsub exposes none), mean CPU (cores) and peak RSS per node, and wall time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+from pulsarcast_ipfs.records import RecordError, validate_record
+
+__all__ = [
+    "PUBLISHED",
+    "RunSummary",
+    "TopicCoverage",
+    "iter_records",
+    "markdown_table",
+    "summarise_run",
+    "summarise_set",
+]
+
+PUBLISHED: Final[dict[tuple[str, str], tuple[float | None, float | None]]] = {
+    ("pulsarcast", "normal"): (0.99, 0.99),
+    ("pulsarcast", "latency"): (0.51, 0.86),
+    ("pulsarcast-ordered", "normal"): (0.37, 0.80),
+    ("pulsarcast-ordered", "latency"): (0.32, 0.62),
+    ("floodsub", "normal"): (0.41, 0.41),
+    ("floodsub", "latency"): (0.31, 0.31),
+}
+"""The extended report's coverage figures (against injected, against published),
+100 nodes, 500 ± 300 ms for ``latency``; Floodsub makes no distinction. The
+evaluation had no Gossipsub run."""
+
+PUBSUB_PREFIXES: Final = ("/meshsub/", "/floodsub/", "/x/pulsarcast/")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicCoverage:
+    topic: str
+    injected: int
+    published: int
+    expected_injected: int
+    expected_published: int
+    received: int
+
+    @property
+    def coverage_injected(self) -> float | None:
+        return self.received / self.expected_injected if self.expected_injected else None
+
+    @property
+    def coverage_published(self) -> float | None:
+        return self.received / self.expected_published if self.expected_published else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary:
+    """The headline figures of one (system, condition) run."""
+
+    system: str
+    condition: str
+    nodes: int
+    records: int
+    rejected: int
+    injected: int
+    published: int
+    deliveries: int
+    duplicates: int
+    expected_injected: int
+    expected_published: int
+    received: int
+    latency_p50: float | None
+    latency_p95: float | None
+    latency_p99: float | None
+    latency_max: float | None
+    wire_bytes: float | None
+    wire_bytes_pubsub: float | None
+    wire_bytes_by_protocol: dict[str, float] = field(default_factory=dict)
+    rpc_sent_per_node: float | None = None
+    rpc_received_per_node: float | None = None
+    cpu_per_node: float | None = None
+    rss_max_per_node: float | None = None
+    wall_seconds: float | None = None
+    kubo_version: str | None = None
+    status: str | None = None
+    topics: tuple[TopicCoverage, ...] = ()
+
+    @property
+    def coverage_injected(self) -> float | None:
+        return self.received / self.expected_injected if self.expected_injected else None
+
+    @property
+    def coverage_published(self) -> float | None:
+        return self.received / self.expected_published if self.expected_published else None
+
+    @property
+    def bytes_per_delivery(self) -> float | None:
+        if self.wire_bytes is None or not self.received:
+            return None
+        return self.wire_bytes / self.received
+
+    @property
+    def pubsub_bytes_per_delivery(self) -> float | None:
+        if self.wire_bytes_pubsub is None or not self.received:
+            return None
+        return self.wire_bytes_pubsub / self.received
+
+
+def _open(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def iter_records(run_dir: Path) -> Iterator[dict[str, Any] | None]:
+    """Every record under ``run_dir`` (``*.jsonl``, rotated, gzip); ``None`` for a bad line."""
+    for path in sorted(run_dir.rglob("*.jsonl*")):
+        if not path.is_file():
+            continue
+        with _open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                    validate_record(obj)
+                except (json.JSONDecodeError, RecordError):
+                    yield None
+                    continue
+                yield obj
+
+
+def _pct(values: Sequence[float], p: float) -> float | None:
+    """Nearest-rank percentile (as the Spark report)."""
+    if not values:
+        return None
+    rank = max(1, math.ceil(p * len(values)))
+    return sorted(values)[rank - 1]
+
+
+def summarise_run(run_dir: Path) -> RunSummary:
+    """Figures of one ``RUN_DIR/<system>-<condition>`` directory (see the module doc)."""
+    meta: dict[str, Any] = {}
+    if (run_dir / "run.json").is_file():
+        meta = json.loads((run_dir / "run.json").read_text())
+    subs: dict[tuple[str, str], float] = {}
+    injected: dict[str, tuple[str, float]] = {}
+    published: dict[str, tuple[str, float]] = {}
+    delivered: dict[tuple[str, str], tuple[float, float]] = {}
+    copies = 0
+    rpc_sent: dict[str, int] = defaultdict(int)
+    rpc_recv: dict[str, int] = defaultdict(int)
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    nodes: set[str] = set()
+    records = rejected = 0
+    system = str(meta.get("system", ""))
+    for rec in iter_records(run_dir):
+        if rec is None:
+            rejected += 1
+            continue
+        records += 1
+        system = system or rec["system"]
+        node, kind, ts = rec["node"], rec["kind"], float(rec["ts"])
+        nodes.add(node)
+        if kind == "subscribed":
+            key = (node, rec["topic"])
+            subs[key] = min(ts, subs.get(key, ts))
+        elif kind == "event_injected":
+            prev = injected.get(rec["inject_id"])
+            if prev is None or ts < prev[1]:
+                injected[rec["inject_id"]] = (rec["topic"], ts)
+        elif kind == "event_published":
+            prev = published.get(rec["event"])
+            if prev is None or ts < prev[1]:
+                published[rec["event"]] = (rec["topic"], ts)
+        elif kind == "event_delivered":
+            key = (node, rec["event"])
+            copies += 1
+            if key not in delivered or ts < delivered[key][0]:
+                delivered[key] = (ts, float(rec["latency"]))
+        elif kind == "rpc_sent":
+            rpc_sent[node] += 1
+        elif kind == "rpc_received":
+            rpc_recv[node] += 1
+        elif kind == "resource_sample":
+            samples[(node, rec["process"])].append(rec)
+
+    by_topic_subs: dict[str, list[float]] = defaultdict(list)
+    for (_node, topic), t in subs.items():
+        by_topic_subs[topic].append(t)
+
+    def n_subscribed(topic: str, t: float) -> int:
+        return sum(1 for s in by_topic_subs.get(topic, ()) if s <= t)
+
+    per_topic: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for topic, t in injected.values():
+        per_topic[topic]["injected"] += 1
+        per_topic[topic]["expected_injected"] += n_subscribed(topic, t)
+    for topic, t in published.values():
+        per_topic[topic]["published"] += 1
+        per_topic[topic]["expected_published"] += n_subscribed(topic, t)
+    latencies: list[float] = []
+    for (node, event), (_ts, lat) in delivered.items():
+        latencies.append(lat)
+        pub = published.get(event)
+        if pub is None:
+            continue
+        topic, t = pub
+        start = subs.get((node, topic))
+        if start is not None and start <= t:
+            per_topic[topic]["received"] += 1
+    topics = tuple(
+        TopicCoverage(
+            topic=name,
+            injected=c["injected"],
+            published=c["published"],
+            expected_injected=c["expected_injected"],
+            expected_published=c["expected_published"],
+            received=c["received"],
+        )
+        for name, c in sorted(per_topic.items())
+    )
+
+    # resources
+    wire_in = wire_out = 0.0
+    have_bw = False
+    proto: dict[str, float] = defaultdict(float)
+    cpu_by_node: dict[str, float] = defaultdict(float)
+    rss_by_node: dict[str, float] = defaultdict(float)
+    for (node, process), recs in samples.items():
+        recs.sort(key=lambda r: r["ts"])
+        bw = [r for r in recs if "bw_total_in" in r]
+        if process == "kubo" and len(bw) >= 2:
+            have_bw = True
+            wire_in += bw[-1]["bw_total_in"] - bw[0]["bw_total_in"]
+            wire_out += bw[-1]["bw_total_out"] - bw[0]["bw_total_out"]
+            first = bw[0].get("bw_protocols") or {}
+            last = bw[-1].get("bw_protocols") or {}
+            for name, v in last.items():
+                f = first.get(name, {"in": 0, "out": 0})
+                proto[name] += (v["in"] - f["in"] + v["out"] - f["out"]) / 2
+        cpu = [r for r in recs if "cpu_seconds" in r]
+        if len(cpu) >= 2 and cpu[-1]["ts"] > cpu[0]["ts"]:
+            d = cpu[-1]["cpu_seconds"] - cpu[0]["cpu_seconds"]
+            cpu_by_node[node] += max(0.0, d) / (cpu[-1]["ts"] - cpu[0]["ts"])
+        rss = [r["rss_bytes"] for r in recs if "rss_bytes" in r]
+        if rss:
+            rss_by_node[node] += max(rss)
+    pubsub_bytes = sum(v for k, v in proto.items() if k.startswith(PUBSUB_PREFIXES))
+    n_nodes = int(meta.get("nodes") or len(nodes) or 1)
+    rpc_nodes = nodes if (rpc_sent or rpc_recv) else set()
+    return RunSummary(
+        system=system,
+        condition=str(meta.get("condition", "")),
+        nodes=n_nodes,
+        records=records,
+        rejected=rejected,
+        injected=len(injected),
+        published=len(published),
+        deliveries=len(delivered),
+        duplicates=copies - len(delivered),
+        expected_injected=sum(t.expected_injected for t in topics),
+        expected_published=sum(t.expected_published for t in topics),
+        received=sum(t.received for t in topics),
+        latency_p50=_pct(latencies, 0.5),
+        latency_p95=_pct(latencies, 0.95),
+        latency_p99=_pct(latencies, 0.99),
+        latency_max=max(latencies) if latencies else None,
+        wire_bytes=(wire_in + wire_out) / 2 if have_bw else None,
+        wire_bytes_pubsub=pubsub_bytes if have_bw else None,
+        wire_bytes_by_protocol=dict(sorted(proto.items())),
+        rpc_sent_per_node=sum(rpc_sent.values()) / len(rpc_nodes) if rpc_nodes else None,
+        rpc_received_per_node=sum(rpc_recv.values()) / len(rpc_nodes) if rpc_nodes else None,
+        cpu_per_node=sum(cpu_by_node.values()) / len(cpu_by_node) if cpu_by_node else None,
+        rss_max_per_node=max(rss_by_node.values()) if rss_by_node else None,
+        wall_seconds=meta.get("wall_seconds"),
+        kubo_version=meta.get("kubo_version"),
+        status=meta.get("status"),
+        topics=topics,
+    )
+
+
+def summarise_set(out: Path) -> list[RunSummary]:
+    """Summaries of every run directory (one holding ``run.json``) under ``out``."""
+    return [summarise_run(p.parent) for p in sorted(out.glob("*/run.json"))]
+
+
+def _p(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.2f} %"
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{1000 * v:.0f}"
+
+
+def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def markdown_table(summaries: Sequence[RunSummary]) -> str:
+    """One Markdown table of the runs, with the evaluation's published coverage."""
+    head = (
+        "| system | condition | nodes | injected | published | coverage (injected) "
+        "| coverage (published) | published in the report (inj. / pub.) "
+        "| latency p50 / p95 / p99 (ms) | wire bytes per delivery (total / pubsub) "
+        "| RPC msgs per node (sent / recv) | CPU per node (cores) | peak RSS per node (MiB) "
+        "| wall time (s) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for s in summaries:
+        pub = PUBLISHED.get((s.system, s.condition))
+        pub_txt = "—" if pub is None else f"{_p(pub[0])} / {_p(pub[1])}"
+        rpc = (
+            "n/a"
+            if s.rpc_sent_per_node is None
+            else f"{s.rpc_sent_per_node:,.0f} / {_num(s.rpc_received_per_node)}"
+        )
+        rss = None if s.rss_max_per_node is None else s.rss_max_per_node / 2**20
+        rows.append(
+            f"| {s.system} | {s.condition} | {s.nodes} | {s.injected} | {s.published} "
+            f"| {_p(s.coverage_injected)} | {_p(s.coverage_published)} | {pub_txt} "
+            f"| {_ms(s.latency_p50)} / {_ms(s.latency_p95)} / {_ms(s.latency_p99)} "
+            f"| {_num(s.bytes_per_delivery)} / {_num(s.pubsub_bytes_per_delivery)} "
+            f"| {rpc} | {_num(s.cpu_per_node, '{:.2f}')} | {_num(rss)} "
+            f"| {_num(s.wall_seconds)} |"
+        )
+    return head + "\n".join(rows) + "\n"

@@ -1,0 +1,457 @@
+"""The systems under test, behind one interface so that one runner drives all four.
+
+A :class:`System` is an async context manager: entering starts a fresh local
+cluster (and, for the ``latency`` condition, Toxiproxy with the latency toxic on
+every node's inbound connections), leaving tears every process down. In between
+the runner calls :meth:`System.create_topics`, :meth:`System.subscribe` and
+:meth:`System.publish` for each scheduled event.
+
+Counting rule, the same for every system: a node subscribed to a topic is
+expected to deliver every event of the topic, *including the events it
+published itself* (the Spark report's default; Kubo's pubsub hands a node's own
+messages to its local subscribers and the Pulsarcast sidecar delivers a local
+subscriber's own events too). Publishes are serialised per node (one in flight
+per node): Kubo ≥ 0.40 checks pubsub sequence numbers and drops out-of-order
+messages, and doing the same for Pulsarcast keeps the systems comparable.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import httpx
+from anyio.abc import TaskStatus
+
+from pulsarcast_ipfs.bench._config import BenchError, Latency
+from pulsarcast_ipfs.bench._recorder import RecordWriter
+from pulsarcast_ipfs.bench._schedule import (
+    Schedule,
+    ScheduledEvent,
+    frame_payload,
+    unframe_payload,
+)
+from pulsarcast_ipfs.kubo import KuboClient, KuboError
+from pulsarcast_ipfs.records import RecordKind
+from pulsarcast_ipfs.testing import (
+    ClusterConfig,
+    ClusterNode,
+    LocalCluster,
+    LocalSidecarCluster,
+)
+
+__all__ = ["KuboPubsubSystem", "PulsarcastSystem", "System", "make_system"]
+
+Say = Callable[[str], None]
+
+COMMON_PROTOCOLS: tuple[str, ...] = ("/ipfs/kad/1.0.0", "/ipfs/bitswap/1.2.0", "/ipfs/id/1.0.0")
+GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
+    "/meshsub/1.0.0",
+    "/meshsub/1.1.0",
+    "/meshsub/1.2.0",
+    "/meshsub/1.3.0",
+)
+FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
+PULSARCAST_PROTOCOLS: tuple[str, ...] = ("/x/pulsarcast/1.0.0",)
+
+
+class System(abc.ABC):
+    """One system on one fresh cluster (see the module docstring)."""
+
+    name: str
+    dissemination_protocols: tuple[str, ...] = ()
+    """The libp2p protocols that carry this system's events (``stats/bw`` per protocol)."""
+
+    def __init__(
+        self,
+        *,
+        nodes: int,
+        run: str,
+        run_dir: Path,
+        latency: Latency | None,
+        sample_interval: float,
+        say: Say | None = None,
+    ) -> None:
+        self.nodes = nodes
+        self.run = run
+        self.run_dir = run_dir
+        self.latency = latency
+        self.sample_interval = sample_interval
+        self.say: Say = say or (lambda _m: None)
+        self.writers: list[RecordWriter] = []
+        self.errors: dict[str, int] = {}
+        self.first_error: str | None = None
+        self._locks: list[anyio.Lock] = []
+        self._stack = contextlib.AsyncExitStack()
+        self._tg: anyio.abc.TaskGroup | None = None
+        """Background tasks (subscription streams); closed first on exit, unshielded,
+        because a task group's cancel scope must be left in the order it was entered."""
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        return self.dissemination_protocols + COMMON_PROTOCOLS
+
+    # life cycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._start()
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.writers = [
+                RecordWriter(
+                    self.run_dir / f"node-{i}.jsonl",
+                    run=self.run,
+                    system=self.name,
+                    node=n.peer_id,
+                )
+                for i, n in enumerate(self.kubo_nodes)
+            ]
+            self._stack.push_async_callback(self._close_writers)
+            self._locks = [anyio.Lock() for _ in range(self.nodes)]
+            if self.latency is not None:
+                self.say(f"latency toxic {self.latency} on every node")
+                for node in self.kubo_nodes:
+                    await node.set_latency(self.latency.ms, self.latency.jitter)
+        except BaseException:
+            await self._close_task_group()
+            with anyio.CancelScope(shield=True):
+                await self._stack.aclose()
+            raise
+        return self
+
+    async def _close_task_group(self) -> None:
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._close_task_group()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stack.aclose()
+
+    async def _close_writers(self) -> None:
+        for w in self.writers:
+            w.close()
+
+    def _error(self, what: str, exc: BaseException) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+        if self.first_error is None:
+            self.first_error = f"{what}: {exc}"
+
+    @abc.abstractmethod
+    async def _start(self) -> None:
+        """Start the cluster; register its teardown on ``self._stack``."""
+
+    @property
+    @abc.abstractmethod
+    def kubo_nodes(self) -> Sequence[ClusterNode]:
+        """The Kubo daemons, by node index."""
+
+    def other_processes(self, index: int) -> dict[str, int]:
+        """Processes beside Kubo on node ``index`` (name → pid), for resource samples."""
+        del index
+        return {}
+
+    @abc.abstractmethod
+    async def create_topics(self, schedule: Schedule) -> None:
+        """Create every topic at its creator node."""
+
+    @abc.abstractmethod
+    async def subscribe(self, schedule: Schedule) -> None:
+        """Subscribe every node to its topics; return once all subscriptions are open."""
+
+    async def publish(self, ev: ScheduledEvent) -> None:
+        """Publish one event at its node (one publish in flight per node)."""
+        async with self._locks[ev.node]:
+            await self._publish(ev)
+
+    @abc.abstractmethod
+    async def _publish(self, ev: ScheduledEvent) -> None: ...
+
+    async def kubo_version(self) -> str:
+        async with self.kubo_nodes[0].client() as kubo:
+            return (await kubo.version()).version
+
+
+class KuboPubsubSystem(System):
+    """``gossipsub`` / ``floodsub``: Kubo's own pubsub through its RPC API.
+
+    The runner records everything: ``subscribed`` when ``pubsub/sub`` answers,
+    ``event_injected`` and ``event_published`` around a successful ``pubsub/pub``
+    (Kubo publishes directly: published = injected when the call succeeds),
+    ``event_delivered`` for each message a subscription stream yields. The event
+    id is the ``inject_id`` carried in the payload header; latency is the receive
+    time minus the ``created`` time in that header (one machine, one clock).
+    """
+
+    def __init__(self, router: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.name = router
+        self.dissemination_protocols = (
+            GOSSIPSUB_PROTOCOLS if router == "gossipsub" else FLOODSUB_PROTOCOLS
+        )
+        self.cluster = LocalCluster(
+            config=ClusterConfig(
+                nodes=self.nodes,
+                toxiproxy=self.latency is not None,
+                pubsub_router=router,
+            )
+        )
+        self._clients: list[KuboClient] = []
+
+    @property
+    def kubo_nodes(self) -> Sequence[ClusterNode]:
+        return self.cluster.nodes
+
+    async def _start(self) -> None:
+        self._stack.push_async_callback(self.cluster.stop)
+        await self.cluster.start(progress=self.say)
+        for node in self.cluster.nodes:
+            self._clients.append(await self._stack.enter_async_context(node.client(timeout=60.0)))
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+
+    async def create_topics(self, schedule: Schedule) -> None:
+        """Kubo pubsub topics need no creation (a topic exists once subscribed)."""
+
+    async def subscribe(self, schedule: Schedule) -> None:
+        assert self._tg is not None
+        for i, topics in enumerate(schedule.subscriptions):
+            for topic in topics:
+                await self._tg.start(self._subscription, i, topic)
+
+    async def _subscription(
+        self, index: int, topic: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        w = self.writers[index]
+        started = False
+        try:
+            async with self._clients[index].pubsub_sub(topic) as sub:
+                w.write(RecordKind.SUBSCRIBED, {"topic": topic, "topic_cid": None})
+                task_status.started()
+                started = True
+                async for msg in sub:
+                    now = time.time()
+                    try:
+                        inject_id, created = unframe_payload(msg.data)
+                    except BenchError as exc:
+                        w.write(
+                            RecordKind.EVENT_DROPPED,
+                            {"topic": topic, "reason": str(exc)[:200], "peer": msg.from_peer},
+                        )
+                        continue
+                    w.write(
+                        RecordKind.EVENT_DELIVERED,
+                        {
+                            "topic": topic,
+                            "topic_cid": None,
+                            "event": inject_id,
+                            "latency": max(0.0, now - created),
+                            "recovered": False,
+                            "inject_id": inject_id,
+                        },
+                        ts=now,
+                    )
+        except KuboError as exc:
+            if not started:
+                raise BenchError(f"node{index}: pubsub/sub {topic!r} failed: {exc}") from exc
+            self._error("subscription", exc)
+
+    async def _publish(self, ev: ScheduledEvent) -> None:
+        w = self.writers[ev.node]
+        created = time.time()
+        data = frame_payload(ev.inject_id, created, ev.body)
+        w.write(
+            RecordKind.EVENT_INJECTED,
+            {"topic": ev.topic, "topic_cid": None, "inject_id": ev.inject_id, "size": len(data)},
+            ts=created,
+        )
+        try:
+            await self._clients[ev.node].pubsub_pub(ev.topic, data)
+        except KuboError as exc:
+            self._error("publish", exc)
+            w.write(
+                RecordKind.EVENT_DROPPED,
+                {"topic": ev.topic, "event": ev.inject_id, "reason": f"publish failed: {exc}"},
+            )
+            return
+        peer = self.cluster[ev.node].peer_id
+        w.write(
+            RecordKind.EVENT_PUBLISHED,
+            {
+                "topic": ev.topic,
+                "topic_cid": None,
+                "event": ev.inject_id,
+                "inject_id": ev.inject_id,
+                "author": peer,
+                "publisher": peer,
+                "size": len(data),
+                "via": "direct",
+            },
+            ts=created,
+        )
+
+
+class PulsarcastSystem(System):
+    """``pulsarcast`` / ``pulsarcast-ordered`` on Kubo + sidecar pairs.
+
+    The sidecars write their own metric records (``subscribed``,
+    ``event_injected``, ``event_published``, ``event_delivered``, RPCs, trees,
+    samples) into ``<run dir>/sidecar/``, with ``run`` and ``system`` set by the
+    runner; the runner adds the resource samples of both processes of each node.
+    ``ordered``: each topic allows only its creator to publish and lets everyone
+    request to publish (one ordered chain per topic).
+    """
+
+    dissemination_protocols = PULSARCAST_PROTOCOLS
+
+    def __init__(self, *, ordered: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ordered = ordered
+        self.name = "pulsarcast-ordered" if ordered else "pulsarcast"
+        self.sc = LocalSidecarCluster(
+            nodes=self.nodes,
+            run=self.run,
+            extra_args=[
+                "--system",
+                self.name,
+                "--metrics-dir",
+                str((self.run_dir / "sidecar").resolve()),
+                "--resource-interval",
+                str(self.sample_interval),
+                "--log-level",
+                "warning",
+            ],
+        )
+        if self.latency is not None:
+            # Same cluster, with a Toxiproxy proxy in front of every node.
+            self.sc.cluster = LocalCluster(
+                config=ClusterConfig(
+                    nodes=self.nodes, toxiproxy=True, base_dir=self.sc.base_dir / "kubo"
+                )
+            )
+        self.topic_cids: dict[str, str] = {}
+        self._http: list[httpx.AsyncClient] = []
+
+    @property
+    def kubo_nodes(self) -> Sequence[ClusterNode]:
+        return self.sc.cluster.nodes
+
+    def other_processes(self, index: int) -> dict[str, int]:
+        sc = self.sc.sidecars.get(index)
+        return {"sidecar": sc.pid} if sc is not None and sc.pid else {}
+
+    async def _start(self) -> None:
+        self._stack.push_async_callback(self.sc.stop)
+        self.say(f"starting {self.nodes} Kubo daemons and sidecars")
+        await self.sc.start()
+        for i in range(self.nodes):
+            self._http.append(
+                await self._stack.enter_async_context(
+                    httpx.AsyncClient(
+                        base_url=self.sc[i].api_url,
+                        trust_env=False,
+                        timeout=httpx.Timeout(120.0, connect=10.0),
+                    )
+                )
+            )
+
+    async def _call(self, index: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        resp = await self._http[index].post(path, json=body)
+        if resp.status_code >= 300:
+            raise BenchError(f"node{index} {path}: HTTP {resp.status_code}: {resp.text[:300]}")
+        doc: dict[str, Any] = resp.json()
+        return doc
+
+    async def create_topics(self, schedule: Schedule) -> None:
+        from pulsarcast_ipfs.sdk import AsyncClient, ClientConfig, SdkError
+
+        for t in schedule.topics:
+            creator = self.sc.cluster[t.creator].peer_id
+            async with AsyncClient(
+                config=ClientConfig(api=self.sc[t.creator].api_url, timeout=120.0)
+            ) as pc:
+                try:
+                    if self.ordered:
+                        topic = await pc.create_topic(
+                            t.name, allowed_publishers=[creator], request_to_publish=True
+                        )
+                    else:
+                        topic = await pc.create_topic(t.name)
+                except SdkError as exc:
+                    raise BenchError(
+                        f"creating topic {t.name!r} at node{t.creator}: {exc}"
+                    ) from exc
+            self.topic_cids[t.name] = topic.root_cid
+
+    async def subscribe(self, schedule: Schedule) -> None:
+        from pulsarcast_ipfs.sdk import AsyncClient, ClientConfig, SdkError
+
+        async def one(index: int, topics: tuple[str, ...]) -> None:
+            async with AsyncClient(
+                config=ClientConfig(api=self.sc[index].api_url, timeout=120.0)
+            ) as pc:
+                for name in topics:
+                    try:
+                        await pc.subscribe(self.topic_cids[name])
+                    except SdkError as exc:
+                        raise BenchError(f"node{index} subscribing to {name!r}: {exc}") from exc
+
+        limiter = anyio.CapacityLimiter(4)
+
+        async def limited(index: int, topics: tuple[str, ...]) -> None:
+            async with limiter:
+                await one(index, topics)
+
+        async with anyio.create_task_group() as tg:
+            for i, topics in enumerate(schedule.subscriptions):
+                tg.start_soon(limited, i, topics)
+
+    async def _publish(self, ev: ScheduledEvent) -> None:
+        data = frame_payload(ev.inject_id, time.time(), ev.body)
+        body = {"payload": base64.b64encode(data).decode("ascii"), "inject_id": ev.inject_id}
+        try:
+            await self._call(ev.node, f"/v1/topics/{self.topic_cids[ev.topic]}/publish", body)
+        except (httpx.HTTPError, BenchError) as exc:
+            self._error("publish", exc)
+
+
+def make_system(
+    name: str,
+    *,
+    nodes: int,
+    run: str,
+    run_dir: Path,
+    latency: Latency | None,
+    sample_interval: float,
+    say: Say | None = None,
+) -> System:
+    """The :class:`System` named ``name`` (one of :data:`SYSTEMS`)."""
+    kw: dict[str, Any] = {
+        "nodes": nodes,
+        "run": run,
+        "run_dir": run_dir,
+        "latency": latency,
+        "sample_interval": sample_interval,
+        "say": say,
+    }
+    if name in ("gossipsub", "floodsub"):
+        return KuboPubsubSystem(name, **kw)
+    if name in ("pulsarcast", "pulsarcast-ordered"):
+        return PulsarcastSystem(ordered=name == "pulsarcast-ordered", **kw)
+    raise BenchError(f"unknown system {name!r}")

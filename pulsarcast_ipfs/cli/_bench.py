@@ -1,0 +1,232 @@
+"""``pulsarcast bench``: Pulsarcast against Kubo's gossipsub and floodsub (docs/benchmark.md)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+_EPILOG = """\
+examples:
+  pulsarcast bench --systems gossipsub,floodsub --nodes 10 --events 200 --out runs/b1
+  pulsarcast bench --systems pulsarcast,pulsarcast-ordered,gossipsub,floodsub \\
+      --conditions normal,latency --nodes 20 --workload 25k --rate 50 --events 2000 \\
+      --grace 30 --latency 500ms±300ms --out runs/b2 --report
+
+Writes OUT/<system>-<condition>/ (metric records, run.json), OUT/bench.json and
+OUT/summary.md; --report also runs the Spark report into OUT/report/.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    from pulsarcast_ipfs.bench import CONDITIONS, SYSTEMS
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bench",
+        help="benchmark Pulsarcast against Kubo's gossipsub and floodsub on local clusters",
+        description=(
+            "Run one workload on a fresh local cluster for each system and network "
+            "condition, back to back, and write metric records for the Spark report. "
+            f"Systems: {', '.join(SYSTEMS)}. Conditions: {', '.join(CONDITIONS)} "
+            "(Toxiproxy latency on every node's inbound connections)."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--systems", default="pulsarcast,gossipsub,floodsub", help="comma-separated systems"
+    )
+    p.add_argument("--conditions", default="normal,latency", help="comma-separated conditions")
+    p.add_argument("--nodes", type=int, default=20, help="nodes per cluster (default 20)")
+    p.add_argument(
+        "--workload", default="25k", help="25k, 10k (shipped Reddit 2007 files) or a file path"
+    )
+    p.add_argument(
+        "--rate", type=float, default=50.0, help="aggregate events per second (default 50)"
+    )
+    p.add_argument(
+        "--events", type=int, default=None, help="publish this many events (default all)"
+    )
+    p.add_argument("--topics", type=int, default=None, help="keep the T largest topics")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds after the last publish (30)")
+    p.add_argument(
+        "--settle", type=float, default=5.0, help="seconds between subscribing and publishing (5)"
+    )
+    p.add_argument(
+        "--latency",
+        default="500ms±300ms",
+        help="latency condition: MS±JITTER (default 500ms±300ms)",
+    )
+    p.add_argument(
+        "--sample-interval", type=float, default=10.0, help="seconds between resource samples"
+    )
+    p.add_argument("--seed", type=int, default=0, help="workload scaling / payload seed (0)")
+    p.add_argument("--run", default=None, help="run-set name in the records (default: OUT's name)")
+    p.add_argument("--out", required=True, type=Path, help="output directory (must be new/empty)")
+    p.add_argument("--report", action="store_true", help="run the Spark report afterwards")
+    p.set_defaults(handler=run)
+
+
+def _err(msg: str) -> int:
+    print(f"Error: {msg}", file=sys.stderr)
+    return 1
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from pulsarcast_ipfs.bench import (
+        BenchConfig,
+        BenchError,
+        BenchProgress,
+        BenchResult,
+        RunOutcome,
+        markdown_table,
+        parse_latency,
+        run_bench,
+        summarise_set,
+    )
+
+    console = Console(stderr=True)
+    try:
+        out: Path = args.out
+        cfg = BenchConfig(
+            systems=_split(args.systems),
+            conditions=_split(args.conditions),
+            nodes=args.nodes,
+            workload=args.workload,
+            rate=args.rate,
+            events=args.events,
+            topics=args.topics,
+            grace=args.grace,
+            settle=args.settle,
+            latency=parse_latency(args.latency),
+            sample_interval=args.sample_interval,
+            seed=args.seed,
+            out=out,
+            run=args.run or (out.resolve().name or "bench"),
+            command="pulsarcast bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
+        )
+    except BenchError as exc:
+        return _err(str(exc))
+
+    class Bars(BenchProgress):
+        def __init__(self, progress: Progress) -> None:
+            self.p = progress
+            self.runs: TaskID | None = None
+            self.pub: TaskID | None = None
+            self.wait: TaskID | None = None
+            self.label = ""
+
+        def run_started(self, system: str, condition: str, index: int, total: int) -> None:
+            self.label = f"{system}/{condition}"
+            if self.runs is None:
+                self.runs = self.p.add_task("runs", total=total)
+            self.p.update(self.runs, completed=index, description=f"run {self.label}")
+            for t in (self.pub, self.wait):
+                if t is not None:
+                    self.p.remove_task(t)
+            self.pub = self.wait = None
+
+        def stage(self, text: str) -> None:
+            console.log(f"[{self.label}] {text}")
+
+        def publishing(self, done: int, total: int) -> None:
+            if self.pub is None:
+                self.pub = self.p.add_task("publishing", total=total)
+            self.p.update(self.pub, completed=done)
+
+        def waiting(self, label: str, elapsed: float, total: float) -> None:
+            if self.wait is None:
+                self.wait = self.p.add_task(label, total=max(total, 0.001))
+            self.p.update(self.wait, description=label, completed=elapsed, total=max(total, 0.001))
+            if elapsed >= total:
+                self.p.remove_task(self.wait)
+                self.wait = None
+
+        def run_finished(self, outcome: RunOutcome) -> None:
+            if self.runs is not None:
+                self.p.advance(self.runs)
+            errs = ", ".join(f"{k}: {v}" for k, v in outcome.errors.items()) or "no errors"
+            console.log(
+                f"[{self.label}] {outcome.status} in {outcome.wall_seconds:.0f} s, "
+                f"{outcome.publications} publications, {errs}"
+                + (f" (first: {outcome.first_error})" if outcome.first_error else "")
+            )
+
+    aborted = False
+
+    async def main() -> BenchResult | None:
+        nonlocal aborted
+        result: BenchResult | None = None
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    nonlocal aborted
+                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as sigs:
+                        async for _ in sigs:
+                            aborted = True
+                            console.log("interrupted: tearing the cluster down")
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(watch)
+                result = await run_bench(cfg, progress=Bars(progress))
+                tg.cancel_scope.cancel()
+        return result
+
+    try:
+        result = anyio.run(main)
+    except BenchError as exc:
+        return _err(str(exc))
+    summaries = summarise_set(cfg.out)
+    table = markdown_table(summaries)
+    (cfg.out / "summary.md").write_text(table)
+    print(table)
+    if aborted:
+        print("aborted: every process was stopped; partial records kept", file=sys.stderr)
+        return 130
+    assert result is not None
+    status = 0 if result.ok else 1
+    if args.report:
+        from pulsarcast_ipfs.cli import _report
+
+        rep = argparse.Namespace(
+            run_dirs=[str(r.run_dir) for r in result.runs],
+            out=str(cfg.out / "report"),
+            master=None,
+            format="md",
+            driver_memory="2g",
+            exclude_publisher=False,
+            bucket=cfg.sample_interval,
+            report_dir=None,
+            no_plots=False,
+        )
+        status = max(status, _report.run(rep))
+    return status
