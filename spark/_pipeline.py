@@ -210,8 +210,14 @@ def run_report(
     lat_all = lat_df.where((F.col("topic") == ALL) & (F.col("class") == "all")).select(
         *KEY, *[F.col(c).alias(f"latency_{c}") for c in ("p50", "p95", "p99", "max")]
     )
-    rpc_all = rpc_topic.where(F.col("topic") == ALL).select(
-        *KEY, F.col("sent").alias("rpc_sent"), F.col("bytes_sent").alias("rpc_bytes_sent")
+    rpc_all = (
+        rpc_sum.select(*KEY)
+        .join(rpc_topic.where(F.col("topic") == ALL), list(KEY), "left")
+        .select(
+            *KEY,
+            F.coalesce("sent", F.lit(0)).alias("rpc_sent"),
+            F.coalesce("bytes_sent", F.lit(0)).alias("rpc_bytes_sent"),
+        )
     )
     runs_df = (
         totals_df.join(nodes, list(KEY), "full")

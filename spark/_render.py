@@ -83,6 +83,7 @@ def plot_events(topics: Sequence[Row], title: str, path: Path) -> None:
             label=label,
         )
     ax.set_yscale("log")
+    ax.set_ylim(bottom=0.5)
     ax.set_xticks(x)
     ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("events (log scale)")
@@ -187,6 +188,7 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
     for row in axes:
         for a in row:
             a.set_xticks(x)
+            a.set_xlim(-0.6, len(runs) - 0.4)
             a.set_xticklabels(labels, fontsize=8)
             a.grid(axis="y", alpha=0.3)
     fig.tight_layout()
