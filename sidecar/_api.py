@@ -290,7 +290,8 @@ class _Api:
             self.tree_key(parent_cid)
         options = parse_options(body)
         cid = self.d.call(
-            lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid)
+            lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid),
+            local=True,
         )
         root = self.d.known_root(cid) or cid
         state = self.d.state.state
@@ -319,7 +320,9 @@ class _Api:
         body = await read_json(request, self.max_body)
         self.tree_key(cid)
         options = parse_options(body)
-        new = self.d.call(lambda now: self.d.node.update_topic(now, cid, options=options))
+        new = self.d.call(
+            lambda now: self.d.node.update_topic(now, cid, options=options), local=True
+        )
         self.d.persist()
         desc = self.d.local_topic(new) or await self.topic_descriptor(new)
         return JSONResponse(
@@ -382,7 +385,8 @@ class _Api:
             res = self.d.call(
                 lambda now: self.d.node.publish(
                     now, cid, payload, parent=parent, inject_id=inject_id
-                )
+                ),
+                local=True,
             )
         except NotAllowedToPublish as exc:
             raise ApiError(403, "not_allowed", str(exc)) from None

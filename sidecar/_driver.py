@@ -125,18 +125,21 @@ class Driver:
 
     # -- feeding the core ------------------------------------------------------------
 
-    def call(self, fn: Callable[[float], T]) -> T:
+    def call(self, fn: Callable[[float], T], *, local: bool = False) -> T:
         """Run one input on the node with ``now = time.time()``, then carry out its outputs.
 
         Exceptions from the node (``LocalProtocolError``) propagate after the outputs
-        it queued before raising were carried out.
+        it queued before raising were carried out. ``local``: an API command of this
+        node's application; the blocks it creates are also provided explicitly in the
+        DHT (blocks stored while forwarding are pinned and announced by Kubo's own
+        provider, without one explicit DHT provide per event per node).
         """
         try:
             return fn(time.time())
         finally:
-            self._pump()
+            self._pump(provide=local)
 
-    def _pump(self) -> None:
+    def _pump(self, *, provide: bool = False) -> None:
         for out in self.node.take_outputs():
             if isinstance(out, SendRpc):
                 self.transport.send(out.peer, out.data)
@@ -146,7 +149,7 @@ class Driver:
                 self.blocks[out.cid] = out.data
                 if len(self.blocks) > 4096:
                     self.blocks.popitem(last=False)
-                self.store.store(out.cid, out.data)
+                self.store.store(out.cid, out.data, provide=provide)
             elif isinstance(out, FetchBlock):
                 self.store.fetch(out.cid, self._on_fetched)
             elif isinstance(out, Deliver):

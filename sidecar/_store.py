@@ -32,7 +32,7 @@ class BlockStore:
         self.kubo = kubo
         self.fetch_timeout = fetch_timeout
         self.provide_workers = provide_workers
-        self._puts: deque[tuple[CID, bytes]] = deque()
+        self._puts: deque[tuple[CID, bytes, bool]] = deque()
         self._put_wake = anyio.Event()
         self._provides: deque[CID] = deque()
         self._provide_wake = anyio.Event()
@@ -56,14 +56,14 @@ class BlockStore:
     def pending(self) -> int:
         return len(self._puts)
 
-    def store(self, cid: CID, data: bytes) -> None:
-        """Queue a block for ``block/put`` + pin (never blocks)."""
+    def store(self, cid: CID, data: bytes, *, provide: bool = True) -> None:
+        """Queue a block for ``block/put`` + pin (+ provide) (never blocks)."""
         if cid in self._stored:
             return
         self._stored.add(cid)
         if len(self._stored) > 200_000:
             self._stored.clear()
-        self._puts.append((cid, data))
+        self._puts.append((cid, data, provide))
         self._put_wake.set()
 
     async def _put_loop(self) -> None:
@@ -71,7 +71,7 @@ class BlockStore:
             while not self._puts:
                 self._put_wake = anyio.Event()
                 await self._put_wake.wait()
-            cid, data = self._puts[0]
+            cid, data, provide = self._puts[0]
             try:
                 await self.kubo.block_put(data, pin=True)
                 self.stored += 1
@@ -79,6 +79,8 @@ class BlockStore:
                 self.store_failed += 1
                 log.warning("block/put %s failed: %s", cid, exc)
             self._puts.popleft()
+            if not provide:
+                continue
             if len(self._provides) < _PROVIDE_QUEUE_MAX:
                 self._provides.append(cid)
                 self._provide_wake.set()
