@@ -198,6 +198,7 @@ async def _run_one(
             kubo_version = await system.kubo_version()
             meta["kubo_version"] = kubo_version
             meta["peers"] = [n.peer_id for n in system.kubo_nodes]
+            meta["pids"] = [n.pid for n in system.kubo_nodes]
             meta["startup_seconds"] = time.monotonic() - began
             await _sample_all(system)
             async with anyio.create_task_group() as tg:

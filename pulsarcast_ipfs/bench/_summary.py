@@ -9,6 +9,8 @@ same definitions as ``spark/_measures.py`` (docs/metrics.md):
   included when subscribed — and received = distinct (node, event) deliveries
   of published events to nodes subscribed at the publication time;
 * delivery latency percentiles (nearest rank) over distinct deliveries;
+* only the workload's topics (``run.json``) count: the events Pulsarcast publishes
+  on a topic's meta topic when it is created are protocol traffic, not workload;
 * bytes on the wire per delivered event from Kubo's ``stats/bw``: wire bytes =
   (Σ over nodes of Δ bytes in + Σ Δ bytes out) ÷ 2 between the first and last
   sample (each byte is counted once sent and once received), in total and for
@@ -219,10 +221,13 @@ def summarise_run(run_dir: Path) -> RunSummary:
     for topic, t in published.values():
         per_topic[topic]["published"] += 1
         per_topic[topic]["expected_published"] += n_subscribed(topic, t)
+    workload_topics = set(meta.get("topics") or ())
     latencies: list[float] = []
     for (node, event), (_ts, lat) in delivered.items():
-        latencies.append(lat)
         pub = published.get(event)
+        if workload_topics and (pub is None or pub[0] not in workload_topics):
+            continue
+        latencies.append(lat)
         if pub is None:
             continue
         topic, t = pub
@@ -239,6 +244,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
             received=c["received"],
         )
         for name, c in sorted(per_topic.items())
+        if name in workload_topics or not workload_topics
     )
 
     # resources
@@ -275,9 +281,9 @@ def summarise_run(run_dir: Path) -> RunSummary:
         nodes=n_nodes,
         records=records,
         rejected=rejected,
-        injected=len(injected),
-        published=len(published),
-        deliveries=len(delivered),
+        injected=sum(t.injected for t in topics),
+        published=sum(t.published for t in topics),
+        deliveries=len(latencies),
         duplicates=copies - len(delivered),
         expected_injected=sum(t.expected_injected for t in topics),
         expected_published=sum(t.expected_published for t in topics),

@@ -51,7 +51,12 @@ __all__ = ["KuboPubsubSystem", "PulsarcastSystem", "System", "make_system"]
 
 Say = Callable[[str], None]
 
-COMMON_PROTOCOLS: tuple[str, ...] = ("/ipfs/kad/1.0.0", "/ipfs/bitswap/1.2.0", "/ipfs/id/1.0.0")
+COMMON_PROTOCOLS: tuple[str, ...] = (
+    "/ipfs/kad/1.0.0",
+    "/ipfs/lan/kad/1.0.0",
+    "/ipfs/bitswap/1.2.0",
+    "/ipfs/id/1.0.0",
+)
 GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
     "/meshsub/1.0.0",
     "/meshsub/1.1.0",

@@ -1,0 +1,148 @@
+"""Small real benchmark runs: Kubo daemons (and sidecars) started by the runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from pulsarcast_ipfs.bench import (
+    BenchConfig,
+    BenchProgress,
+    build_schedule,
+    iter_records,
+    load_bench_workload,
+    run_bench,
+    summarise_run,
+)
+from pulsarcast_ipfs.records import validate_record
+
+pytestmark = [pytest.mark.anyio, pytest.mark.kubo, pytest.mark.cluster]
+
+
+class Watch(BenchProgress):
+    """Remembers the stages seen and how far publishing went."""
+
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.stages: list[str] = []
+        self.published = 0
+        self.cancel_after = cancel_after
+        self.reached = anyio.Event()
+
+    def stage(self, text: str) -> None:
+        self.stages.append(text)
+
+    def publishing(self, done: int, total: int) -> None:
+        self.published = done
+        if self.cancel_after is not None and done >= self.cancel_after:
+            self.reached.set()
+
+
+async def test_gossipsub_run_writes_valid_records(tmp_path: Path) -> None:
+    cfg = BenchConfig(
+        systems=("gossipsub",),
+        conditions=("normal",),
+        nodes=4,
+        rate=15.0,
+        events=30,
+        grace=3.0,
+        settle=2.0,
+        sample_interval=2.0,
+        out=tmp_path / "b",
+        run="t1",
+    )
+    watch = Watch()
+    result = await run_bench(cfg, progress=watch)
+    assert result.ok, result.runs
+    run_dir = cfg.run_dir("gossipsub", "normal")
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["kubo_version"] and meta["nodes"] == 4 and meta["status"] == "ok"
+    assert meta["machine"]["nproc"] >= 1 and meta["events"] == 30
+    kinds: dict[str, int] = {}
+    for rec in iter_records(run_dir):
+        assert rec is not None
+        kind = validate_record(rec)
+        assert rec["system"] == "gossipsub" and rec["run"] == "t1-normal"
+        kinds[kind.value] = kinds.get(kind.value, 0) + 1
+    schedule = build_schedule(load_bench_workload("25k"), nodes=4, rate=15.0, events=30)
+    assert kinds["event_injected"] == kinds["event_published"] == 30
+    assert kinds["subscribed"] == sum(len(s) for s in schedule.subscriptions)
+    assert kinds["resource_sample"] >= 8  # at least a first and a last sample per node
+    s = summarise_run(run_dir)
+    assert s.expected_published == schedule.expected_deliveries()
+    assert s.coverage_published is not None and 0 < s.received <= s.expected_published
+    assert s.wire_bytes is not None and s.wire_bytes > 0
+    assert s.wire_bytes_pubsub is not None and s.wire_bytes_pubsub > 0
+    assert watch.published == 30
+    print(
+        f"gossipsub 4 nodes, 30 events: coverage {s.coverage_published:.4f}, "
+        f"p50 {s.latency_p50}, bytes/delivery {s.bytes_per_delivery}"
+    )
+
+
+async def test_cancel_tears_everything_down(tmp_path: Path) -> None:
+    cfg = BenchConfig(
+        systems=("floodsub",),
+        conditions=("normal",),
+        nodes=3,
+        rate=2.0,
+        events=100,
+        grace=1.0,
+        settle=0.5,
+        out=tmp_path / "b",
+        run="t2",
+    )
+    watch = Watch(cancel_after=3)
+    with anyio.move_on_after(60) as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_publishing() -> None:
+                await watch.reached.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(cancel_when_publishing)
+            await run_bench(cfg, progress=watch)
+    assert not scope.cancelled_caught, "publishing never started"
+    meta = json.loads((cfg.run_dir("floodsub", "normal") / "run.json").read_text())
+    assert meta["status"] == "aborted"
+    assert 3 <= meta["publications_completed"] < 100
+    pids = meta["pids"]
+    assert len(pids) == 3 and all(p > 0 for p in pids)
+    for pid in pids:  # every daemon the run started is gone (or at most a reaped zombie)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+@pytest.mark.slow
+async def test_pulsarcast_run_collects_sidecar_records(tmp_path: Path) -> None:
+    cfg = BenchConfig(
+        systems=("pulsarcast",),
+        conditions=("normal",),
+        nodes=3,
+        rate=5.0,
+        events=10,
+        grace=5.0,
+        settle=1.0,
+        sample_interval=2.0,
+        out=tmp_path / "b",
+        run="t3",
+    )
+    result = await run_bench(cfg)
+    assert result.ok, result.runs
+    run_dir = cfg.run_dir("pulsarcast", "normal")
+    assert list((run_dir / "sidecar").glob("t3-normal-*.jsonl"))
+    systems = set()
+    for rec in iter_records(run_dir):
+        assert rec is not None
+        systems.add(rec["system"])
+    assert systems == {"pulsarcast"}
+    s = summarise_run(run_dir)
+    assert s.injected == 10
+    assert s.rpc_sent_per_node is not None and s.rpc_sent_per_node > 0
+    assert s.expected_published > 0 and s.coverage_published is not None
+    print(
+        f"pulsarcast 3 nodes, 10 events: coverage {s.coverage_published:.4f} "
+        f"(published {s.published}), p50 {s.latency_p50}"
+    )
