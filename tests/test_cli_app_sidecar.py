@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pulsarcast_ipfs.testing import LocalSidecarCluster
+from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
 
@@ -34,6 +34,17 @@ async def cli(
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
+async def joined(sc: LocalSidecarCluster, node: int, topic: str) -> None:
+    """Wait until ``status`` shows the node in the tree (the JOIN goes on after
+    ``sub`` returned)."""
+
+    async def check() -> bool:
+        _, out, _ = await cli(sc, node, "status", "--json")
+        return any(t["root_cid"] == topic and t["parent"] for t in json.loads(out)["topics"])
+
+    await wait_until(check, deadline=30, what=f"node{node} joining {topic}", interval=0.2)
+
+
 async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
     code, out, err = await cli(sc, 0, "topic", "create", "shell-news")
     assert code == 0, err
@@ -45,6 +56,7 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
 
     code, _, err = await cli(sc, 1, "sub", topic, "--after", "0", "--no-follow")
     assert code == 0 and "subscribed to" in err
+    await joined(sc, 1, topic)
 
     code, out, _ = await cli(sc, 0, "pub", topic, "first line")
     first = out.strip()

@@ -41,6 +41,18 @@ def client(sc: LocalSidecarCluster, i: int, *, reconnect_attempts: int = 5) -> A
     return AsyncClient(config=config)
 
 
+async def join(pc: AsyncClient, topic: str) -> None:
+    """Subscribe and wait until the node has a parent in the tree: ``subscribe``
+    answers once the subscription is recorded, the JOIN travels on (PROTOCOL.md §5)."""
+    assert await pc.subscribe(topic) == topic
+
+    async def joined() -> bool:
+        st = (await pc.status()).topic(topic)
+        return st is not None and st.subscribed and st.parent is not None
+
+    await wait_until(joined, deadline=30, what="the join", interval=0.1)
+
+
 async def collect(pc: AsyncClient, topic: str, want: int) -> list[Delivery]:
     got: list[Delivery] = []
 
@@ -62,8 +74,8 @@ async def test_topics_subscribe_publish_deliver(sc: LocalSidecarCluster) -> None
         assert topic.request_to_publish == PeerSet(enabled=True)
         fetched = await c.get_topic(topic.cid)
         assert fetched.cid == topic.cid and fetched.sub_topics == topic.sub_topics
-        assert await b.subscribe(topic.cid) == topic.cid
-        assert await c.subscribe(topic.cid) == topic.cid
+        await join(b, topic.cid)
+        await join(c, topic.cid)
 
         text = await b.publish(topic.cid, "héllo")
         binary = await c.publish(topic.cid, b"\x00\xff\x10")
@@ -91,7 +103,7 @@ async def test_topics_subscribe_publish_deliver(sc: LocalSidecarCluster) -> None
 async def test_history_pages_walk_parent_links(sc: LocalSidecarCluster) -> None:
     async with client(sc, 0) as a, client(sc, 2) as c:
         topic = await a.create_topic("sdk-history")
-        await c.subscribe(topic.cid)
+        await join(c, topic.cid)
         cids = []
         for n in range(5):
             cids.append((await a.publish(topic.cid, f"e{n}")).event)
@@ -113,7 +125,7 @@ async def test_refusals_are_typed(sc: LocalSidecarCluster) -> None:
         closed = await a.create_topic(
             "sdk-closed", allowed_publishers=[me], request_to_publish=False
         )
-        await b.subscribe(closed.cid)
+        await join(b, closed.cid)
         with pytest.raises(NotAllowed) as info:
             await b.publish(closed.cid, "no")
         assert info.value.status == 403 and "request to publish" in info.value.message
@@ -142,7 +154,7 @@ async def test_request_to_publish(sc: LocalSidecarCluster) -> None:
         topic = await a.create_topic(
             "sdk-restricted", allowed_publishers=[me], request_to_publish=[asker]
         )
-        await b.subscribe(topic.cid)
+        await join(b, topic.cid)
         out = await b.publish(topic.cid, "please publish")
         assert out.status == "requested" and out.request_id
         (delivered,) = await collect(b, topic.cid, 1)
@@ -153,7 +165,7 @@ async def test_request_to_publish(sc: LocalSidecarCluster) -> None:
 async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarCluster) -> None:
     async with client(sc, 0) as a, client(sc, 1, reconnect_attempts=8) as b:
         topic = await a.create_topic("sdk-resume")
-        await b.subscribe(topic.cid)
+        await join(b, topic.cid)
         seen: list[Delivery] = []
         restarted = anyio.Event()
 
