@@ -75,6 +75,12 @@ async def _run(config: SidecarConfig) -> None:
         tg.cancel_scope.cancel()
 
 
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(argv)
@@ -88,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "httpcore", "uvicorn.error"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        anyio.run(_run, config)
+        try:
+            anyio.run(_run, config)
+        except BaseExceptionGroup as group:
+            raise _first_leaf(group) from group
     except StateError as exc:
         print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
         return 1

@@ -373,6 +373,9 @@ async def test_restarted_subscriber_recovers(sc: LocalSidecarCluster) -> None:
     first = (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": "x"}))["event"]
     await wait_deliveries(sc, [5], topic, {first})
     await sc.stop_sidecar(5)
+    # Graceful shutdown closed its p2p listener and forwards in Kubo.
+    async with sc.cluster[5].client() as kubo:
+        assert not [x for x in await kubo.p2p_ls() if x.protocol == PROTOCOL]
     missed = []
     for n in range(50):
         missed.append(
