@@ -22,7 +22,7 @@ from pulsarcast_ipfs.workload import Workload, load_workload
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 NODES = 1000
-EVENTS = 300
+EVENTS = 100
 RATE = 50.0  # publish calls per virtual second: publication lasts ~EVENTS / RATE seconds
 
 

@@ -412,3 +412,23 @@ class RunStats:
                 if len(out) >= limit:
                     break
         return out
+
+    def diagnose(self, node: int, topic: int) -> dict[str, Any]:
+        """Where ``node`` sits in ``topic``'s tree at the end (for reports on missed events)."""
+        tree = self.trees.get(list(self.topic_index)[topic], {})
+        place = tree.get(node)
+        alive = bytes(self.alive)
+        if place is None:
+            return {"node": node, "in_tree": False}
+        role, parent, children = place
+        return {
+            "node": node,
+            "in_tree": True,
+            "role": role,
+            "parent": parent,
+            "parent_alive": None
+            if parent is None
+            else bool(alive[parent >> 3] >> (parent & 7) & 1),
+            "parent_in_tree": None if parent is None else parent in tree,
+            "children": children,
+        }
