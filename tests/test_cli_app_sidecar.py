@@ -88,6 +88,7 @@ async def test_errors_from_the_shell(sc: LocalSidecarCluster) -> None:
     code, out, _ = await cli(sc, 0, "topic", "show", closed)
     assert "publishers" in out and "requests    refused" in out
     await cli(sc, 1, "sub", closed, "--no-follow")
+    await joined(sc, 1, closed)
     code, out, err = await cli(sc, 1, "pub", closed, "let me")
     assert (code, out) == (1, "")
     assert err.startswith("Error: not allowed:") and "request to publish" in err
