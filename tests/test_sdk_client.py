@@ -175,7 +175,7 @@ async def test_requests_carry_token_and_the_contract_bodies() -> None:
         )
         assert await pc.subscribe(topic.cid) == CID_T
         out_text = await pc.publish(topic.cid, "héllo")
-        await pc.publish(topic.cid, b"\x00\xff", parent=f"{CID_E}0")
+        await pc.publish(topic.cid, b"\x00\xff", parent=f"{CID_E}0", inject_id="i-1")
 
     assert all(r.headers["authorization"] == "Bearer tok" for r in seen)
     assert json.loads(seen[0].content) == {
@@ -186,7 +186,11 @@ async def test_requests_carry_token_and_the_contract_bodies() -> None:
     }
     assert seen[1].url.path == f"/v1/topics/{CID_T}/subscribe"
     assert json.loads(seen[2].content) == {"text": "héllo"}
-    assert json.loads(seen[3].content) == {"payload": "AP8=", "parent": f"{CID_E}0"}
+    assert json.loads(seen[3].content) == {
+        "payload": "AP8=",
+        "parent": f"{CID_E}0",
+        "inject_id": "i-1",
+    }
     assert out_text.published and out_text.event == f"{CID_E}1"
     assert topic.meta == "bafyreimeta" and topic.created.tzinfo is not None
 

@@ -149,12 +149,18 @@ class AsyncClient:
     # -- events --------------------------------------------------------------------------
 
     async def publish(
-        self, topic: str, data: bytes | str, *, parent: str | None = None
+        self,
+        topic: str,
+        data: bytes | str,
+        *,
+        parent: str | None = None,
+        inject_id: str | None = None,
     ) -> PublishOutcome:
         """Publish ``data`` (PROTOCOL.md §5 "Publish"): ``str`` travels as UTF-8 text,
         ``bytes`` as they are. A node that may only request to publish gets
-        ``status == "requested"``; one that may do neither gets :class:`NotAllowed`."""
-        return await self._send(_calls.publish(topic, data, parent=parent))
+        ``status == "requested"``; one that may do neither gets :class:`NotAllowed`.
+        ``inject_id`` labels the publish in the metric records (benchmarks)."""
+        return await self._send(_calls.publish(topic, data, parent=parent, inject_id=inject_id))
 
     async def get_event(self, cid: str) -> Event:
         """An event descriptor by CID (from any node, through IPFS)."""

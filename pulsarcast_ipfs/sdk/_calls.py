@@ -162,7 +162,9 @@ def subscribe(cid: str, *, on: bool) -> Call[str]:
     )
 
 
-def publish(cid: str, data: bytes | str, *, parent: str | None) -> Call[PublishOutcome]:
+def publish(
+    cid: str, data: bytes | str, *, parent: str | None, inject_id: str | None = None
+) -> Call[PublishOutcome]:
     body: dict[str, Any]
     if isinstance(data, str):
         body = {"text": data}
@@ -173,6 +175,8 @@ def publish(cid: str, data: bytes | str, *, parent: str | None) -> Call[PublishO
     if parent is not None:
         _seg(parent, "parent")
         body["parent"] = parent
+    if inject_id is not None:
+        body["inject_id"] = inject_id
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/publish",
