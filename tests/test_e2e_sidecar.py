@@ -226,14 +226,21 @@ async def test_allowed_publishers_and_request_to_publish(sc: LocalSidecarCluster
     port = free_tcp_port()
     async with bare.client() as kubo:
         await kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", await peer_id(sc, target))
-        stream = await anyio.connect_tcp("127.0.0.1", port)
-        async with stream:
-            await stream.send(encode_frame(Event(topic=forged.topic, event=forged.encode())))
+        frame = encode_frame(Event(topic=forged.topic, event=forged.encode()))
 
-            async def was_dropped() -> bool:
-                return await dropped(sc, target) > before
+        async def was_dropped() -> bool:
+            # Kubo accepts the local TCP connection before the libp2p stream to the
+            # target exists; a frame written into a stream that fails to open is lost,
+            # so the forger sends again on a fresh connection until the target reacts.
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            async with stream:
+                await stream.send(frame)
+                with anyio.move_on_after(2):
+                    while await dropped(sc, target) <= before:  # noqa: ASYNC110
+                        await anyio.sleep(0.2)
+            return await dropped(sc, target) > before
 
-            await wait_until(was_dropped, deadline=15, what="the forged event dropped")
+        await wait_until(was_dropped, deadline=30, what="the forged event dropped")
         await kubo.p2p_close(listen_address=f"/ip4/127.0.0.1/tcp/{port}")
     await anyio.sleep(1)
     for i in (1, 2, 3, 4, 5):
