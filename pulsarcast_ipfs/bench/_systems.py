@@ -45,6 +45,7 @@ from pulsarcast_ipfs.testing import (
     ClusterNode,
     LocalCluster,
     LocalSidecarCluster,
+    ToxiproxyAPI,
 )
 
 __all__ = ["KuboPubsubSystem", "PulsarcastSystem", "System", "make_system"]
@@ -121,15 +122,35 @@ class System(abc.ABC):
             self._stack.push_async_callback(self._close_writers)
             self._locks = [anyio.Lock() for _ in range(self.nodes)]
             if self.latency is not None:
-                self.say(f"latency toxic {self.latency} on every node")
-                for node in self.kubo_nodes:
-                    await node.set_latency(self.latency.ms, self.latency.jitter)
+                self.say(f"latency toxic {self.latency} on every node's inbound data")
+                await self._apply_latency(self.latency)
         except BaseException:
             await self._close_task_group()
             with anyio.CancelScope(shield=True):
                 await self._stack.aclose()
             raise
         return self
+
+    async def _apply_latency(self, latency: Latency) -> None:
+        """Delay every byte any node receives by ``latency`` (± jitter), once.
+
+        A connection dialed into node B passes B's proxy: the ``upstream`` toxic
+        delays what B receives on it, the ``downstream`` toxic what the dialer
+        receives. With both on every proxy, each packet arriving at any node has
+        crossed one latency toxic, whichever side dialed (the evaluation added
+        500 ms ± 300 ms "to every incoming TCP packet").
+        """
+        api = ToxiproxyAPI(self.local_cluster.toxiproxy_url)
+        for node in self.kubo_nodes:
+            for stream in ("upstream", "downstream"):
+                await api.set_toxic(
+                    node.proxy_name,
+                    f"bench_latency_{stream}",
+                    "latency",
+                    stream,
+                    latency=latency.ms,
+                    jitter=latency.jitter,
+                )
 
     async def _close_task_group(self) -> None:
         tg, self._tg = self._tg, None
@@ -164,8 +185,13 @@ class System(abc.ABC):
 
     @property
     @abc.abstractmethod
+    def local_cluster(self) -> LocalCluster:
+        """The Kubo cluster."""
+
+    @property
     def kubo_nodes(self) -> Sequence[ClusterNode]:
         """The Kubo daemons, by node index."""
+        return self.local_cluster.nodes
 
     def other_processes(self, index: int) -> dict[str, int]:
         """Processes beside Kubo on node ``index`` (name → pid), for resource samples."""
@@ -220,8 +246,8 @@ class KuboPubsubSystem(System):
         self._clients: list[KuboClient] = []
 
     @property
-    def kubo_nodes(self) -> Sequence[ClusterNode]:
-        return self.cluster.nodes
+    def local_cluster(self) -> LocalCluster:
+        return self.cluster
 
     async def _start(self) -> None:
         self._stack.push_async_callback(self.cluster.stop)
@@ -354,8 +380,8 @@ class PulsarcastSystem(System):
         self._http: list[httpx.AsyncClient] = []
 
     @property
-    def kubo_nodes(self) -> Sequence[ClusterNode]:
-        return self.sc.cluster.nodes
+    def local_cluster(self) -> LocalCluster:
+        return self.sc.cluster
 
     def other_processes(self, index: int) -> dict[str, int]:
         sc = self.sc.sidecars.get(index)
@@ -433,7 +459,7 @@ class PulsarcastSystem(System):
         try:
             await self._call(ev.node, f"/v1/topics/{self.topic_cids[ev.topic]}/publish", body)
         except (httpx.HTTPError, BenchError) as exc:
-            self._error("publish", exc)
+            self._error("publish", RuntimeError(f"{ev.inject_id} at node{ev.node}: {exc!r}"))
 
 
 def make_system(
