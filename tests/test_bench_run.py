@@ -12,6 +12,7 @@ import pytest
 from pulsarcast_ipfs.bench import (
     BenchConfig,
     BenchProgress,
+    Latency,
     build_schedule,
     iter_records,
     load_bench_workload,
@@ -113,6 +114,36 @@ async def test_cancel_tears_everything_down(tmp_path: Path) -> None:
     assert len(pids) == 3 and all(p > 0 for p in pids)
     for pid in pids:  # every daemon the run started is gone (or at most a reaped zombie)
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+async def test_latency_condition_delays_every_hop(tmp_path: Path) -> None:
+    cfg = BenchConfig(
+        systems=("gossipsub",),
+        conditions=("latency",),
+        nodes=3,
+        rate=10.0,
+        events=10,
+        grace=4.0,
+        settle=2.0,
+        latency=Latency(ms=300, jitter=0),
+        out=tmp_path / "b",
+        run="t4",
+    )
+    result = await run_bench(cfg)
+    assert result.ok, result.runs
+    run_dir = cfg.run_dir("gossipsub", "latency")
+    publisher: dict[str, str] = {}
+    delivered: list[tuple[str, str, float]] = []
+    for rec in iter_records(run_dir):
+        assert rec is not None
+        if rec["kind"] == "event_published":
+            publisher[rec["event"]] = rec["node"]
+        elif rec["kind"] == "event_delivered":
+            delivered.append((rec["node"], rec["event"], rec["latency"]))
+    remote = [lat for node, ev, lat in delivered if publisher[ev] != node]
+    assert remote, "no delivery crossed the network"
+    # a toxic can only add delay: every delivery to another node took >= 300 ms
+    assert min(remote) >= 0.3
 
 
 @pytest.mark.slow
