@@ -334,6 +334,14 @@ class _Api:
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         root = await self.root_of(cid, desc)
         self.d.call(lambda now: self.d.node.subscribe(now, cid))
+        # The core may first fetch the descriptor (and its meta topic) through the
+        # block store; answer once it knows the topic, so that a publish right after
+        # this call finds it.
+        known = await self.d.wait_for(
+            lambda: self.d.known_root(cid) is not None, max_wait=DESCRIPTOR_TIMEOUT
+        )
+        if not known:
+            raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
         root_s = cid_str(root)
         self.d.remember_topic(root_s, desc.name)
         self.d.state.state.subscriptions.setdefault(root_s, time.time())

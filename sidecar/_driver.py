@@ -106,6 +106,7 @@ class Driver:
         self.kubo_version = ""
         self._node: PulsarcastNode | None = None
         self._timer_wake = anyio.Event()
+        self._progress = anyio.Event()
         self._listeners: set[Listener] = set()
         self._topics: dict[str, str] = {}
         """Root topic CID → name, for every tree this node has been in."""
@@ -139,7 +140,16 @@ class Driver:
         finally:
             self._pump(provide=local)
 
+    async def wait_for(self, predicate: Callable[[], bool], *, max_wait: float) -> bool:
+        """Wait until ``predicate()`` holds after some input to the node; False on timeout."""
+        with anyio.move_on_after(max_wait):
+            while not predicate():
+                await self._progress.wait()
+        return predicate()
+
     def _pump(self, *, provide: bool = False) -> None:
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
         for out in self.node.take_outputs():
             if isinstance(out, SendRpc):
                 self.transport.send(out.peer, out.data)
