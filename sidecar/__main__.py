@@ -59,7 +59,8 @@ def config_from_args(argv: list[str] | None = None) -> SidecarConfig:
     return load_config(file=file, flags=args)
 
 
-async def _run(config: SidecarConfig) -> None:
+async def _run(config: SidecarConfig) -> str | None:
+    """Run until stopped; the reason if the sidecar stopped on its own (else None)."""
     driver = Driver(config)
 
     async def signals() -> None:
@@ -73,6 +74,7 @@ async def _run(config: SidecarConfig) -> None:
         tg.start_soon(signals)
         await driver.run()
         tg.cancel_scope.cancel()
+    return driver.fatal
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         try:
-            anyio.run(_run, config)
+            fatal = anyio.run(_run, config)
         except BaseExceptionGroup as group:
             raise _first_leaf(group) from group
     except StateError as exc:
@@ -109,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    if fatal is not None:
+        print(f"pulsarcast-sidecar: {fatal}", file=sys.stderr)
+        return 1
     return 0
 
 

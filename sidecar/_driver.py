@@ -44,7 +44,7 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from ._config import SidecarConfig
 from ._metrics import MetricsWriter, resource_records
 from ._routing import known_peers
-from ._state import StateStore
+from ._state import StateError, StateStore
 from ._store import BlockStore
 from ._transport import PROTOCOL, Transport
 
@@ -118,6 +118,8 @@ class Driver:
         self._api_server: Any = None
         self.api_done = anyio.Event()
         self._dirty = False
+        self.fatal: str | None = None
+        """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
 
     @property
     def node(self) -> PulsarcastNode:
@@ -192,7 +194,15 @@ class Driver:
             recovered=out.recovered,
             delivered_at=time.time(),
         )
-        obj = self.state.append_delivery(obj)
+        if self.fatal is not None:
+            return
+        try:
+            obj = self.state.append_delivery(obj)
+        except StateError as exc:
+            # Exactly-once to the app needs the log: stop rather than deliver unrecorded.
+            # The event is not marked delivered, so a restart's gap repair delivers it.
+            self.fail(str(exc))
+            return
         self._dirty = True
         for lst in self._listeners:
             lst.items.append(obj)
@@ -312,12 +322,24 @@ class Driver:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.transport.close()
-                    try:
-                        self.persist()
-                    except Exception:
-                        log.exception("could not save the state")
+                    if self.fatal is None:
+                        try:
+                            self.persist()
+                        except StateError as exc:
+                            self.fatal = str(exc)
+                            log.error("could not save the state: %s", exc)
+                        except Exception:
+                            log.exception("could not save the state")
                     self.metrics.close()
                     log.info("stopped")
+
+    def fail(self, why: str) -> None:
+        """Stop because the state cannot be written (issue 7: a clear error, no
+        corruption); ``pulsarcast-sidecar`` exits non-zero with ``why``."""
+        if self.fatal is None:
+            log.error("stopping: %s", why)
+            self.fatal = why
+        self.stop()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -384,8 +406,11 @@ class Driver:
         while True:
             await anyio.sleep(2.0)
             self.metrics.flush()
-            if self._dirty:
-                self.persist()
+            if self._dirty and self.fatal is None:
+                try:
+                    self.persist()
+                except StateError as exc:
+                    self.fail(str(exc))
 
     async def _resource_loop(self) -> None:
         while True:

@@ -163,6 +163,7 @@ class StateStore:
                     "use another --state-dir"
                 )
         self.state.peer_id = peer_id
+        self._drop_torn_tail()
         last_seq = 0
         for obj in self._read_log():
             seq = obj["seq"]
@@ -175,6 +176,34 @@ class StateStore:
             self.delivered.popitem(last=False)
         self.state.next_seq = max(self.state.next_seq, last_seq + 1)
         self.save()
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a torn last line (a crash or a full disk while appending) off the log,
+        so that the next append starts on a line of its own."""
+        path = self.log_file
+        try:
+            with open(path, "rb+") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return
+                keep = 0
+                pos = size
+                while pos > 0 and not keep:
+                    step = min(65536, pos)
+                    pos -= step
+                    f.seek(pos)
+                    chunk = f.read(step)
+                    nl = chunk.rfind(b"\n")
+                    if nl >= 0:
+                        keep = pos + nl + 1
+                f.truncate(keep)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StateError(f"cannot repair the torn end of {path}: {exc}") from None
 
     def _read_log(self) -> Iterator[dict[str, Any]]:
         path = self.log_file
@@ -199,18 +228,36 @@ class StateStore:
                 yield obj
 
     def save(self) -> None:
-        """Rewrite ``state.json`` atomically."""
-        atomic_write(self.state_file, json.dumps(self.state.to_json(), indent=1, sort_keys=True))
+        """Rewrite ``state.json`` atomically; :class:`StateError` if the disk refuses
+        (full, read-only, immutable): the previous file is then left intact."""
+        text = json.dumps(self.state.to_json(), indent=1, sort_keys=True)
+        try:
+            atomic_write(self.state_file, text)
+        except OSError as exc:
+            raise StateError(
+                f"cannot write {self.state_file}: {exc.strerror or exc} "
+                "(the previous state file is intact)"
+            ) from exc
 
     # deliveries
 
     def append_delivery(self, delivery: dict[str, Any]) -> dict[str, Any]:
         """Give ``delivery`` the next seq, append it to the log and return it."""
         seq = self.state.next_seq
-        self.state.next_seq += 1
         obj = {**delivery, "seq": seq}
-        with open(self.log_file, "a", encoding="utf-8") as f:
-            f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        line = json.dumps(obj, separators=(",", ":")) + "\n"
+        try:
+            with open(self.log_file, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError as exc:
+            # Nothing is counted as delivered: after the disk is fixed and the sidecar
+            # restarted, gap repair delivers the event again. A partial line at the end
+            # of the log is a torn line, which loading ignores.
+            raise StateError(
+                f"cannot append to {self.log_file}: {exc.strerror or exc} "
+                "(the delivery log up to the previous line is intact)"
+            ) from exc
+        self.state.next_seq += 1
         self.delivered[obj["cid"]] = seq
         if len(self.delivered) > self.log_max:
             self.delivered.popitem(last=False)

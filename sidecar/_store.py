@@ -16,13 +16,14 @@ import anyio
 import anyio.abc
 from multiformats import CID
 
-from pulsarcast_ipfs.kubo import KuboClient, KuboError
+from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboUnavailable
 
 __all__ = ["BlockStore"]
 
 log = logging.getLogger("pulsarcast.sidecar.store")
 
 _PROVIDE_QUEUE_MAX = 50_000
+_RETRY_DELAY = 0.5
 
 
 class BlockStore:
@@ -45,6 +46,7 @@ class BlockStore:
         self.store_failed = 0
         self.fetched = 0
         self.fetch_failed = 0
+        self.kubo_down = False
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
@@ -75,9 +77,18 @@ class BlockStore:
             try:
                 await self.kubo.block_put(data, pin=True)
                 self.stored += 1
+            except KuboUnavailable as exc:
+                # Kubo is down (restarting): keep the block queued, in order, and retry;
+                # dropping it would lose the only copy of a block this node published.
+                if not self.kubo_down:
+                    log.warning("block/put %s: Kubo unavailable, will retry: %s", cid, exc)
+                self.kubo_down = True
+                await anyio.sleep(_RETRY_DELAY)
+                continue
             except KuboError as exc:
                 self.store_failed += 1
                 log.warning("block/put %s failed: %s", cid, exc)
+            self.kubo_down = False
             self._puts.popleft()
             if not provide:
                 continue

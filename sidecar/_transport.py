@@ -13,6 +13,13 @@ stream can be opened, so frames written on a connection that dies young are sent
 again on the next one (the core is idempotent for repeated frames: events are
 de-duplicated by CID). A connection is retried a bounded number of times with
 exponential backoff; then the driver is told (``node.peer_unreachable``).
+
+Kubo restarts (issue 7): listeners and forwards live in the Kubo daemon, so a
+restarted daemon has none. A watchdog reads ``p2p/ls`` every ``watch_interval``
+and registers the listener again when it is missing; ``kubo_up`` tells whether
+Kubo answered last time. A forward whose local port refuses connections is
+re-created on the next attempt, and attempts that fail because Kubo itself is
+down do not count against the neighbour (it is not the neighbour's fault).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import anyio.abc
 
 from pulsarcast_ipfs.core import FrameDecoder, RemoteProtocolError, Rpc
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
-from pulsarcast_ipfs.kubo import KuboClient, KuboError
+from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboUnavailable
 
 __all__ = ["PROTOCOL", "Transport"]
 
@@ -70,6 +77,7 @@ class Transport:
         max_frame_size: int,
         attempts: int = 5,
         backoff: float = 0.2,
+        watch_interval: float = 1.0,
     ) -> None:
         self.kubo = kubo
         self.port = port or free_port()
@@ -78,6 +86,9 @@ class Transport:
         self.max_frame_size = max_frame_size
         self.attempts = attempts
         self.backoff = backoff
+        self.watch_interval = watch_interval
+        self.kubo_up = True
+        self.relistens = 0
         self._conns: dict[str, _Conn] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
@@ -102,7 +113,30 @@ class Transport:
             await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
             log.info("p2p listen %s -> %s (report-peer-id)", PROTOCOL, self.target)
             task_status.started()
+            tg.start_soon(self._keep_listening, name="p2p-listen-watchdog")
             await listener.serve(self._handle, task_group=tg)
+
+    async def _keep_listening(self) -> None:
+        """Register the p2p listener again when Kubo lost it (a restarted daemon)."""
+        while not self._closing:
+            await anyio.sleep(self.watch_interval)
+            try:
+                mine = any(
+                    x.protocol == PROTOCOL and x.target_address == self.target
+                    for x in await self.kubo.p2p_ls()
+                )
+                if not mine and not self._closing:
+                    log.warning("p2p listener missing in Kubo (restarted?): registering it again")
+                    await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
+                    self.relistens += 1
+            except KuboError as exc:
+                if self.kubo_up:
+                    log.warning("Kubo unavailable, waiting for it: %s", exc)
+                self.kubo_up = False
+                continue
+            if not self.kubo_up:
+                log.info("Kubo is back")
+            self.kubo_up = True
 
     async def close(self) -> None:
         """Graceful shutdown: close our p2p listener and every forward (§ issue 4)."""
@@ -185,6 +219,11 @@ class Transport:
                     lived = await self._connect_and_send(conn)
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                     lived, why = 0.0, str(exc) or type(exc).__name__
+                except KuboUnavailable as exc:
+                    # Kubo itself is down (restarting): wait for it, not the neighbour's fault.
+                    log.debug("Kubo unavailable for the forward to %s: %s", conn.peer, exc)
+                    await anyio.sleep(min(self.watch_interval, 1.0))
+                    continue
                 except KuboError as exc:
                     lived, why = 0.0, f"p2p forward: {exc}"
                 else:
@@ -220,7 +259,18 @@ class Transport:
             port = free_port()
             await self.kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", conn.peer)
             conn.port = port
-        stream = await anyio.connect_tcp("127.0.0.1", conn.port)
+        try:
+            stream = await anyio.connect_tcp("127.0.0.1", conn.port)
+        except OSError:
+            # Nobody listens on the forward's port: Kubo lost it (restart). Re-create
+            # the forward on the next attempt.
+            old, conn.port = conn.port, None
+            with anyio.move_on_after(5):
+                try:
+                    await self.kubo.p2p_close(listen_address=f"/ip4/127.0.0.1/tcp/{old}")
+                except KuboError:
+                    pass
+            raise
         began = time.monotonic()
         recent: deque[tuple[float, bytes]] = deque()
         broken = anyio.Event()

@@ -668,6 +668,56 @@ class LocalCluster:
                 f"wanted {want} LAN peers per node, lagging: {lagging}"
             )
 
+    # faults (kill -9, restart, partition)
+
+    async def kill(self, index: int) -> None:
+        """SIGKILL Kubo daemon ``index`` (a crash: no graceful shutdown)."""
+        node = self.nodes[index]
+        pid, marker = node.pid, str(node.repo)
+        if pid and _ours(pid, marker):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            await anyio.to_thread.run_sync(lambda: _kill_group(pid, marker, 1.0))
+        node.pid = 0
+
+    async def restart(self, index: int, *, connect_to: int = 4) -> None:
+        """Start the stopped daemon ``index`` again: same repo (same peer ID), same API
+        and swarm ports (a sidecar configured with its API URL finds it again), the
+        proxy (if any) pointed at it; then dial ``connect_to`` live nodes, since a
+        restarted daemon of this cluster has no bootstrap peers."""
+        node = self.nodes[index]
+        if node.is_running():
+            return
+        config_path = node.repo / "config"
+        config = json.loads(config_path.read_text())
+        api_port = node.api_url.rsplit(":", 1)[1]
+        _set(config, "Addresses.API", f"/ip4/127.0.0.1/tcp/{api_port}")
+        _set(config, "Addresses.Swarm", [node.swarm_address])
+        config_path.write_text(json.dumps(config, indent=2))
+        node.pid = _spawn(
+            [str(ipfs_binary()), "daemon", "--migrate=false"],
+            env=_child_env(node.repo),
+            log=node.log_path,
+            detached=self.detached,
+        )
+        await self._wait_ready(node, node._toxiproxy)
+        await self.reconnect(index, connect_to=connect_to)
+
+    async def reconnect(self, index: int, *, connect_to: int = 4) -> int:
+        """Dial up to ``connect_to`` other live nodes from node ``index`` (after a
+        restart or a healed cut); returns how many connections succeeded."""
+        node = self.nodes[index]
+        others = [n for n in self.nodes if n.index != index and n.is_running()]
+        start = (index + 1) % max(1, len(others)) if others else 0
+        targets = (others[start:] + others[:start])[:connect_to]
+        done = 0
+        async with node.client(timeout=10.0) as kubo:
+            for target in targets:
+                with contextlib.suppress(KuboError):
+                    await kubo.swarm_connect(target.multiaddr)
+                    done += 1
+        return done
+
     # stop
 
     async def stop(self) -> None:

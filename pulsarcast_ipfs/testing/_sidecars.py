@@ -10,6 +10,11 @@ stop, kill and restart them one by one::
         await sc.start_sidecar(3)                         # same state dir, same API port
         await sc.stop_kubo(5)                             # kill node 5's Kubo (and sidecar)
 
+Faults (``toxiproxy=True`` for the network ones): ``kill_node(i)`` SIGKILLs Kubo and
+sidecar, ``start_node(i)`` brings both back with the same state; ``kill_kubo(i)`` /
+``restart_kubo(i)`` crash and restart only the Kubo daemon under a running sidecar
+(same API port); ``partition([...])`` isolates nodes, ``heal([...])`` reconnects them.
+
 ``sidecars=`` chooses which nodes get a sidecar (default: all); the others are bare
 Kubo nodes (``sc.cluster[i]`` is the :class:`ClusterNode`). Everything is torn down
 on exit (processes killed, directories removed).
@@ -88,10 +93,11 @@ class LocalSidecarCluster:
         run: str = "local",
         extra_args: Sequence[str] = (),
         start_timeout: float = 60.0,
+        toxiproxy: bool = False,
     ) -> None:
         self.base_dir = Path(tempfile.mkdtemp(prefix="pulsarcast-sidecars-"))
         self.cluster = LocalCluster(
-            config=ClusterConfig(nodes=nodes, base_dir=self.base_dir / "kubo")
+            config=ClusterConfig(nodes=nodes, base_dir=self.base_dir / "kubo", toxiproxy=toxiproxy)
         )
         self.with_sidecar = list(range(nodes)) if sidecars is None else list(sidecars)
         self.routing_k = routing_k
@@ -212,6 +218,41 @@ class LocalSidecarCluster:
         if node.pid:
             await anyio.to_thread.run_sync(lambda: _kill_group(node.pid, str(node.repo), 5.0))
             node.pid = 0
+
+    async def kill_kubo(self, index: int) -> None:
+        """SIGKILL Kubo daemon ``index`` only; its sidecar keeps running."""
+        await self.cluster.kill(index)
+
+    async def restart_kubo(self, index: int) -> None:
+        """Start Kubo daemon ``index`` again (same repo and API port) and reconnect it."""
+        await self.cluster.restart(index)
+
+    async def kill_node(self, index: int) -> None:
+        """SIGKILL node ``index``: its sidecar and its Kubo daemon (a machine crash)."""
+        if index in self.sidecars:
+            await self.kill_sidecar(index)
+        await self.cluster.kill(index)
+
+    async def start_node(self, index: int) -> None:
+        """Bring a killed node back: Kubo (same repo, ports, peers dialled), then its
+        sidecar (same state dir)."""
+        await self.cluster.restart(index)
+        if index in self.sidecars:
+            await self.start_sidecar(index)
+
+    async def partition(self, indices: Sequence[int]) -> None:
+        """Cut nodes ``indices`` off the network (their Toxiproxy proxies disabled,
+        connections dropped, loopback dials filtered; needs ``toxiproxy=True``)."""
+        async with anyio.create_task_group() as tg:
+            for i in indices:
+                tg.start_soon(self.cluster[i].cut)
+
+    async def heal(self, indices: Sequence[int]) -> None:
+        """Undo :meth:`partition` and dial live peers again from each healed node."""
+        for i in indices:
+            await self.cluster[i].restore()
+        for i in indices:
+            await self.cluster.reconnect(i)
 
     def client(self, index: int, **kwargs: object) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` on sidecar ``index``'s API (use with ``async with``)."""
