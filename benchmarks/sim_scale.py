@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time                 {wall:,.1f} s (set-up {setup:,.1f} s)")
     print(f"peak memory (max RSS)     {peak_mib:,.0f} MiB")
     print(f"heap events               {s.heap_events:,} ({s.heap_events / wall:,.0f}/s)")
-    print(f"publish calls / wall s    {args.events / wall:,.1f}")
+    print(f"publish calls / wall s    {args.events / wall:,.3f}")
     print(f"deliveries / wall s       {s.deliveries / wall:,.0f}")
     print(f"RPCs sent                 {s.rpcs_total:,}")
     print(f"tree depth max / mean     {s.tree_depth_max} / {s.tree_depth_mean:.2f}")

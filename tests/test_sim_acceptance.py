@@ -45,7 +45,7 @@ def _explain(sim: Simulation) -> str:
 
 
 def test_fault_free_full_coverage(workload: Workload) -> None:
-    sim, s = _run(workload, grace=60.0)
+    sim, s = _run(workload, grace=30.0)
     assert s.events_injected == EVENTS
     assert s.events_published == EVENTS
     assert s.expected_published > 0
@@ -61,7 +61,7 @@ def test_crashes_and_loss_every_live_subscriber_gets_every_event(workload: Workl
         crashes=(CrashSpec(at=mid, fraction=0.10),),
         crash_roots=1,
         loss=0.05,
-        grace=240.0,
+        grace=150.0,
     )
     assert s.crashed == NODES // 10
     assert s.crashed_roots >= 1
@@ -74,7 +74,7 @@ def test_crashes_and_loss_every_live_subscriber_gets_every_event(workload: Workl
 
 
 def test_ordered_topics_one_chain_same_order(workload: Workload) -> None:
-    sim, s = _run(workload, ordered=True, grace=60.0)
+    sim, s = _run(workload, ordered=True, grace=30.0)
     assert s.events_published == EVENTS and s.events_refused == 0
     assert s.coverage_published == 1.0, _explain(sim)
     assert s.chain_breaks == 0

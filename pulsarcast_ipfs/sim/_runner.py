@@ -365,10 +365,12 @@ class Simulation:
         for w, wave in enumerate(sorted(c.crashes, key=lambda x: x.at)):
             size = min(wave.size(c.nodes), len(up))
             chosen = [p for p in forced if p in up][:size] if w == 0 else []
-            rest = [p for p in up if p not in chosen]
+            picked = set(chosen)
+            rest = [p for p in up if p not in picked]
             chosen += crash_rng.sample(rest, size - len(chosen))
             chosen.sort()
-            up = [p for p in up if p not in set(chosen)]
+            gone = set(chosen)
+            up = [p for p in up if p not in gone]
             if chosen:
                 self.crash_plan.append((start + wave.at, chosen))
                 h.push(start + wave.at, _CRASH, chosen)
