@@ -373,3 +373,13 @@ def test_cid_text_matches_multiformats() -> None:
     for i in range(50):
         cid = compute_cid(bytes([i]) * (i + 1))
         assert cid_text(cid) == str(cid)
+
+
+def test_public_names_are_exported() -> None:
+    import pulsarcast_ipfs.sim as sim
+    from pulsarcast_ipfs.sim import _engine, _network, _runner, _spec, _stats
+
+    exported = set(sim.__all__)
+    for mod in (_engine, _network, _runner, _spec, _stats):
+        assert set(mod.__all__) <= exported, mod.__name__
+    assert all(hasattr(sim, name) for name in exported)
