@@ -182,13 +182,14 @@ class StateStore:
         so that the next append starts on a line of its own."""
         path = self.log_file
         try:
-            with open(path, "rb+") as f:
+            with open(path, "rb") as f:
                 size = f.seek(0, os.SEEK_END)
                 if size == 0:
                     return
                 f.seek(size - 1)
                 if f.read(1) == b"\n":
                     return
+            with open(path, "rb+") as f:
                 keep = 0
                 pos = size
                 while pos > 0 and not keep:

@@ -15,20 +15,24 @@ from pulsarcast_ipfs.testing._cluster import (
     default_state_dir,
     kubo_settings,
 )
+from pulsarcast_ipfs.testing._faults import SCENARIOS, FaultResult, fault_cluster
 from pulsarcast_ipfs.testing._sidecars import LocalSidecarCluster, SidecarProcess
 from pulsarcast_ipfs.testing._toxiproxy import ToxiproxyAPI, ToxiproxyError
 from pulsarcast_ipfs.testing._wait import wait_until
 
 __all__ = [
+    "SCENARIOS",
     "ClusterConfig",
     "ClusterError",
     "ClusterNode",
+    "FaultResult",
     "LocalCluster",
     "LocalSidecarCluster",
     "SidecarProcess",
     "ToxiproxyAPI",
     "ToxiproxyError",
     "default_state_dir",
+    "fault_cluster",
     "kubo_settings",
     "wait_until",
 ]

@@ -38,6 +38,7 @@ import anyio
 import httpx
 
 from pulsarcast_ipfs.testing._cluster import (
+    _CHILDREN,
     ClusterConfig,
     ClusterError,
     ClusterNode,
@@ -79,6 +80,11 @@ class SidecarProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return _log_tail(self.log_path, lines)
+
+    def returncode(self) -> int | None:
+        """The exit code once the process has exited (None while running or unknown)."""
+        child = _CHILDREN.get(self.pid)
+        return None if child is None else child.poll()
 
 
 class LocalSidecarCluster:
@@ -256,10 +262,10 @@ class LocalSidecarCluster:
 
     def client(self, index: int, **kwargs: object) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` on sidecar ``index``'s API (use with ``async with``)."""
+        kwargs.setdefault("timeout", 30)
         return httpx.AsyncClient(
             base_url=self.sidecars[index].api_url,
             trust_env=False,
-            timeout=30,
             **kwargs,  # type: ignore[arg-type]
         )
 

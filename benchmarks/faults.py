@@ -1,0 +1,102 @@
+"""Fault scenarios repeated (issue 7): pass counts and recovery times per scenario.
+
+Run: ``.venv/bin/python benchmarks/faults.py [--repeat 5] [--nodes 10]
+[--scenario kill_20pct --scenario partition ...] [--json out.jsonl]``.
+
+Each round starts a fresh cluster (Kubo + sidecar per node, Toxiproxy, routing_k=1)
+and runs the chosen scenarios on it in order (``pulsarcast_ipfs.testing._faults``);
+each scenario's result is printed as it ends (failures with the missing events,
+duplicates and tree snapshots) and appended to ``--json`` if given. A failed run is
+reported, never retried. The summary gives per scenario the passes and the recovery
+times (median, max). Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import anyio
+
+from pulsarcast_ipfs.testing import SCENARIOS, FaultResult, fault_cluster
+
+
+async def rounds(
+    repeat: int, nodes: int, names: list[str], out: Path | None
+) -> dict[str, list[FaultResult | str]]:
+    results: dict[str, list[FaultResult | str]] = {n: [] for n in names}
+    for r in range(repeat):
+        began = time.monotonic()
+        print(f"== round {r + 1}/{repeat}: starting a {nodes}-node cluster", flush=True)
+        try:
+            async with fault_cluster(nodes=nodes, run=f"faults{r}") as sc:
+                for name in names:
+                    t0 = time.monotonic()
+                    try:
+                        res: FaultResult | str = await SCENARIOS[name](sc, tag=f"-{r}")
+                        print(res.describe(), flush=True)  # type: ignore[union-attr]
+                    except Exception:
+                        res = traceback.format_exc()
+                        print(f"{name}: ERROR\n{res}", flush=True)
+                    print(f"   ({time.monotonic() - t0:.1f} s)", flush=True)
+                    results[name].append(res)
+                    if out is not None:
+                        with out.open("a") as f:
+                            doc = (
+                                {"round": r, **dataclasses.asdict(res), "ok": res.ok}
+                                if isinstance(res, FaultResult)
+                                else {"round": r, "scenario": name, "error": res}
+                            )
+                            f.write(json.dumps(doc, default=str) + "\n")
+        except Exception:
+            print(f"round {r + 1}: cluster failure\n{traceback.format_exc()}", flush=True)
+        print(f"== round {r + 1} took {time.monotonic() - began:.0f} s", flush=True)
+    return results
+
+
+def summary(results: dict[str, list[FaultResult | str]]) -> str:
+    lines = [f"{'scenario':18} {'pass':>6} {'recovery p50 s':>15} {'recovery max s':>15}"]
+    for name, runs in results.items():
+        passed = sum(1 for r in runs if isinstance(r, FaultResult) and r.ok)
+        rec = [
+            r.recovery_seconds
+            for r in runs
+            if isinstance(r, FaultResult) and r.recovery_seconds is not None
+        ]
+        p50 = f"{statistics.median(rec):.2f}" if rec else "n/a"
+        mx = f"{max(rec):.2f}" if rec else "n/a"
+        lines.append(f"{name:18} {passed:>3}/{len(runs):<2} {p50:>15} {mx:>15}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=5, help="rounds (fresh cluster each)")
+    p.add_argument("--nodes", type=int, default=10, help="nodes per cluster (Kubo + sidecar)")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted(SCENARIOS),
+        help="scenario to run (repeatable; default: all)",
+    )
+    p.add_argument("--json", type=Path, help="append one JSON line per scenario run here")
+    a = p.parse_args()
+    if a.repeat < 1 or a.nodes < 6:
+        p.error("--repeat must be >= 1 and --nodes >= 6")
+    names = a.scenario or list(SCENARIOS)
+    results = anyio.run(rounds, a.repeat, a.nodes, names, a.json)
+    print(summary(results))
+    failed = any(
+        not (isinstance(r, FaultResult) and r.ok) for runs in results.values() for r in runs
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,603 @@
+"""Fault scenarios on a real cluster (issue 7): crashes, restarts, partitions, slow
+peers, an unwritable state directory.
+
+Each scenario runs on a :class:`LocalSidecarCluster` (Kubo + sidecar per node,
+Toxiproxy in front of every node), creates its own topic, publishes from several
+nodes while the fault happens, and returns a :class:`FaultResult`: which events
+were published (every publish call answered ``published``), which live subscriber
+missed or got twice which event, and the figures (recovery time, latencies).
+``tests/test_faults_cluster.py`` asserts on the results, ``benchmarks/faults.py``
+repeats the scenarios and prints the figures.
+
+The guarantee checked (PROTOCOL.md §5 "History and eventual delivery"): every
+event whose publish call succeeded is delivered exactly once to every subscriber
+alive at the end, killed-and-restarted subscribers included (persisted state and
+gap repair), killed-and-not-restarted ones excluded. Deliveries are read from each
+sidecar's persisted delivery log (``GET /v1/deliveries?after=0``).
+
+Recovery time: from the end of the fault (heal, restart) until the last event
+created before that moment is delivered at the last live subscriber (0 when every
+such event was already delivered everywhere when the fault ended).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import statistics
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from pulsarcast_ipfs.testing._sidecars import LocalSidecarCluster
+
+__all__ = [
+    "SCENARIOS",
+    "FaultResult",
+    "fault_cluster",
+    "scenario_kill_nodes",
+    "scenario_partition",
+    "scenario_restarts",
+    "scenario_slow_subscriber",
+    "scenario_unwritable_state",
+]
+
+PROTOCOL = "/x/pulsarcast/1.0.0"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultResult:
+    """What one run of a fault scenario observed."""
+
+    scenario: str
+    published: int
+    """Events whose publish call succeeded."""
+    subscribers: tuple[int, ...]
+    """Live subscribers at the end (the ones checked)."""
+    missing: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Node → published events it never delivered."""
+    duplicates: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Node → event delivered more than once → times."""
+    problems: tuple[str, ...] = ()
+    """Other failed checks (health, exit codes, state files), in words."""
+    recovery_seconds: float | None = None
+    figures: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.problems
+            and not any(self.missing.values())
+            and not any(self.duplicates.values())
+        )
+
+    def describe(self) -> str:
+        lines = [
+            f"{self.scenario}: {'ok' if self.ok else 'FAILED'}; {self.published} events, "
+            f"subscribers {list(self.subscribers)}, recovery "
+            + (f"{self.recovery_seconds:.2f} s" if self.recovery_seconds is not None else "n/a")
+        ]
+        lines += [f"  {k}: {v:.3f}" for k, v in sorted(self.figures.items())]
+        for node, cids in sorted(self.missing.items()):
+            if cids:
+                lines.append(f"  node{node} missed {len(cids)}: {', '.join(cids[:5])}")
+        for node, dups in sorted(self.duplicates.items()):
+            if dups:
+                lines.append(f"  node{node} duplicates: {dups}")
+        lines += [f"  problem: {p}" for p in self.problems]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def fault_cluster(*, nodes: int = 10, run: str = "faults") -> LocalSidecarCluster:
+    """The cluster the scenarios expect: Toxiproxy on, ``routing_k=1`` (relays and
+    depth), fast keep-alives so dead neighbours are noticed within seconds."""
+    return LocalSidecarCluster(
+        nodes=nodes,
+        routing_k=1,
+        run=run,
+        toxiproxy=True,
+        extra_args=["--ping-interval", "1"],
+    )
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _created_ts(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
+async def _api(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
+    async with sc.client(i) as c:
+        r = await c.request(method, path, **kw)
+    if r.status_code not in (200, 201):
+        raise AssertionError(f"node{i} {method} {path}: HTTP {r.status_code} {r.text}")
+    return r.json()
+
+
+async def _topic_status(sc: LocalSidecarCluster, i: int, topic: str) -> dict[str, Any] | None:
+    status = await _api(sc, i, "GET", "/v1/status")
+    for t in status["topics"]:
+        if t["root_cid"] == topic:
+            return dict(t)
+    return None
+
+
+async def _deliveries(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[str, Any]]:
+    async with sc.client(i) as c:
+        r = await c.get(
+            "/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"}, timeout=30
+        )
+    if r.status_code != 200:
+        raise AssertionError(f"node{i} deliveries: HTTP {r.status_code} {r.text}")
+    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+
+async def _wait(pred: Callable[[], Awaitable[bool]], deadline: float, interval: float) -> bool:
+    with anyio.move_on_after(deadline):
+        while not await pred():  # noqa: ASYNC110 - polling other processes
+            await anyio.sleep(interval)
+        return True
+    return False
+
+
+async def setup_topic(
+    sc: LocalSidecarCluster, author: int, name: str, subscribers: Sequence[int]
+) -> str:
+    """Create ``name`` on ``author``, subscribe ``subscribers`` (author included if
+    listed) and wait until every subscriber has joined the tree."""
+    topic = str((await _api(sc, author, "POST", "/v1/topics", json={"name": name}))["cid"])
+    for i in subscribers:
+        await _api(sc, i, "POST", f"/v1/topics/{topic}/subscribe")
+
+    async def joined() -> bool:
+        for i in subscribers:
+            st = await _topic_status(sc, i, topic)
+            if st is None or st["acting_root"] or (st["parent"] is None and st["role"] != "root"):
+                return False
+        return True
+
+    if not await _wait(joined, 60, 0.3):
+        trees = {i: await _topic_status(sc, i, topic) for i in subscribers}
+        raise AssertionError(f"not every subscriber joined {name}: {trees}")
+    return topic
+
+
+@dataclass(slots=True)
+class Publishing:
+    """Publishers publishing in a loop until stopped; what succeeded is recorded."""
+
+    sc: LocalSidecarCluster
+    topic: str
+    interval: float = 0.2
+    ok: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """Event CID → (publishing node, time the call returned)."""
+    failed: Counter[int] = field(default_factory=Counter)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+
+    async def publish_from(self, i: int, *, count: int | None = None) -> None:
+        n = 0
+        async with self.sc.client(i, timeout=15) as c:
+            while not self.stop.is_set() and (count is None or n < count):
+                n += 1
+                try:
+                    r = await c.post(
+                        f"/v1/topics/{self.topic}/publish", json={"text": f"{i}:{n}:{time.time()}"}
+                    )
+                except httpx.HTTPError:
+                    self.failed[i] += 1
+                else:
+                    doc = r.json() if r.status_code == 200 else {}
+                    if doc.get("status") == "published":
+                        self.ok[str(doc["event"])] = (i, time.time())
+                    else:
+                        self.failed[i] += 1
+                await anyio.sleep(self.interval)
+
+
+async def check_delivery(
+    sc: LocalSidecarCluster,
+    topic: str,
+    subscribers: Sequence[int],
+    want: set[str],
+    *,
+    deadline: float = 120.0,
+) -> tuple[dict[int, list[dict[str, Any]]], dict[int, tuple[str, ...]], dict[int, dict[str, int]]]:
+    """Wait until every subscriber delivered ``want`` (or the deadline), then read the
+    logs once more (late duplicates) and return deliveries, missing, duplicates."""
+    got: dict[int, list[dict[str, Any]]] = {}
+
+    async def done() -> bool:
+        for i in subscribers:
+            got[i] = await _deliveries(sc, i, topic)
+        return all({d["cid"] for d in got[i]} >= want for i in subscribers)
+
+    await _wait(done, deadline, 0.5)
+    await anyio.sleep(2.0)
+    for i in subscribers:
+        got[i] = await _deliveries(sc, i, topic)
+    missing = {i: tuple(sorted(want - {d["cid"] for d in got[i]})) for i in subscribers}
+    dups: dict[int, dict[str, int]] = {}
+    for i in subscribers:
+        counts = Counter(d["cid"] for d in got[i])
+        dups[i] = {c: n for c, n in counts.items() if n > 1}
+    return got, missing, dups
+
+
+def recovery_after(got: dict[int, list[dict[str, Any]]], want: set[str], fault_end: float) -> float:
+    """Seconds from ``fault_end`` until the last event created before it was delivered
+    at the last subscriber (0 if all had been delivered before ``fault_end``)."""
+    last = fault_end
+    for ds in got.values():
+        for d in ds:
+            if d["cid"] in want and _created_ts(d["created"]) <= fault_end:
+                last = max(last, float(d["delivered_at"]))
+    return last - fault_end
+
+
+def latencies(got: dict[int, list[dict[str, Any]]], want: set[str]) -> list[float]:
+    return [
+        float(d["delivered_at"]) - _created_ts(d["created"])
+        for ds in got.values()
+        for d in ds
+        if d["cid"] in want
+    ]
+
+
+def _p50(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+async def tree_of(sc: LocalSidecarCluster, topic: str, nodes: Sequence[int]) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for i in nodes:
+        if sc[i].is_running():
+            with contextlib.suppress(Exception):
+                st = await _topic_status(sc, i, topic)
+                out[i] = None if st is None else (st["role"], st["parent"], st["children"])
+    return out
+
+
+def _index_of(sc: LocalSidecarCluster, peer: str | None) -> int | None:
+    for n in sc.cluster.nodes:
+        if n.peer_id == peer:
+            return n.index
+    return None
+
+
+# -- scenarios -------------------------------------------------------------------------
+
+
+async def scenario_kill_nodes(sc: LocalSidecarCluster, *, tag: str = "") -> FaultResult:
+    """20 % of the nodes SIGKILLed mid-run (Kubo and sidecar): the topic's author (the
+    root) and an interior relay. Publishing goes on from three other nodes (root
+    failover); the author publishes until it dies and is restarted 10 s later; the
+    relay stays dead (it is excluded from the check)."""
+    n = len(sc)
+    author = 0
+    subs = list(range(n))
+    topic = await setup_topic(sc, author, f"kill{tag}", subs)
+    relay = None
+    for i in subs[1:]:
+        st = await _topic_status(sc, i, topic)
+        if st and st["children"] and st["role"] != "root":
+            relay = i
+            break
+    notes: list[str] = []
+    if relay is None:  # a star: kill the author's first child instead
+        relay = next(i for i in subs[1:])
+        notes.append("no interior relay in the tree; killed a plain subscriber")
+    publishers = [i for i in subs if i not in (author, relay)][:3]
+    pub = Publishing(sc, topic)
+    t_kill = t_restart = 0.0
+    async with anyio.create_task_group() as tg:
+        for i in publishers:
+            tg.start_soon(pub.publish_from, i)
+        author_pub = Publishing(sc, topic, ok=pub.ok)
+        tg.start_soon(author_pub.publish_from, author)
+        await anyio.sleep(4)
+        t_kill = time.time()
+        author_pub.stop.set()
+        await sc.kill_node(author)
+        await sc.kill_node(relay)
+        await anyio.sleep(10)
+        await sc.start_node(author)
+        t_restart = time.time()
+        await anyio.sleep(6)
+        pub.stop.set()
+    live = [i for i in subs if i != relay]
+    want = set(pub.ok)
+    got, missing, dups = await check_delivery(sc, topic, live, want)
+    if any(missing.values()):
+        notes.append(f"trees: {await tree_of(sc, topic, live)}")
+        by_pub = Counter(pub.ok[c][0] for cids in missing.values() for c in cids)
+        notes.append(f"missing events by publishing node: {dict(by_pub)}")
+    await sc.start_node(relay)  # leave the cluster whole for the next scenario
+    return FaultResult(
+        scenario="kill_20pct",
+        published=len(want),
+        subscribers=tuple(live),
+        missing=missing,
+        duplicates=dups,
+        recovery_seconds=recovery_after(got, want, t_restart),
+        figures={
+            "killed_root_and_relay_at": t_kill - t_kill,
+            "author_restart_after_kill_s": t_restart - t_kill,
+            "max_latency_s": max(latencies(got, want), default=0.0),
+            "p50_latency_s": _p50(latencies(got, want)),
+            "failed_publish_calls": float(sum(pub.failed.values())),
+        },
+        notes=(f"killed node{author} (author/root) and node{relay} (relay)", *notes),
+    )
+
+
+async def scenario_restarts(sc: LocalSidecarCluster, *, tag: str = "") -> FaultResult:
+    """A sidecar SIGKILLed and restarted while its Kubo stays up, and a Kubo daemon
+    SIGKILLed and restarted under a running sidecar, which must notice (``/health``
+    503), keep its API, and resume by itself (listener registered again)."""
+    n = len(sc)
+    author = 1
+    subs = list(range(n))
+    topic = await setup_topic(sc, author, f"restart{tag}", subs)
+    side, kubo_node = 3, 6
+    publishers = [author, 2, kubo_node]
+    problems: list[str] = []
+    pub = Publishing(sc, topic)
+    sidecar_pid = sc[kubo_node].pid
+    t_kubo_back = 0.0
+    async with anyio.create_task_group() as tg:
+        for i in publishers:
+            tg.start_soon(pub.publish_from, i)
+        await anyio.sleep(3)
+        await sc.kill_sidecar(side)
+        await sc.kill_kubo(kubo_node)
+        # The sidecar of the Kubo-less node stays up and says Kubo is down.
+        async with sc.client(kubo_node, timeout=10) as c:
+            health = await c.get("/health")
+        if health.status_code != 503:
+            problems.append(f"/health with Kubo down: {health.status_code} {health.text}")
+        await anyio.sleep(3)
+        await sc.start_sidecar(side)
+        await anyio.sleep(2)
+        await sc.restart_kubo(kubo_node)
+        t_kubo_back = time.time()
+        await anyio.sleep(6)
+        pub.stop.set()
+
+    async def relistened() -> bool:
+        async with sc.cluster[kubo_node].client() as kubo:
+            return any(x.protocol == PROTOCOL for x in await kubo.p2p_ls())
+
+    if not await _wait(relistened, 20, 0.5):
+        problems.append(f"node{kubo_node}'s sidecar did not register its p2p listener again")
+    if sc[kubo_node].pid != sidecar_pid or not sc[kubo_node].is_running():
+        problems.append(f"node{kubo_node}'s sidecar did not survive the Kubo restart")
+    async with sc.client(kubo_node, timeout=10) as c:
+        if (await c.get("/health")).status_code != 200:
+            problems.append(f"node{kubo_node} /health not ok after Kubo came back")
+    want = set(pub.ok)
+    got, missing, dups = await check_delivery(sc, topic, subs, want)
+    notes = []
+    if any(missing.values()):
+        notes.append(f"trees: {await tree_of(sc, topic, subs)}")
+    return FaultResult(
+        scenario="restarts",
+        published=len(want),
+        subscribers=tuple(subs),
+        missing=missing,
+        duplicates=dups,
+        problems=tuple(problems),
+        recovery_seconds=recovery_after(got, want, t_kubo_back),
+        figures={
+            "max_latency_s": max(latencies(got, want), default=0.0),
+            "p50_latency_s": _p50(latencies(got, want)),
+            "failed_publish_calls": float(sum(pub.failed.values())),
+        },
+        notes=(f"sidecar of node{side} killed; Kubo of node{kubo_node} killed", *notes),
+    )
+
+
+async def scenario_partition(
+    sc: LocalSidecarCluster, *, tag: str = "", seconds: float = 30.0
+) -> FaultResult:
+    """A third of the nodes cut off for ``seconds`` (proxies disabled, connections
+    dropped, own dials filtered) while publishers on both sides go on; then healed.
+    Recovery: from the heal until the last event created before it is delivered."""
+    n = len(sc)
+    author = 0
+    subs = list(range(n))
+    topic = await setup_topic(sc, author, f"partition{tag}", subs)
+    cut = list(range(n - n // 3, n))
+    publishers = [author, 1, cut[0]]
+    pub = Publishing(sc, topic, interval=0.3)
+    async with anyio.create_task_group() as tg:
+        for i in publishers:
+            tg.start_soon(pub.publish_from, i)
+        await anyio.sleep(2)
+        await sc.partition(cut)
+        t_cut = time.time()
+        await anyio.sleep(max(0.0, seconds - (time.time() - t_cut)))
+        await sc.heal(cut)
+        t_heal = time.time()
+        await anyio.sleep(5)
+        pub.stop.set()
+    want = set(pub.ok)
+    got, missing, dups = await check_delivery(sc, topic, subs, want)
+    notes = [f"cut nodes {cut} for {t_heal - t_cut:.1f} s"]
+    if any(missing.values()):
+        notes.append(f"trees: {await tree_of(sc, topic, subs)}")
+    return FaultResult(
+        scenario="partition",
+        published=len(want),
+        subscribers=tuple(subs),
+        missing=missing,
+        duplicates=dups,
+        recovery_seconds=recovery_after(got, want, t_heal),
+        figures={
+            "partition_s": t_heal - t_cut,
+            "max_latency_s": max(latencies(got, want), default=0.0),
+            "failed_publish_calls": float(sum(pub.failed.values())),
+        },
+        notes=tuple(notes),
+    )
+
+
+async def _throttle(sc: LocalSidecarCluster, i: int, kbps: int | None) -> None:
+    """Limit node ``i``'s bandwidth: every connection of it must come in through its
+    proxy (its own dials are filtered, every other node dials it)."""
+    node = sc.cluster[i]
+    await node.set_bandwidth(kbps)
+    async with node.client() as kubo:
+        if kbps is None:
+            with contextlib.suppress(Exception):
+                await kubo.swarm_filters_rm("/ip4/127.0.0.1/ipcidr/32")
+            return
+        await kubo.swarm_filters_add("/ip4/127.0.0.1/ipcidr/32")
+        for peer in await kubo.swarm_peers():
+            with contextlib.suppress(Exception):
+                await kubo.swarm_disconnect(f"/p2p/{peer.peer_id}")
+    for other in sc.cluster.nodes:
+        if other.index != i and other.is_running():
+            async with other.client(timeout=10.0) as kubo:
+                with contextlib.suppress(Exception):
+                    await kubo.swarm_connect(node.multiaddr)
+
+
+async def scenario_slow_subscriber(
+    sc: LocalSidecarCluster, *, tag: str = "", events: int = 60, kbps: int = 2
+) -> FaultResult:
+    """One subscriber bandwidth-limited to ``kbps`` KB/s (Toxiproxy bandwidth toxic, all
+    its connections through its proxy): the others' delivery latency (p50) is compared
+    with a run without the limit, and nothing may be lost anywhere."""
+    n = len(sc)
+    author = 2
+    subs = list(range(n))
+    slow = 8
+    topic = await setup_topic(sc, author, f"slow{tag}", subs)
+    others = [i for i in subs if i != slow]
+    figures: dict[str, float] = {}
+    want_all: set[str] = set()
+    got: dict[int, list[dict[str, Any]]] = {}
+    for phase in ("without", "with"):
+        if phase == "with":
+            await _throttle(sc, slow, kbps)
+        pub = Publishing(sc, topic, interval=0.2)
+        async with anyio.create_task_group() as tg:
+            for i in (author, 4):
+                tg.start_soon(functools.partial(pub.publish_from, i, count=events // 2))
+        want = set(pub.ok)
+        want_all |= want
+        got, _, _ = await check_delivery(sc, topic, others, want, deadline=60)
+        figures[f"others_p50_{phase}_limit_s"] = _p50(latencies(got, want))
+        figures[f"others_p95_{phase}_limit_s"] = (
+            statistics.quantiles(latencies(got, want), n=20)[-1]
+            if len(latencies(got, want)) > 2
+            else float("nan")
+        )
+    t_lift = time.time()
+    await _throttle(sc, slow, None)
+    got, missing, dups = await check_delivery(sc, topic, subs, want_all)
+    slow_lat = latencies({slow: got[slow]}, want_all)
+    figures["slow_node_p50_s"] = _p50(slow_lat)
+    return FaultResult(
+        scenario="slow_subscriber",
+        published=len(want_all),
+        subscribers=tuple(subs),
+        missing=missing,
+        duplicates=dups,
+        recovery_seconds=recovery_after({slow: got[slow]}, want_all, t_lift),
+        figures=figures,
+        notes=(f"node{slow} limited to {kbps} KB/s",),
+    )
+
+
+def _chattr(flag: str, *paths: Path) -> None:
+    subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
+
+
+async def scenario_unwritable_state(sc: LocalSidecarCluster, *, tag: str = "") -> FaultResult:
+    """The state directory becomes unwritable under a running sidecar (``chattr +i``
+    on the directory and its delivery log: EPERM even for root), then the sidecar is
+    started on it: each time a clear error and a non-zero exit, files unchanged; once
+    writable again, a restart delivers what was missed, exactly once."""
+    n = len(sc)
+    author, victim = 0, 5
+    subs = [i for i in range(n) if i != author]
+    topic = await setup_topic(sc, author, f"disk{tag}", subs)
+    problems: list[str] = []
+    pub = Publishing(sc, topic, interval=0.1)
+    await pub.publish_from(author, count=5)
+    await check_delivery(sc, topic, [victim], set(pub.ok), deadline=60)
+    await _api(sc, victim, "GET", "/health")
+    await anyio.sleep(2.5)  # the housekeeping loop has saved state.json with fresh heads
+    sidecar = sc[victim]
+    state_dir = sidecar.state_dir
+    state_file, log_file = state_dir / "state.json", state_dir / "deliveries.ndjson"
+    t_fault = time.time()
+    try:
+        _chattr("+i", state_dir, log_file)
+        before = state_file.read_bytes(), log_file.read_bytes()
+        await pub.publish_from(author, count=5)
+
+        async def exited() -> bool:
+            return not sidecar.is_running()
+
+        if not await _wait(exited, 30, 0.2):
+            problems.append("the sidecar kept running with an unwritable state directory")
+        code = sidecar.returncode()
+        if code in (None, 0):
+            problems.append(f"exit code {code} after a write error (want non-zero)")
+        if "cannot append to" not in sidecar.log_tail(50):
+            problems.append(f"no clear error in the log:\n{sidecar.log_tail(10)}")
+        if (state_file.read_bytes(), log_file.read_bytes()) != before:
+            problems.append("the state files changed while unwritable")
+        sidecar.pid = 0
+        # Starting on the unwritable directory: refused with a clear message.
+        try:
+            await sc.start_sidecar(victim)
+            problems.append("the sidecar started on an unwritable state directory")
+        except Exception as exc:  # ClusterError with the log tail
+            if "cannot write" not in str(exc):
+                problems.append(f"unclear start-up error: {exc}")
+        sidecar.pid = 0
+        if (state_file.read_bytes(), log_file.read_bytes()) != before:
+            problems.append("the state files changed during the refused start")
+    finally:
+        _chattr("-i", state_dir, log_file)
+    await pub.publish_from(author, count=3)
+    await sc.start_sidecar(victim)
+    t_fixed = time.time()
+    await pub.publish_from(author, count=2)
+    want = set(pub.ok)
+    got, missing, dups = await check_delivery(sc, topic, subs, want)
+    return FaultResult(
+        scenario="unwritable_state",
+        published=len(want),
+        subscribers=tuple(subs),
+        missing=missing,
+        duplicates=dups,
+        problems=tuple(problems),
+        recovery_seconds=recovery_after({victim: got[victim]}, want, t_fixed),
+        figures={"outage_s": t_fixed - t_fault},
+        notes=(f"node{victim}'s state dir made immutable",),
+    )
+
+
+SCENARIOS: dict[str, Callable[..., Awaitable[FaultResult]]] = {
+    "kill_20pct": scenario_kill_nodes,
+    "restarts": scenario_restarts,
+    "partition": scenario_partition,
+    "slow_subscriber": scenario_slow_subscriber,
+    "unwritable_state": scenario_unwritable_state,
+}
