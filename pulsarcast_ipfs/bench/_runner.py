@@ -12,6 +12,7 @@ records (``node-<i>.jsonl``, and ``sidecar/`` for Pulsarcast) and ``run.json``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -33,6 +34,11 @@ from pulsarcast_ipfs.bench._systems import System, make_system
 from pulsarcast_ipfs.testing import ClusterError
 
 __all__ = ["BenchProgress", "BenchResult", "RunOutcome", "machine_info", "run_bench"]
+
+START_ATTEMPTS = 3
+"""Cluster start-ups tried per run: a start-up can fail transiently on a loaded
+machine (e.g. two daemons dialing each other at once); each failure is kept in
+``run.json`` (``startup_failures``)."""
 
 
 class BenchProgress:
@@ -184,38 +190,51 @@ async def _run_one(
         "started_at": started_at,
     }
     try:
-        progress.stage("starting the cluster")
-        system = make_system(
-            system_name,
-            nodes=cfg.nodes,
-            run=cfg.run_id(condition),
-            run_dir=run_dir,
-            latency=cfg.latency if condition == "latency" else None,
-            sample_interval=cfg.sample_interval,
-            say=progress.stage,
-        )
-        async with system:
-            kubo_version = await system.kubo_version()
+        async with contextlib.AsyncExitStack() as stack:
+            for attempt in range(1, START_ATTEMPTS + 1):
+                progress.stage("starting the cluster")
+                system = make_system(
+                    system_name,
+                    nodes=cfg.nodes,
+                    run=cfg.run_id(condition),
+                    run_dir=run_dir,
+                    latency=cfg.latency if condition == "latency" else None,
+                    sample_interval=cfg.sample_interval,
+                    say=progress.stage,
+                )
+                try:
+                    await stack.enter_async_context(system)
+                    break
+                except ClusterError as exc:
+                    if attempt == START_ATTEMPTS:
+                        raise
+                    first = str(exc).splitlines()[0][:200]
+                    progress.stage(f"cluster start-up failed ({first}); retrying")
+                    meta.setdefault("startup_failures", []).append(str(exc))
+                    for leftover in run_dir.glob("node-*.jsonl"):
+                        leftover.unlink()
+            assert system is not None
+            live: System = system
+            kubo_version = await live.kubo_version()
             meta["kubo_version"] = kubo_version
-            meta["peers"] = [n.peer_id for n in system.kubo_nodes]
-            meta["pids"] = [n.pid for n in system.kubo_nodes]
+            meta["peers"] = [n.peer_id for n in live.kubo_nodes]
+            meta["pids"] = [n.pid for n in live.kubo_nodes]
             meta["startup_seconds"] = time.monotonic() - began
-            await _sample_all(system)
+            await _sample_all(live)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_sampler, system, cfg.sample_interval)
+                tg.start_soon(_sampler, live, cfg.sample_interval)
                 progress.stage(f"creating {len(schedule.topics)} topics")
-                await system.create_topics(schedule)
+                await live.create_topics(schedule)
                 progress.stage(f"subscribing ({meta['subscriptions']} subscriptions)")
-                await system.subscribe(schedule)
+                await live.subscribe(schedule)
                 await _timed_wait("settling", cfg.settle, progress)
                 progress.publishing(0, len(schedule.events))
                 t0 = time.monotonic()
 
                 async def publish(i: int) -> None:
                     nonlocal done, max_delay
-                    assert system is not None
                     ev = schedule.events[i]
-                    await system.publish(ev)
+                    await live.publish(ev)
                     done += 1
                     max_delay = max(max_delay, time.monotonic() - (t0 + ev.at))
                     progress.publishing(done, len(schedule.events))
@@ -227,7 +246,7 @@ async def _run_one(
                 publish_seconds = time.monotonic() - t0
                 await _timed_wait("grace period", cfg.grace, progress)
                 tg.cancel_scope.cancel()
-            await _sample_all(system)
+            await _sample_all(live)
             progress.stage("tearing down")
         status = "ok"
     except anyio.get_cancelled_exc_class():
