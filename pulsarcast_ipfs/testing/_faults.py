@@ -246,6 +246,30 @@ def recovery_after(got: dict[int, list[dict[str, Any]]], want: set[str], fault_e
     return last - fault_end
 
 
+def diagnose(
+    sc: LocalSidecarCluster,
+    got: dict[int, list[dict[str, Any]]],
+    missing: dict[int, tuple[str, ...]],
+) -> list[str]:
+    """Why events are missing: how many of them are DAG leaves (no delivered event
+    names them as ``parent``, so only HEADS can advertise them), and the end of the
+    missing nodes' logs."""
+    if not any(missing.values()):
+        return []
+    parents = {d["parent"] for ds in got.values() for d in ds if d.get("parent")}
+    out = []
+    for i, cids in sorted(missing.items()):
+        if not cids:
+            continue
+        leaves = sum(1 for c in cids if c not in parents)
+        out.append(
+            f"node{i}: {len(cids)} missing, {leaves} of them DAG leaves (no event links to "
+            f"them); {sum(1 for d in got[i] if d.get('recovered'))} deliveries were recovered"
+        )
+        out.append(f"node{i} log tail:\n{sc[i].log_tail(8)}")
+    return out
+
+
 def latencies(got: dict[int, list[dict[str, Any]]], want: set[str]) -> list[float]:
     return [
         float(d["delivered_at"]) - _created_ts(d["created"])
@@ -319,6 +343,7 @@ async def scenario_kill_nodes(sc: LocalSidecarCluster, *, tag: str = "") -> Faul
     live = [i for i in subs if i != relay]
     want = set(pub.ok)
     got, missing, dups = await check_delivery(sc, topic, live, want)
+    notes += diagnose(sc, got, missing)
     if any(missing.values()):
         notes.append(f"trees: {await tree_of(sc, topic, live)}")
         by_pub = Counter(pub.ok[c][0] for cids in missing.values() for c in cids)
@@ -388,7 +413,7 @@ async def scenario_restarts(sc: LocalSidecarCluster, *, tag: str = "") -> FaultR
             problems.append(f"node{kubo_node} /health not ok after Kubo came back")
     want = set(pub.ok)
     got, missing, dups = await check_delivery(sc, topic, subs, want)
-    notes = []
+    notes = diagnose(sc, got, missing)
     if any(missing.values()):
         notes.append(f"trees: {await tree_of(sc, topic, subs)}")
     return FaultResult(
@@ -434,7 +459,7 @@ async def scenario_partition(
         pub.stop.set()
     want = set(pub.ok)
     got, missing, dups = await check_delivery(sc, topic, subs, want)
-    notes = [f"cut nodes {cut} for {t_heal - t_cut:.1f} s"]
+    notes = [f"cut nodes {cut} for {t_heal - t_cut:.1f} s", *diagnose(sc, got, missing)]
     if any(missing.values()):
         notes.append(f"trees: {await tree_of(sc, topic, subs)}")
     return FaultResult(
@@ -518,7 +543,7 @@ async def scenario_slow_subscriber(
         duplicates=dups,
         recovery_seconds=recovery_after({slow: got[slow]}, want_all, t_lift),
         figures=figures,
-        notes=(f"node{slow} limited to {kbps} KB/s",),
+        notes=(f"node{slow} limited to {kbps} KB/s", *diagnose(sc, got, missing)),
     )
 
 
@@ -590,7 +615,7 @@ async def scenario_unwritable_state(sc: LocalSidecarCluster, *, tag: str = "") -
         problems=tuple(problems),
         recovery_seconds=recovery_after({victim: got[victim]}, want, t_fixed),
         figures={"outage_s": t_fixed - t_fault},
-        notes=(f"node{victim}'s state dir made immutable",),
+        notes=(f"node{victim}'s state dir made immutable", *diagnose(sc, got, missing)),
     )
 
 
