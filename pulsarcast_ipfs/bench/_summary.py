@@ -343,8 +343,9 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
             else f"{s.rpc_sent_per_node:,.0f} / {_num(s.rpc_received_per_node)}"
         )
         rss = None if s.rss_max_per_node is None else s.rss_max_per_node / 2**20
+        name = s.system if s.status in (None, "ok") else f"{s.system} ({s.status})"
         rows.append(
-            f"| {s.system} | {s.condition} | {s.nodes} | {s.injected} | {s.published} "
+            f"| {name} | {s.condition} | {s.nodes} | {s.injected} | {s.published} "
             f"| {_p(s.coverage_injected)} | {_p(s.coverage_published)} | {pub_txt} "
             f"| {_ms(s.latency_p50)} / {_ms(s.latency_p95)} / {_ms(s.latency_p99)} "
             f"| {_num(s.bytes_per_delivery)} / {_num(s.pubsub_bytes_per_delivery)} "
