@@ -187,6 +187,7 @@ async def _run_one(
             else None
         ),
         "machine": machine,
+        "loadavg_at_start": list(os.getloadavg()),
         "started_at": started_at,
     }
     try:
@@ -274,6 +275,7 @@ async def _run_one(
             errors=outcome.errors,
             first_error=outcome.first_error,
             finished_at=time.time(),
+            loadavg_at_end=list(os.getloadavg()),
         )
         (run_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
         progress.run_finished(outcome)
