@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 import logging
 import time
@@ -578,8 +579,8 @@ class _Auth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.token and scope["type"] == "http" and scope.get("path") != "/health":
             headers = dict(scope.get("headers") or [])
-            got = headers.get(b"authorization", b"").decode("latin-1")
-            if got != f"Bearer {self.token}":
+            got = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(got, b"Bearer " + self.token.encode()):
                 resp = _error_response(401, "unauthorized", "a valid bearer token is required")
                 await resp(scope, receive, send)
                 return

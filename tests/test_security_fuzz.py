@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pulsarcast_ipfs.core import FrameDecoder
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuzz import _harness
 from fuzz._harness import (
     FuzzFailure,
     NodeFuzzer,
@@ -65,7 +66,7 @@ def test_harness_reports_a_violation(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(self: object, data: bytes) -> list[object]:
         raise ValueError("boom")
 
-    monkeypatch.setattr(_harness.FrameDecoder, "feed", broken)
+    monkeypatch.setattr(FrameDecoder, "feed", broken)
     with pytest.raises(FuzzFailure):
         codec_one_input(WORLD.frames[0])
     with pytest.raises(FuzzFailure):
