@@ -266,7 +266,12 @@ def diagnose(
             f"node{i}: {len(cids)} missing, {leaves} of them DAG leaves (no event links to "
             f"them); {sum(1 for d in got[i] if d.get('recovered'))} deliveries were recovered"
         )
-        out.append(f"node{i} log tail:\n{sc[i].log_tail(8)}")
+        tail = [
+            ln
+            for ln in sc[i].log_tail(400).splitlines()
+            if "'duplicate'" not in ln and "INFO" not in ln
+        ][-8:]
+        out.append(f"node{i} log (warnings, last 8):\n" + "\n".join(tail))
     return out
 
 
@@ -284,12 +289,21 @@ def _p50(xs: list[float]) -> float:
 
 
 async def tree_of(sc: LocalSidecarCluster, topic: str, nodes: Sequence[int]) -> dict[int, Any]:
+    """Node -> (role, parent, children) of the live sidecars, as node indices."""
     out: dict[int, Any] = {}
     for i in nodes:
         if sc[i].is_running():
             with contextlib.suppress(Exception):
                 st = await _topic_status(sc, i, topic)
-                out[i] = None if st is None else (st["role"], st["parent"], st["children"])
+                out[i] = (
+                    None
+                    if st is None
+                    else (
+                        st["role"],
+                        _index_of(sc, st["parent"]),
+                        [_index_of(sc, c) for c in st["children"]],
+                    )
+                )
     return out
 
 
