@@ -13,6 +13,7 @@ Pure helpers shared by the protocol core, the simulator and the Kubo client.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 
@@ -94,8 +95,9 @@ def key_position(key: bytes) -> int:
     return int.from_bytes(hashlib.sha256(key).digest(), "big")
 
 
+@functools.lru_cache(maxsize=65536)
 def peer_position(peer_id: str) -> int:
-    """Position of a peer in the keyspace: sha256 of its multihash bytes."""
+    """Position of a peer in the keyspace: sha256 of its multihash bytes (memoised)."""
     return key_position(peer_id_bytes(peer_id))
 
 

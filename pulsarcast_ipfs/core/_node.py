@@ -922,7 +922,10 @@ class PulsarcastNode:
             root = self._resolve(now, cid)
             if root is None:
                 continue
-            purposes = self._resolving.pop(cid)
+            # The loop body can re-enter this method and resolve ``cid`` first.
+            purposes = self._resolving.pop(cid, None)
+            if purposes is None:
+                continue
             chain = self._chain(cid)
             tree = self._new_tree(now, root)
             for desc in reversed(chain):

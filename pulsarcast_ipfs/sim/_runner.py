@@ -659,7 +659,7 @@ class Simulation:
     def _write(self, rec: MetricRecord) -> None:
         self.stats.on_record(rec)
         assert self._sink is not None
-        self._sink.write(rec.to_json(run=self.config.run, system="sim"))
+        self._sink.write(rec.to_json(run=self.config.run, system="sim", validate=False))
 
     # -- faults -----------------------------------------------------------------------
 
