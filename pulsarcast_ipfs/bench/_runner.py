@@ -143,6 +143,19 @@ async def _sample_all(system: System) -> None:
             tg.start_soon(one, i)
 
 
+def _open_fds(system: System) -> dict[str, list[int]]:
+    """Open file descriptors of each node's processes (scale limits, docs/benchmark.md)."""
+    out: dict[str, list[int]] = {"kubo": []}
+    for i, node in enumerate(system.kubo_nodes):
+        procs = {"kubo": node.pid, **system.other_processes(i)}
+        for name, pid in procs.items():
+            try:
+                out.setdefault(name, []).append(psutil.Process(pid).num_fds())
+            except psutil.Error:
+                continue
+    return out
+
+
 async def _sampler(system: System, interval: float) -> None:
     while True:
         await anyio.sleep(interval)
@@ -248,6 +261,7 @@ async def _run_one(
                 await _timed_wait("grace period", cfg.grace, progress)
                 tg.cancel_scope.cancel()
             await _sample_all(live)
+            meta["open_fds_at_end"] = _open_fds(live)
             progress.stage("tearing down")
         status = "ok"
     except anyio.get_cancelled_exc_class():
