@@ -9,6 +9,7 @@ in a separate background queue, so dissemination never waits for the DHT (§8).
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -24,6 +25,8 @@ log = logging.getLogger("pulsarcast.sidecar.store")
 
 _PROVIDE_QUEUE_MAX = 50_000
 _RETRY_DELAY = 0.5
+_KUBO_DOWN_WAIT = 60.0
+"""How long a fetch waits for an unavailable Kubo before it counts as failed."""
 
 
 class BlockStore:
@@ -117,14 +120,24 @@ class BlockStore:
         self._tg.start_soon(self._fetch, cid, answer)
 
     async def _fetch(self, cid: CID, answer: Callable[[CID, bytes | None], None]) -> None:
-        data: bytes | None
-        try:
-            data = await self.kubo.block_get(cid, max_wait=self.fetch_timeout)
-            self.fetched += 1
-        except KuboError as exc:
-            log.debug("block/get %s failed: %s", cid, exc)
-            self.fetch_failed += 1
-            data = None
+        data: bytes | None = None
+        began = time.monotonic()
+        while True:
+            try:
+                data = await self.kubo.block_get(cid, max_wait=self.fetch_timeout)
+                self.fetched += 1
+            except KuboUnavailable as exc:
+                # Kubo itself is down (restarting): an immediate failure here would use
+                # up the core's fetch attempts and give the event up; wait for Kubo.
+                if time.monotonic() - began < _KUBO_DOWN_WAIT:
+                    await anyio.sleep(_RETRY_DELAY)
+                    continue
+                log.debug("block/get %s failed: %s", cid, exc)
+                self.fetch_failed += 1
+            except KuboError as exc:
+                log.debug("block/get %s failed: %s", cid, exc)
+                self.fetch_failed += 1
+            break
         answer(cid, data)
 
     async def get(self, cid: CID, max_wait: float) -> bytes:
