@@ -387,8 +387,23 @@ class PulsarcastSystem(System):
         sc = self.sc.sidecars.get(index)
         return {"sidecar": sc.pid} if sc is not None and sc.pid else {}
 
+    async def _teardown(self) -> None:
+        """Stop the sidecars all at once (SIGTERM, then SIGKILL after 10 s), then the rest:
+        ``LocalSidecarCluster.stop`` alone stops them one after the other."""
+
+        async def stop_one(index: int) -> None:
+            with contextlib.suppress(Exception):
+                await self.sc.stop_sidecar(index)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in list(self.sc.sidecars):
+                    tg.start_soon(stop_one, i)
+        finally:
+            await self.sc.stop()
+
     async def _start(self) -> None:
-        self._stack.push_async_callback(self.sc.stop)
+        self._stack.push_async_callback(self._teardown)
         self.say(f"starting {self.nodes} Kubo daemons and sidecars")
         await self.sc.start()
         for i in range(self.nodes):
