@@ -535,6 +535,8 @@ class _Api:
             "pulsarcast_frames_in_total": float(d.transport.frames_in),
             "pulsarcast_frames_out_total": float(d.transport.frames_out),
             "pulsarcast_bad_frames_total": float(d.transport.bad_frames),
+            "pulsarcast_peers_disconnected_total": float(d.transport.disconnects),
+            "pulsarcast_connections_refused_total": float(d.transport.refused),
         }
         return PlainTextResponse(
             d.metrics.prometheus(gauges), media_type="text/plain; version=0.0.4"

@@ -26,6 +26,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Deliver,
+    DisconnectPeer,
     EventDescriptor,
     FetchBlock,
     NodeConfig,
@@ -168,6 +169,9 @@ class Driver:
                 self._deliver(out)
             elif isinstance(out, TopicUpdated):
                 log.info("topic %s updated: %s -> %s", out.topic.name, out.old_cid, out.new_cid)
+            elif isinstance(out, DisconnectPeer):
+                log.warning("disconnecting %s (%s) until %.0f", out.peer, out.reason, out.until)
+                self.transport.disconnect(out.peer, out.until)
         self._timer_wake.set()
 
     def _record(self, rec: MetricRecord) -> None:

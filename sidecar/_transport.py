@@ -96,6 +96,9 @@ class Transport:
         self.frames_out = 0
         self.bad_frames = 0
         self.incoming = 0
+        self._banned: dict[str, float] = {}  # peer -> until (time.time()), flood protection
+        self.refused = 0
+        self.disconnects = 0
 
     @property
     def target(self) -> str:
@@ -170,11 +173,17 @@ class Transport:
             except (UnicodeDecodeError, InvalidPeerId):
                 log.warning("incoming connection with a bad peer-ID line %r: closed", line[:80])
                 return
+            if self.is_banned(peer):
+                self.refused += 1
+                log.info("connection from %s refused (disconnected for flooding)", peer)
+                return
             self.incoming += 1
             decoder = FrameDecoder(max_frame_size=self.max_frame_size)
             try:
                 data = rest
                 while True:
+                    if self._banned and self.is_banned(peer):
+                        return  # disconnected while connected: close this stream
                     if data:
                         for rpc in decoder.feed(data):
                             self.frames_in += 1
@@ -188,9 +197,27 @@ class Transport:
 
     # outgoing ---------------------------------------------------------------------
 
+    def is_banned(self, peer: str) -> bool:
+        """Whether ``peer`` is refused (core ``DisconnectPeer``, until its cool-down ends)."""
+        until = self._banned.get(peer)
+        if until is None:
+            return False
+        if until <= time.time():
+            del self._banned[peer]
+            return False
+        return True
+
+    def disconnect(self, peer: str, until: float) -> None:
+        """Close every connection with ``peer`` and refuse it until ``until`` (flooding)."""
+        self._banned[peer] = until
+        self.disconnects += 1
+        self.forget(peer)
+
     def send(self, peer: str, data: bytes) -> None:
         """Queue one frame for ``peer`` (never blocks; the connection task sends it)."""
         if self._closing or self._tg is None:
+            return
+        if self._banned and self.is_banned(peer):
             return
         conn = self._conns.get(peer)
         if conn is None:

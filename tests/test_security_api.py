@@ -17,6 +17,7 @@ import httpx
 import pytest
 from multiformats import CID, multihash
 
+from pulsarcast_ipfs.core import Join, NodeConfig, TopicDescriptor, encode_frame
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
 from sidecar import ConfigError, Driver, load_config
@@ -239,3 +240,62 @@ async def test_p2p_listener_accepts_only_the_pulsarcast_protocol(
             return await _metric(api, "pulsarcast_bad_frames_total") > before
 
         await wait_until(arrived, deadline=15, what="the control stream to reach the sidecar")
+
+
+async def test_flooding_peer_is_disconnected_and_refused(
+    sc: LocalSidecarCluster, tmp_path: Path
+) -> None:
+    """A peer flooding JOINs over the real p2p transport is rate-limited, then
+    disconnected; its next connection is refused. (Small limits for the test.)"""
+    cfg = load_config(
+        env={},
+        flags={
+            "kubo_api": sc.cluster[1].api_url,
+            "api": f"127.0.0.1:{_port()}",
+            "state_dir": str(tmp_path),
+            "p2p_port": _port(),
+            "resource_interval": 0,
+        },
+    )
+    driver = Driver(cfg)
+    driver.node_config = NodeConfig(join_rate=1, join_burst=5, abuse_limit=10, ban_time=600)
+    flood = b"".join(
+        encode_frame(Join(topic=t.cid, descriptor=t.encode()))
+        for t in (
+            TopicDescriptor.new(name=f"flood-{i}", author=sc.cluster[0].peer_id, now=1.8e9)
+            for i in range(40)
+        )
+    )
+    async with (
+        anyio.create_task_group() as tg,
+        KuboClient(config=KuboConfig(base_url=sc.cluster[0].api_url)) as kubo,
+    ):
+        await tg.start(driver.run)
+        try:
+            port = _port()
+            await kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", sc.cluster[1].peer_id)
+
+            async def send_flood() -> None:
+                try:
+                    async with await anyio.connect_tcp("127.0.0.1", port) as s:
+                        await s.send(flood)
+                        with anyio.move_on_after(1):
+                            await s.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    pass
+
+            async def disconnected() -> bool:
+                if driver.transport.disconnects == 0:
+                    await send_flood()
+                return driver.transport.disconnects == 1
+
+            await wait_until(disconnected, deadline=30, what="the flooder to be disconnected")
+            assert sc.cluster[0].peer_id in driver.node.banned_peers
+
+            async def refused() -> bool:
+                await send_flood()
+                return driver.transport.refused > 0
+
+            await wait_until(refused, deadline=30, what="the flooder's reconnection refused")
+        finally:
+            driver.stop()

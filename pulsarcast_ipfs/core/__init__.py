@@ -49,6 +49,7 @@ from ._errors import (
 )
 from ._io import (
     Deliver,
+    DisconnectPeer,
     FetchBlock,
     HistoryPage,
     Output,
@@ -68,6 +69,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Deliver",
     "DescriptorError",
+    "DisconnectPeer",
     "Event",
     "EventDescriptor",
     "EventLinking",

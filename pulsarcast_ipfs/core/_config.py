@@ -52,6 +52,26 @@ class NodeConfig:
     request_cache_size: int = 4096
     """Request ids already published, so retried requests publish once."""
     max_frame_size: int = MAX_FRAME_SIZE
+    join_rate: float = 200.0
+    """JOINs accepted per second from one peer (token bucket; flood protection, see
+    docs/security.md). Generous: legitimate traffic is never limited."""
+    join_burst: float = 2000.0
+    event_rate: float = 1000.0
+    """EVENTs and HEADS accepted per second from one peer (token bucket)."""
+    event_burst: float = 5000.0
+    request_rate: float = 100.0
+    """REQUEST_TO_PUBLISH messages accepted per second from one peer (token bucket)."""
+    request_burst: float = 1000.0
+    abuse_limit: int = 500
+    """A peer refused this many times (rate limit) within ``abuse_window`` is
+    disconnected (``DisconnectPeer``) and ignored for ``ban_time``."""
+    abuse_window: float = 60.0
+    ban_time: float = 300.0
+    max_topics: int = 16384
+    """Dissemination trees a node takes part in; a JOIN for a new topic beyond this
+    is refused (bounded memory against a flood of made-up topics)."""
+    rate_limit_peers: int = 4096
+    """Peers whose buckets are remembered (LRU): bounded memory under a sybil flood."""
     rpc_records: bool = True
     """Emit ``rpc_sent`` / ``rpc_received`` metric records."""
 

@@ -20,6 +20,7 @@ from ._descriptors import EventDescriptor, TopicDescriptor
 
 __all__ = [
     "Deliver",
+    "DisconnectPeer",
     "FetchBlock",
     "HistoryPage",
     "Output",
@@ -85,7 +86,21 @@ class TopicUpdated:
     topic: TopicDescriptor
 
 
-Output = SendRpc | StoreBlock | FetchBlock | Deliver | TopicUpdated | MetricRecord
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisconnectPeer:
+    """Close every connection with ``peer`` and refuse it until ``until`` (flood protection).
+
+    Emitted when a peer keeps exceeding its rate limits (docs/security.md). The node
+    itself already ignores the peer until then; a driver without connections (the
+    simulator) may ignore this output.
+    """
+
+    peer: str
+    reason: str
+    until: float
+
+
+Output = SendRpc | StoreBlock | FetchBlock | Deliver | TopicUpdated | DisconnectPeer | MetricRecord
 """Anything :meth:`PulsarcastNode.take_outputs` returns."""
 
 

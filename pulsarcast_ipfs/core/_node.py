@@ -104,6 +104,7 @@ from ._errors import (
 )
 from ._io import (
     Deliver,
+    DisconnectPeer,
     FetchBlock,
     HistoryPage,
     Output,
@@ -145,6 +146,26 @@ class _LRU:
         self._d.move_to_end(key)
         while len(self._d) > self.limit:
             self._d.popitem(last=False)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """A token bucket (flood protection): ``tokens`` as of ``last``."""
+
+    tokens: float
+    last: float
+
+    def take(self, now: float, rate: float, burst: float) -> bool:
+        if now > self.last:
+            self.tokens = min(burst, self.tokens + (now - self.last) * rate)
+            self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+_LIMITED_OPS = {"JOIN": "join", "EVENT": "event", "HEADS": "event", "REQUEST_TO_PUBLISH": "request"}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -262,6 +283,9 @@ class PulsarcastNode:
         self._known: dict[str, int] = {}  # peer -> keyspace position
         self._suspect: dict[str, float] = {}
         self._last_heard: dict[str, float] = {}
+        self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
+        self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
+        self._banned: dict[str, float] = {}  # peer -> until
         self._seq = 0
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
@@ -297,6 +321,8 @@ class PulsarcastNode:
         return self._pos ^ tree.author_pos
 
     def _is_suspect(self, now: float, peer: str) -> bool:
+        if self._is_banned(now, peer):
+            return True
         until = self._suspect.get(peer)
         if until is None:
             return False
@@ -477,10 +503,68 @@ class PulsarcastNode:
         if peer != self.peer_id:
             self._peer_failed(now, peer)
 
+    # ------------------------------------------------------- flood protection
+
+    def _is_banned(self, now: float, peer: str) -> bool:
+        until = self._banned.get(peer)
+        if until is None:
+            return False
+        if until <= now:
+            del self._banned[peer]
+            return False
+        return True
+
+    def _admit(self, now: float, peer: str, rpc: Rpc) -> bool:
+        """Per-peer token buckets for JOIN, EVENT/HEADS and REQUEST_TO_PUBLISH.
+
+        Over the limit: drop (``event_dropped`` reason ``rate_limited``). A peer
+        refused ``abuse_limit`` times within ``abuse_window`` is disconnected
+        (:class:`DisconnectPeer`), dropped from every tree, and ignored for
+        ``ban_time``. Pure: time comes from ``now``.
+        """
+        cls = _LIMITED_OPS.get(rpc.op)
+        if cls is None:
+            return True
+        c = self.config
+        rate, burst = {
+            "join": (c.join_rate, c.join_burst),
+            "event": (c.event_rate, c.event_burst),
+            "request": (c.request_rate, c.request_burst),
+        }[cls]
+        key = (peer, cls)
+        bucket: _Bucket | None = self._buckets.get(key)
+        if bucket is None:
+            bucket = _Bucket(tokens=burst, last=now)
+        self._buckets.put(key, bucket)
+        if bucket.take(now, rate, burst):
+            return True
+        strikes: list[float] | None = self._strikes.get(peer)
+        if strikes is None or now - strikes[0] > c.abuse_window:
+            strikes = [now, 0.0]
+        strikes[1] += 1
+        self._strikes.put(peer, strikes)
+        self._drop(now, "rate_limited", peer=peer)
+        if strikes[1] >= c.abuse_limit:
+            until = now + c.ban_time
+            self._banned[peer] = until
+            self._strikes.put(peer, [now, 0.0])
+            self._emit(DisconnectPeer(peer=peer, reason=f"{rpc.op} flood", until=until))
+            self._peer_failed(now, peer)
+        return False
+
+    @property
+    def banned_peers(self) -> dict[str, float]:
+        """Peers ignored for flooding, with the time until which they are."""
+        return dict(self._banned)
+
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
         """An RPC from the authenticated ``peer`` (§6)."""
         if peer == self.peer_id:
             raise LocalProtocolError("an RPC from this node itself")
+        if self._banned and self._is_banned(now, peer):
+            return  # disconnected for flooding: ignored, without records, until the ban ends
+        if not self._admit(now, peer, rpc):
+            return
         self._last_heard[peer] = now
         if self.config.rpc_records:
             topic_cid = rpc.topic_cid
@@ -524,6 +608,10 @@ class PulsarcastNode:
             return
         tree = self._trees.get(rpc.topic)
         if tree is None:
+            if len(self._trees) >= self.config.max_topics:
+                self._drop(now, "too_many_topics", peer=peer)
+                self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
+                return
             tree = self._new_tree(now, root)
         if tree.parent == peer or (
             tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree)
