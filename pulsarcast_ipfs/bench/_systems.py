@@ -469,7 +469,20 @@ class PulsarcastSystem(System):
                 tg.start_soon(limited, i, topics)
 
     async def _publish(self, ev: ScheduledEvent) -> None:
-        data = frame_payload(ev.inject_id, time.time(), ev.body)
+        """Publish through the sidecar's HTTP API with the run's ``inject_id``.
+
+        The runner also records ``event_injected`` itself, before the call, with the
+        same ``inject_id`` as the sidecar's own record (the report and the summary
+        keep the earliest record per ``inject_id``): a call that never reaches the
+        sidecar (connection reset by an overloaded sidecar) still counts as injected.
+        """
+        created = time.time()
+        data = frame_payload(ev.inject_id, created, ev.body)
+        self.writers[ev.node].write(
+            RecordKind.EVENT_INJECTED,
+            {"topic": ev.topic, "inject_id": ev.inject_id, "size": len(data)},
+            ts=created,
+        )
         body = {"payload": base64.b64encode(data).decode("ascii"), "inject_id": ev.inject_id}
         try:
             await self._call(ev.node, f"/v1/topics/{self.topic_cids[ev.topic]}/publish", body)
