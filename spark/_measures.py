@@ -155,7 +155,8 @@ def topic_table(rec: DataFrame, dd: DataFrame, iv: DataFrame, cfg: MeasureConfig
     nodes subscribed at the event's publication), ``late`` (deliveries of a
     published event to a node not subscribed at its publication),
     ``unpublished`` (deliveries of events with no ``event_published`` record),
-    ``coverage_injected``, ``coverage_published`` (``NULL`` = n/a).
+    ``coverage_injected``, ``coverage_published`` (``NULL`` = n/a), ``meta``
+    (a meta topic, control traffic: see :func:`_with_meta`).
     """
     inj = _events(rec, "event_injected", "inject_id")
     pub = _events(rec, "event_published", "event")
@@ -227,10 +228,27 @@ def topic_table(rec: DataFrame, dd: DataFrame, iv: DataFrame, cfg: MeasureConfig
         "unpublished",
     ]
     out = out.select(*KEY, "topic", *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in longs])
-    return out.select(
+    return _with_meta(out).select(
         "*",
         _ratio("received", "expected_injected").alias("coverage_injected"),
         _ratio("received", "expected_published").alias("coverage_published"),
+    )
+
+
+def _with_meta(topics: DataFrame) -> DataFrame:
+    """Add ``meta``: the topic is the meta topic of another topic of the same run.
+
+    PROTOCOL.md §5: creating topic ``X`` publishes its descriptor as an event on
+    ``meta-X``. A topic named ``meta-X`` is a meta topic when ``X`` is a topic
+    present in the same (run, system); otherwise (``meta-foo`` with no ``foo``)
+    it is an ordinary workload topic.
+    """
+    a = topics.alias("a")
+    b = topics.select(*KEY, F.concat(F.lit("meta-"), F.col("topic")).alias("meta_name")).alias("b")
+    cond = [F.col(f"a.{k}") == F.col(f"b.{k}") for k in KEY]
+    cond.append(F.col("a.topic") == F.col("b.meta_name"))
+    return a.join(b, on=cond, how="left").select(
+        "a.*", F.col("b.meta_name").isNotNull().alias("meta")
     )
 
 
@@ -242,8 +260,22 @@ def run_totals(topics: DataFrame) -> DataFrame:
     """Per run, the sums of :func:`topic_table` and the total coverages.
 
     A topic with nothing expected (no subscribers) has undefined coverage and is
-    left out of the total coverage: its received count is then 0 too.
+    left out of the total coverage: its received count is then 0 too. Meta
+    topics (``meta``, control traffic) are left out of every workload sum and
+    counted apart: ``meta_topics``, ``meta_events`` (published) and
+    ``meta_deliveries``.
     """
+    meta = (
+        topics.where(F.col("meta"))
+        .groupBy(*KEY)
+        .agg(
+            F.count("*").alias("meta_topics"),
+            F.sum("published").alias("meta_events"),
+            F.sum("deliveries").alias("meta_deliveries"),
+        )
+    )
+    keys = topics.select(*KEY).distinct()
+    topics = topics.where(~F.col("meta"))
     sums = [
         "injected",
         "published",
@@ -264,7 +296,11 @@ def run_totals(topics: DataFrame) -> DataFrame:
         recv_inj.alias("_ri"),
         recv_pub.alias("_rp"),
     )
-    return agg.select(
+    out = keys.join(agg, on=list(KEY), how="left").join(meta, on=list(KEY), how="left")
+    zero = ["topics", *sums, "expected_injected", "expected_published", "_ri", "_rp"]
+    zero += ["meta_topics", "meta_events", "meta_deliveries"]
+    out = out.select(*KEY, *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in zero])
+    return out.select(
         *KEY,
         "topics",
         *sums,
@@ -272,6 +308,9 @@ def run_totals(topics: DataFrame) -> DataFrame:
         "expected_published",
         _ratio("_ri", "expected_injected").alias("coverage_injected"),
         _ratio("_rp", "expected_published").alias("coverage_published"),
+        "meta_topics",
+        "meta_events",
+        "meta_deliveries",
     )
 
 

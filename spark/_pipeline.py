@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -114,6 +115,16 @@ def _rows(df: DataFrame) -> tuple[dict[str, Any], ...]:
     return tuple(r.asDict() for r in df.collect())
 
 
+def _key(r: dict[str, Any]) -> tuple[str, str]:
+    return (str(r["run"]), str(r["system"]))
+
+
+def _sorted(
+    rows: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], Any]
+) -> tuple[dict[str, Any], ...]:
+    return tuple(sorted(rows, key=key))
+
+
 def check_inputs(run_dirs: Sequence[str], out: str) -> None:
     """Local RUN_DIRs must exist, and OUT must not lie inside one of them."""
     if not run_dirs:
@@ -142,9 +153,10 @@ def run_report(
 
     tables = cfg.out.rstrip("/") + "/tables"
 
-    def write(df: DataFrame, name: str) -> DataFrame:
+    def write(df: DataFrame, name: str, *, small: bool = True) -> DataFrame:
+        # small aggregates (per topic, per run, per node) go to one file each
         path = f"{tables}/{name}"
-        df.write.mode("overwrite").parquet(path)
+        (df.coalesce(1) if small else df).write.mode("overwrite").parquet(path)
         return spark.read.parquet(path)
 
     stage(f"ingest: reading and validating {len(cfg.run_dirs)} run dir(s)")
@@ -168,41 +180,62 @@ def run_report(
             "run_dir", "source", "reject_reason", "raw", "run", "system", "node", "kind", "ts"
         ),
         "rejected",
+        small=False,
     )
-    by_reason = {
-        r["reject_reason"]: int(r["n"])
-        for r in rejected.groupBy("reject_reason").agg(F.count("*").alias("n")).collect()
-    }
-    write(
-        rejected.groupBy("run_dir", "source", "reject_reason").agg(F.count("*").alias("records")),
-        "rejected_counts",
+    rej_by_source = _rows(
+        write(
+            rejected.groupBy("run_dir", "source", "reject_reason").agg(
+                F.count("*").alias("records")
+            ),
+            "rejected_counts",
+        )
     )
-    rec = stored.where(F.col("kind_part") != REJECTED).drop("raw", "reject_reason", "kind_part")
+    by_reason: dict[str, int] = {}
+    by_dir: dict[tuple[str, str], int] = {}
+    for r in rej_by_source:
+        n = int(r["records"])
+        by_reason[r["reject_reason"]] = by_reason.get(r["reject_reason"], 0) + n
+        k = (r["run_dir"], r["reject_reason"])
+        by_dir[k] = by_dir.get(k, 0) + n
+    rej_counts = tuple(
+        {"run_dir": d, "reject_reason": why, "records": n} for (d, why), n in sorted(by_dir.items())
+    )
+    # every measure reads the valid records: keep them in memory (spilling to
+    # disk) instead of scanning the Parquet files again for each table
+    rec = (
+        stored.where(F.col("kind_part") != REJECTED)
+        .drop("raw", "reject_reason", "kind_part", "source", "run_dir")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     kinds = write(kind_counts(rec), "kinds")
-    n_valid = int(kinds.agg(F.coalesce(F.sum("records"), F.lit(0))).collect()[0][0])
+    kind_rows = _rows(kinds)
+    n_valid = sum(int(r["records"]) for r in kind_rows)
     n_rejected = sum(by_reason.values())
     stage(f"{n_valid:,} valid records, {n_rejected:,} rejected")
     if n_valid == 0:
+        rec.unpersist()
         raise NoRecords(
             f"no valid records found in {', '.join(cfg.run_dirs)} ({n_rejected:,} rejected)"
         )
 
     stage("subscriptions and deliveries")
-    iv = write(subscription_intervals(rec), "subscriptions")
-    dd = write(deliveries(rec), "deliveries")
+    iv = write(subscription_intervals(rec), "subscriptions", small=False)
+    dd = write(deliveries(rec), "deliveries", small=False)
     stage("events and coverage per topic")
     topics_df = write(topic_table(rec, dd, iv, cfg.measures), "topics")
     totals_df = write(run_totals(topics_df), "totals")
     stage("latency")
-    lat_df = write(latency_table(dd), "latency")
+    meta_topics = topics_df.where(F.col("meta")).select(*KEY, "topic")
+    workload_dd = dd.join(meta_topics, on=[*KEY, "topic"], how="left_anti")
+    lat_df = write(latency_table(workload_dd), "latency")
     stage("RPC messages")
     rpc_topic, rpc_node, rpc_sum = rpc_tables(rec)
     rpc_topic = write(rpc_topic, "rpc_topics")
-    write(rpc_node, "rpc_nodes")
+    write(rpc_node, "rpc_nodes", small=False)
     rpc_sum = write(rpc_sum, "rpc_summary")
     stage("resources")
     res_node, res_run = resource_tables(rec, cfg.measures)
-    write(res_node, "resources_nodes")
+    write(res_node, "resources_nodes", small=False)
     res_run = write(res_run, "resources_summary")
 
     stage("run comparison")
@@ -229,7 +262,9 @@ def run_report(
                 "nodes",
                 F.col("sent_mean").alias("rpc_sent_mean"),
                 F.col("sent_std").alias("rpc_sent_std"),
+                F.col("sent_p95").alias("rpc_sent_p95"),
                 F.col("sent_p99").alias("rpc_sent_p99"),
+                F.col("sent_max").alias("rpc_sent_max"),
             ),
             list(KEY),
             "left",
@@ -247,17 +282,17 @@ def run_report(
             "left",
         )
     )
-    runs = _rows(write(runs_df, "runs").orderBy(*KEY))
-    topics = _rows(topics_df.orderBy(*KEY, F.desc("injected"), F.desc("published"), "topic"))
-    latency = _rows(lat_df.orderBy(*KEY, "topic", "class"))
-    rpc_topics = _rows(rpc_topic.orderBy(*KEY, F.desc("sent"), "topic"))
-    rpc_summary = _rows(rpc_sum.orderBy(*KEY))
-    resources = _rows(res_run.orderBy(*KEY))
-    rej_counts = _rows(
-        rejected.groupBy("run_dir", "reject_reason")
-        .agg(F.count("*").alias("records"))
-        .orderBy("run_dir", "reject_reason")
+    # small tables: collected once, sorted on the driver (no Spark sort jobs)
+    runs = _sorted(_rows(write(runs_df, "runs")), lambda r: _key(r))
+    topics = _sorted(
+        _rows(topics_df),
+        lambda r: (*_key(r), -int(r["injected"]), -int(r["published"]), r["topic"]),
     )
+    latency = _sorted(_rows(lat_df), lambda r: (*_key(r), r["topic"], r["class"]))
+    rpc_topics = _sorted(_rows(rpc_topic), lambda r: (*_key(r), -int(r["sent"] or 0), r["topic"]))
+    rpc_summary = _sorted(_rows(rpc_sum), lambda r: _key(r))
+    resources = _sorted(_rows(res_run), lambda r: _key(r))
+    rec.unpersist()
 
     stage("report and plots")
     if cfg.report_dir is None and not _is_remote(cfg.out):
@@ -273,8 +308,8 @@ def run_report(
         for run in runs:
             s = R.slug(run["run"], run["system"])
             trs = [t for t in topics if (t["run"], t["system"]) == (run["run"], run["system"])]
-            if not trs:
-                continue
+            if not R.plotted_topics(trs):
+                continue  # nothing to draw: the report says so
             title = f"{run['run']} ({run['system']})"
             p1, p2 = plot_dir / f"events_{s}.png", plot_dir / f"coverage_{s}.png"
             R.plot_events(trs, f"Events per topic — {title}", p1)
@@ -315,6 +350,28 @@ def run_report(
         rpc_summary=rpc_summary,
         resources=resources,
     )
+
+
+_META_COLS = [
+    ("topic", "meta topic", ""),
+    ("published", "events", "n"),
+    ("deliveries", "deliveries", "n"),
+    ("rpc_sent", "RPCs sent", "n"),
+]
+
+
+def _no_events_note(run: dict[str, Any], meta: Sequence[dict[str, Any]]) -> str:
+    """The note that replaces a topic table of n/a when a run has no workload event."""
+    ctl = sum(int(t["published"]) for t in meta)
+    parts = [
+        f"**No workload events in this run**: no event was injected or published on a "
+        f"workload topic ({run.get('records') or 0:,} records from {run.get('nodes') or 0:,} "
+        f"nodes; {run.get('topics') or 0:,} workload topic(s) seen).",
+        "Coverage and latency are undefined (n/a), not 0 %.",
+    ]
+    if ctl:
+        parts.append(f"Only control traffic was recorded: {ctl:,} meta-topic event(s), below.")
+    return " ".join(parts)
 
 
 _TOPIC_COLS = [
@@ -398,6 +455,22 @@ def _markdown(
             ],
         )
     )
+    empty = [r for r in runs if not (r.get("injected") or r.get("published"))]
+    if empty:
+        names = ", ".join(f"`{r['run']}` ({r['system']})" for r in empty)
+        out += ["", f"No workload events in {names}: its coverage and latency are n/a."]
+    ctl = [r for r in runs if r.get("meta_topics")]
+    if ctl:
+        out.append("")
+        out.append(
+            "Workload topics only: "
+            + ", ".join(
+                f"`{r['run']}` also published {int(r['meta_events'] or 0):,} topic descriptors "
+                f"on {int(r['meta_topics']):,} meta topics"
+                for r in ctl
+            )
+            + " (control traffic, listed per run below)."
+        )
     if any(p.name == "comparison.png" for p in plots):
         out += ["", "![runs compared](plots/comparison.png)"]
     for run in runs:
@@ -405,34 +478,65 @@ def _markdown(
         s = R.slug(*key)
         out += ["", f"## Run `{key[0]}` — system `{key[1]}`", ""]
         trs = [t for t in topics if (t["run"], t["system"]) == key]
+        work = [t for t in trs if not t.get("meta")]
+        meta = [t for t in trs if t.get("meta")]
         out += ["### Events and subscription coverage per topic", ""]
-        total = dict(run, topic="**total**", subscribers=None)
-        out.append(R.markdown_table([*trs, total], _TOPIC_COLS))
-        extra = [
-            f"{run.get('late') or 0:,} deliveries to nodes not subscribed at publication",
-            f"{run.get('unpublished') or 0:,} deliveries of events with no publish record",
-        ]
-        out += ["", "Not counted in coverage: " + "; ".join(extra) + "."]
+        if not (run.get("injected") or run.get("published")):
+            out.append(_no_events_note(run, meta))
+            out.append("")
+        if work:
+            total = dict(run, topic="**total**", subscribers=None)
+            out.append(R.markdown_table([*work, total], _TOPIC_COLS))
+            extra = [
+                f"{run.get('late') or 0:,} deliveries to nodes not subscribed at publication",
+                f"{run.get('unpublished') or 0:,} deliveries of events with no publish record",
+            ]
+            out += ["", "Not counted in coverage: " + "; ".join(extra) + "."]
+        idle = [t for t in work if not (t["injected"] or t["published"])]
+        if idle:
+            out += ["", f"{len(idle):,} topic(s) with no event are listed but not plotted."]
         for name in (f"events_{s}.png", f"coverage_{s}.png"):
             if any(p.name == name for p in plots):
                 out += ["", f"![{name}](plots/{name})"]
+        if meta:
+            out += ["", "### Control traffic (meta topics)", ""]
+            out.append(
+                "Topic descriptors published on `meta-<topic>` when a topic is created "
+                "(PROTOCOL.md §5); left out of the workload totals, the coverage and the plots."
+            )
+            out.append("")
+            rpcs = {r["topic"]: r for r in rpc_topics if (r["run"], r["system"]) == key}
+            mrows = [
+                dict(t, rpc_sent=(rpcs.get(t["topic"]) or {}).get("sent", 0))
+                for t in sorted(meta, key=lambda t: str(t["topic"]))
+            ]
+            mtotal = {
+                "topic": "**total**",
+                "published": sum(int(t["published"]) for t in mrows),
+                "deliveries": sum(int(t["deliveries"]) for t in mrows),
+                "rpc_sent": sum(int(t["rpc_sent"] or 0) for t in mrows),
+            }
+            out.append(R.markdown_table([*mrows, mtotal], _META_COLS))
         out += ["", "### Delivery latency (first delivery of each (node, event))", ""]
         lrs = [r for r in latency if (r["run"], r["system"]) == key]
         lrs.sort(key=lambda r: (r["topic"] != ALL, r["topic"], r["class"]))
-        out.append(
-            R.markdown_table(
-                lrs,
-                [
-                    ("topic", "topic", ""),
-                    ("class", "deliveries", ""),
-                    ("count", "count", "n"),
-                    ("p50", "p50", "s"),
-                    ("p95", "p95", "s"),
-                    ("p99", "p99", "s"),
-                    ("max", "max", "s"),
-                ],
+        if not lrs:
+            out.append("No deliveries in this run.")
+        else:
+            out.append(
+                R.markdown_table(
+                    lrs,
+                    [
+                        ("topic", "topic", ""),
+                        ("class", "deliveries", ""),
+                        ("count", "count", "n"),
+                        ("p50", "p50", "s"),
+                        ("p95", "p95", "s"),
+                        ("p99", "p99", "s"),
+                        ("max", "max", "s"),
+                    ],
+                )
             )
-        )
         out += ["", "### RPC messages", ""]
         rts = [r for r in rpc_topics if (r["run"], r["system"]) == key]
         if rts:

@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fmt", "markdown_table", "plot_comparison", "plot_coverage", "plot_events", "slug"]
+__all__ = [
+    "fmt",
+    "markdown_table",
+    "plot_comparison",
+    "plot_coverage",
+    "plot_events",
+    "plotted_topics",
+    "slug",
+]
 
 Row = Mapping[str, Any]
 
@@ -65,62 +73,99 @@ def _plt() -> Any:
     return plt
 
 
+def plotted_topics(topics: Sequence[Row]) -> list[Row]:
+    """The topics drawn in the per-topic plots, most events first.
+
+    Meta topics (control traffic) and topics with neither injected nor
+    published events are listed in the report's tables but not plotted.
+    """
+    rows = [
+        r
+        for r in topics
+        if not r.get("meta") and ((r.get("injected") or 0) > 0 or (r.get("published") or 0) > 0)
+    ]
+    return sorted(rows, key=lambda r: (-(r["injected"] or 0), -(r["published"] or 0), r["topic"]))
+
+
+def _label(name: Any, width: int = 28) -> str:
+    text = str(name)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _topic_axes(plt: Any, rows: Sequence[Row], title: str) -> tuple[Any, Any, list[int]]:
+    """A figure with one horizontal band per topic, the first topic on top."""
+    y = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(8.0, max(3.0, 0.34 * len(rows) + 1.6)))
+    ax.set_yticks(y)
+    ax.set_yticklabels([_label(r["topic"]) for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_title(title, fontsize=10, pad=20)
+    return fig, ax, y
+
+
+def _legend_top(ax: Any, ncol: int) -> None:
+    """The legend in one row between the title and the plot, where it cannot hide a bar."""
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False)
+
+
 def plot_events(topics: Sequence[Row], title: str, path: Path) -> None:
-    """Injected, published and received (distinct deliveries) per topic, log scale."""
+    """Injected, published and received (distinct deliveries) per topic, log scale.
+
+    Only :func:`plotted_topics` are drawn, sorted by events (most first).
+    """
     plt = _plt()
-    rows = sorted(topics, key=lambda r: (-(r["injected"] or 0), -(r["published"] or 0), r["topic"]))
-    names = [str(r["topic"]) for r in rows]
-    x = list(range(len(rows)))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.5))
-    width = 0.27
+    rows = plotted_topics(topics)
+    fig, ax, y = _topic_axes(plt, rows, title)
+    height = 0.27
     series = (("injected", "injected"), ("published", "published"), ("deliveries", "received"))
     for i, (key, label) in enumerate(series):
         vals = [max(int(r[key] or 0), 0) for r in rows]
-        ax.bar(
-            [v + (i - 1) * width for v in x],
+        ax.barh(
+            [v + (i - 1) * height for v in y],
             [v if v > 0 else float("nan") for v in vals],
-            width,
+            height,
             label=label,
         )
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=0.5)
-    ax.set_xticks(x)
-    ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("events (log scale)")
-    ax.set_title(title)
-    ax.legend()
-    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.set_xscale("log")
+    ax.set_xlim(left=0.8)
+    ax.set_xlabel("events (log scale)")
+    _legend_top(ax, 3)
+    ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_coverage(topics: Sequence[Row], title: str, path: Path) -> None:
-    """Coverage per topic against injected and against published events (%)."""
+    """Coverage per topic against injected and against published events (%);
+    ``n/a`` where nothing was expected (no subscriber). Only
+    :func:`plotted_topics` are drawn."""
     plt = _plt()
-    rows = sorted(topics, key=lambda r: (-(r["injected"] or 0), -(r["published"] or 0), r["topic"]))
-    names = [str(r["topic"]) for r in rows]
-    x = list(range(len(rows)))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.5))
-    width = 0.4
+    rows = plotted_topics(topics)
+    fig, ax, y = _topic_axes(plt, rows, title)
+    height = 0.4
     for i, (key, label) in enumerate(
         (("coverage_injected", "vs injected"), ("coverage_published", "vs published"))
     ):
         vals = [float("nan") if r[key] is None else 100.0 * r[key] for r in rows]
-        ax.bar([v + (i - 0.5) * width for v in x], vals, width, label=label)
-    for xi, r in zip(x, rows, strict=True):
+        ax.barh([v + (i - 0.5) * height for v in y], vals, height, label=label)
+    for yi, r in zip(y, rows, strict=True):
         if r["coverage_published"] is None and r["coverage_injected"] is None:
-            ax.text(xi, 2, "n/a", ha="center", fontsize=7, rotation=90)
-    ax.set_ylim(0, 105)
-    ax.set_xticks(x)
-    ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("subscription coverage (%)")
-    ax.set_title(title)
-    ax.legend(loc="lower right")
-    ax.grid(axis="y", alpha=0.3)
+            ax.text(1, yi, "n/a (no subscriber)", va="center", fontsize=7, color="0.3")
+    ax.set_xlim(0, 105)
+    ax.set_xlabel("subscription coverage (%)")
+    _legend_top(ax, 2)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _na(ax: Any, x: Sequence[int], values: Sequence[Any]) -> None:
+    """Mark the runs whose value is undefined, so an empty slot is not read as 0."""
+    for xi, v in zip(x, values, strict=True):
+        if v is None:
+            ax.text(xi, 0.02, "n/a", ha="center", va="bottom", transform=ax.get_xaxis_transform())
 
 
 def plot_comparison(runs: Sequence[Row], path: Path) -> None:
@@ -147,6 +192,7 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
         w,
         label="vs published",
     )
+    _na(ax, x, [r["coverage_published"] for r in runs])
     ax.set_ylim(0, 105)
     ax.set_title("subscription coverage (%)")
     ax.legend(fontsize=8)
@@ -157,17 +203,30 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
         ax.bar(
             [i + (j - 1) * w for i in x], [nz(r[f"latency_{p}"], 1000) for r in runs], w, label=p
         )
+    _na(ax, x, [r["latency_p50"] for r in runs])
     ax.set_title("delivery latency (ms)")
     ax.legend(fontsize=8)
 
     ax = axes[1][0]
-    ax.bar(
-        x,
-        [nz(r["rpc_sent_mean"]) for r in runs],
-        yerr=[0.0 if r["rpc_sent_std"] is None else r["rpc_sent_std"] for r in runs],
-        capsize=3,
-    )
-    ax.set_title("RPC messages sent per node (mean ± sd)")
+    ax.bar(x, [nz(r["rpc_sent_mean"]) for r in runs], 0.5, label="mean", color="C0")
+    for key, marker, label in (
+        ("rpc_sent_p95", "^", "p95"),
+        ("rpc_sent_p99", "D", "p99"),
+        ("rpc_sent_max", "x", "max"),
+    ):
+        ax.plot(
+            x,
+            [nz(r.get(key)) for r in runs],
+            marker,
+            ls="",
+            ms=8 if marker == "D" else 6,
+            mfc="none",
+            mec="C3" if marker == "x" else "k",
+            label=label,
+        )
+    ax.set_ylim(bottom=0)
+    ax.set_title("RPC messages sent per node (mean; p95, p99, max)")
+    ax.legend(fontsize=8)
 
     ax = axes[1][1]
     w = 0.4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +25,9 @@ class SessionConfig:
     master: str | None = None
     """``None``: ``local[*]`` unless ``spark-submit --master`` already chose one."""
     driver_memory: str = "2g"
-    shuffle_partitions: int = 8
+    shuffle_partitions: int | None = None
+    """``None``: in local mode, one per core (small local shuffles are dominated
+    by per-task cost); on a cluster, Spark's default."""
     app_name: str = "pulsarcast-report"
 
 
@@ -41,6 +44,18 @@ def find_java() -> str:
             "Java not found: set JAVA_HOME or put `java` (17 or newer) on PATH; Spark needs it"
         )
     return found
+
+
+def _local_cores(master: str) -> int | None:
+    """Cores of a ``local``/``local[N]``/``local[*]`` master, ``None`` if not local."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if m is None:
+        return None
+    if m.group(1) in (None,):
+        return 1
+    if m.group(1) == "*":
+        return os.cpu_count() or 2
+    return max(1, int(m.group(1)))
 
 
 def get_session(config: SessionConfig | None = None) -> SparkSession:
@@ -64,9 +79,12 @@ def get_session(config: SessionConfig | None = None) -> SparkSession:
     elif not submitted:
         builder = builder.master("local[*]")
     if not submitted:
-        builder = builder.config("spark.driver.memory", cfg.driver_memory).config(
-            "spark.sql.shuffle.partitions", str(cfg.shuffle_partitions)
-        )
+        builder = builder.config("spark.driver.memory", cfg.driver_memory)
+        parts = cfg.shuffle_partitions
+        if parts is None:
+            parts = _local_cores(cfg.master or "local[*]")
+        if parts is not None:
+            builder = builder.config("spark.sql.shuffle.partitions", str(parts))
     builder = (
         builder.config("spark.ui.showConsoleProgress", "false")
         .config("spark.ui.enabled", "false")

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 import spark as job
 from pulsarcast_ipfs.cli import main as cli_main
 from pulsarcast_ipfs.records import validate_record
+from spark._render import plotted_topics
 
 pytestmark = pytest.mark.spark
 
@@ -154,7 +155,12 @@ def _run1() -> list[Rec]:
 
 
 def _run2() -> list[Rec]:
-    """Run r2 (floodsub): X publishes f1 to t1, Y receives it, X does not deliver to itself."""
+    """Run r2 (floodsub): X publishes f1 to t1, Y receives it, X does not deliver to itself.
+
+    Plus: t1's descriptor m1 on meta-t1 (a meta topic: t1 exists), delivered to
+    Y; g2 on meta-x (a workload topic: there is no topic x), no subscriber; t0
+    with a subscriber and no event.
+    """
 
     def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
         return _r("r2", "floodsub", kind, ts, node, **f)
@@ -162,9 +168,28 @@ def _run2() -> list[Rec]:
     return [
         r("subscribed", 0, "X", topic="t1"),
         r("subscribed", 0, "Y", topic="t1"),
+        r("event_published", 0.5, "X", topic="meta-t1", event="m1"),
+        r("event_delivered", 0.6, "Y", topic="meta-t1", event="m1", latency=0.1, recovered=False),
         r("event_injected", 1, "X", topic="t1", inject_id="j1"),
         r("event_published", 1, "X", topic="t1", event="f1", inject_id="j1"),
         r("event_delivered", 1.01, "Y", topic="t1", event="f1", latency=0.01, recovered=False),
+        r("event_injected", 2, "X", topic="meta-x", inject_id="j2"),
+        r("event_published", 2, "X", topic="meta-x", event="g2", inject_id="j2"),
+        r("subscribed", 0, "Y", topic="t0"),
+    ]
+
+
+def _run3() -> list[Rec]:
+    """Run r3 (sim) died early: P created t5 (descriptor m5 on meta-t5) and nothing else."""
+
+    def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
+        return _r("r3", "sim", kind, ts, node, **f)
+
+    return [
+        r("subscribed", 0, "P", topic="t5"),
+        r("event_published", 0, "P", topic="meta-t5", event="m5"),
+        r("rpc_sent", 0, "P", op="event", bytes=40, peer="Q", topic="meta-t5"),
+        r("rpc_received", 0, "Q", op="event", bytes=40, peer="P", topic="meta-t5"),
     ]
 
 
@@ -199,9 +224,11 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="module")
-def run_dirs(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> tuple[Path, Path]:
+def run_dirs(
+    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
+) -> tuple[Path, Path, Path]:
     """r1 spread over plain, gzip, rotated JSONL and Parquet files, shuffled;
-    plus the bad lines; r2 in its own directory."""
+    plus the bad lines; r2 and r3 in their own directories."""
     base = tmp_path_factory.mktemp("runs")
     rng = random.Random(7)
     recs = _run1()
@@ -236,12 +263,14 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> t
     df.coalesce(1).write.parquet(str(d1 / "D.parquet"))
     d2 = base / "r2"
     _write_jsonl(d2 / "X.jsonl", [json.dumps(x) for x in _run2()])
-    return d1, d2
+    d3 = base / "r3"
+    _write_jsonl(d3 / "P.jsonl", [json.dumps(x) for x in _run3()])
+    return d1, d2, d3
 
 
 @pytest.fixture(scope="module")
 def result(
-    spark: SparkSession, run_dirs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+    spark: SparkSession, run_dirs: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> job.ReportResult:
     out = tmp_path_factory.mktemp("out")
     cfg = job.ReportConfig(run_dirs=tuple(map(str, run_dirs)), out=str(out))
@@ -266,7 +295,7 @@ def test_rejected_counted_by_reason(result: job.ReportResult) -> None:
         "unknown_kind": 1,
         "bad_type": 1,
     }
-    assert result.valid_records == len(_run1()) + len(_run2())
+    assert result.valid_records == len(_run1()) + len(_run2()) + len(_run3())
 
 
 def test_topic_t1_late_subscriber_duplicates_unpublished(result: job.ReportResult) -> None:
@@ -403,7 +432,7 @@ def test_outputs_written(result: job.ReportResult, spark: SparkSession) -> None:
 
 
 def test_exclude_publisher(
-    spark: SparkSession, run_dirs: tuple[Path, Path], tmp_path: Path
+    spark: SparkSession, run_dirs: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
     cfg = job.ReportConfig(
         run_dirs=tuple(map(str, run_dirs)),
@@ -423,7 +452,7 @@ def test_exclude_publisher(
 
 def test_cli_report(
     spark: SparkSession,
-    run_dirs: tuple[Path, Path],
+    run_dirs: tuple[Path, Path, Path],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -445,3 +474,46 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 1 and "no records found" in capsys.readouterr().err
     rc = cli_main(["report", str(empty), "--out", str(empty / "x")])
     assert rc == 1 and "inside RUN_DIR" in capsys.readouterr().err
+
+
+def test_meta_topics_are_control_traffic(result: job.ReportResult) -> None:
+    meta = {t["topic"]: t["meta"] for t in result.topics if t["run"] == "r2"}
+    # meta-t1 names an existing topic; meta-x does not (no topic x)
+    assert meta == {"t1": False, "meta-t1": True, "meta-x": False, "t0": False}
+    r2 = _run(result, "r2")
+    # workload: t1 (f1) + meta-x (g2); the descriptor m1 and its delivery are apart
+    assert (r2["topics"], r2["injected"], r2["published"], r2["deliveries"]) == (3, 2, 2, 1)
+    assert (r2["meta_topics"], r2["meta_events"], r2["meta_deliveries"]) == (1, 1, 1)
+    # meta-x has no subscriber (n/a): the total stays f1 at {X, Y}, received by Y
+    assert (r2["expected_published"], r2["received"]) == (2, 1)
+    # latency over workload deliveries only: (Y, f1) 0.01, not (Y, m1) 0.1
+    (lat,) = [
+        r for r in result.latency if (r["run"], r["topic"], r["class"]) == ("r2", job.ALL, "all")
+    ]
+    assert (lat["count"], lat["max"]) == (1, 0.01)
+    r2_topics = [t for t in result.topics if t["run"] == "r2"]
+    # plotted: workload topics with events, most events first, then by name; t0 is not
+    assert [t["topic"] for t in plotted_topics(r2_topics)] == ["meta-x", "t1"]
+
+
+def test_run_without_events_gets_a_note(result: job.ReportResult) -> None:
+    r3 = _run(result, "r3")
+    assert (r3["topics"], r3["injected"], r3["published"]) == (1, 0, 0)
+    assert r3["coverage_injected"] is None and r3["coverage_published"] is None
+    assert (r3["meta_topics"], r3["meta_events"], r3["meta_deliveries"]) == (1, 1, 0)
+    md = result.report_path.read_text()
+    section = md[md.index("## Run `r3`") :]
+    assert "**No workload events in this run**" in section
+    assert "No deliveries in this run." in section
+    # control traffic: meta-t5, 1 event, 0 deliveries, 1 RPC sent
+    assert "| meta-t5 | 1 | 0 | 1 |" in section
+    assert not any("r3" in p.name for p in result.plots)  # nothing to plot
+
+
+def test_report_separates_control_traffic(result: job.ReportResult) -> None:
+    md = result.report_path.read_text()
+    section = md[md.index("## Run `r2`") : md.index("## Run `r3`")]
+    work, ctl = section.split("### Control traffic (meta topics)")
+    assert "| t0 |" in work and "| meta-x |" in work and "| meta-t1 |" not in work
+    assert "1 topic(s) with no event are listed but not plotted." in work
+    assert "| meta-t1 | 1 | 1 | 0 |" in ctl and "| **total** | 1 | 1 | 0 |" in ctl
