@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,7 +63,10 @@ async def run(max_examples: int, seed: int) -> tuple[int, str]:
         cmd = schemathesis_command(sc[0].api_url, max_examples, seed)
         env = {**os.environ, "NO_COLOR": "1"}
         started = time.monotonic()
-        proc = await anyio.run_process(cmd, check=False, env=env, stderr=subprocess.STDOUT)
+        with tempfile.TemporaryDirectory() as cwd:  # schemathesis keeps a cache in its cwd
+            proc = await anyio.run_process(
+                cmd, check=False, env=env, stderr=subprocess.STDOUT, cwd=cwd
+            )
         out = proc.stdout.decode(errors="replace")
         out += f"\n(schemathesis took {time.monotonic() - started:.0f} s)\n"
         return proc.returncode, out

@@ -50,10 +50,10 @@ def err(r: httpx.Response, status: int, code: str) -> None:
 
 
 @pytest.mark.slow
-async def test_schemathesis_bounded(sc: LocalSidecarCluster) -> None:
+async def test_schemathesis_bounded(sc: LocalSidecarCluster, tmp_path: Path) -> None:
     """No 5xx; status, content type and body of every answer as documented."""
     cmd = schemathesis_command(sc[0].api_url, max_examples=8, seed=7)
-    proc = await anyio.run_process(cmd, check=False, stderr=subprocess.STDOUT)
+    proc = await anyio.run_process(cmd, check=False, stderr=subprocess.STDOUT, cwd=tmp_path)
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, out[-4000:]
     m = re.search(r"(\d+) generated, (\d+) passed", out)
