@@ -61,8 +61,16 @@ from ._io import (
     TopicUpdated,
 )
 from ._node import PulsarcastNode
+from ._signing import (
+    KUBO_SIGN_PREFIX,
+    Ed25519Signer,
+    SignatureError,
+    peer_public_key,
+    verify_signature,
+)
 
 __all__ = [
+    "KUBO_SIGN_PREFIX",
     "MAX_FRAME_SIZE",
     "MAX_HEADS",
     "MAX_PAYLOAD_SIZE",
@@ -70,6 +78,7 @@ __all__ = [
     "Deliver",
     "DescriptorError",
     "DisconnectPeer",
+    "Ed25519Signer",
     "Event",
     "EventDescriptor",
     "EventLinking",
@@ -96,6 +105,7 @@ __all__ = [
     "Role",
     "Rpc",
     "SendRpc",
+    "SignatureError",
     "StoreBlock",
     "TopicDescriptor",
     "TopicOptions",
@@ -110,4 +120,6 @@ __all__ = [
     "encode_rpc",
     "format_created",
     "parse_created",
+    "peer_public_key",
+    "verify_signature",
 ]
