@@ -20,6 +20,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     DescriptorError,
+    DisconnectPeer,
     Event,
     FetchBlock,
     FrameDecoder,
@@ -70,8 +71,20 @@ FUZZ_CONFIG = NodeConfig(
     request_cache_size=16,
     heads_size=8,
     max_frame_size=64 * 1024,
+    join_rate=1.0,
+    join_burst=5.0,
+    event_rate=5.0,
+    event_burst=15.0,
+    request_rate=1.0,
+    request_burst=3.0,
+    abuse_limit=20,
+    abuse_window=30.0,
+    ban_time=60.0,
+    rate_limit_peers=4,
+    max_topics=12,
 )
-"""Small bounds, so that a fuzz run reaches every eviction path quickly."""
+"""Small bounds and rate limits, so that a fuzz run reaches every eviction path, rate
+limit and disconnection quickly."""
 
 
 class FuzzFailure(AssertionError):
@@ -207,6 +220,8 @@ def random_frames(rng: random.Random, world: World) -> bytes:
     kind = rng.random()
     if kind < 0.05:
         return rng.randbytes(rng.randint(0, 64))
+    if kind < 0.12:
+        return rng.choice(world.frames) * rng.randint(5, 40)  # a flood from one peer
     chunk = b"".join(rng.choice(world.frames) for _ in range(rng.randint(1, 3)))
     if kind < 0.25:
         return chunk  # valid frames: reach deep node paths
@@ -283,6 +298,7 @@ class NodeFuzzer:
         self.rpcs = 0
         self.remote_errors = 0
         self.dropped: dict[str, int] = {}
+        self.disconnects = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -314,6 +330,10 @@ class NodeFuzzer:
                 elif isinstance(out, StoreBlock):
                     if compute_cid(out.data) != out.cid:
                         raise FuzzFailure("StoreBlock with a CID that does not match its bytes")
+                elif isinstance(out, DisconnectPeer):
+                    if out.peer == self.me or out.until <= self.now:
+                        raise FuzzFailure(f"bad DisconnectPeer {out}")
+                    self.disconnects += 1
                 elif isinstance(out, MetricRecord) and out.kind == RecordKind.EVENT_DROPPED:
                     reason = str(out.fields.get("reason"))
                     self.dropped[reason] = self.dropped.get(reason, 0) + 1
@@ -372,7 +392,12 @@ class NodeFuzzer:
         timer = node.get_timer()
         if timer is not None and not math.isfinite(timer):
             raise FuzzFailure(f"timer {timer!r}")
+        if len(node._trees) > c.max_topics:
+            raise FuzzFailure(f"{len(node._trees)} trees over max_topics")
+        banned = {p for p, until in node.banned_peers.items() if until > self.now}
         for key, tree in node._trees.items():
+            if banned & set(tree.neighbours()):
+                raise FuzzFailure(f"tree {key}: a banned peer is still a neighbour")
             st = node.topic_state(key)
             if st.topic_cid != key or self.me in st.children or st.parent == self.me:
                 raise FuzzFailure(f"tree {key}: self among its neighbours")

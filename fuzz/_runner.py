@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Literal
 
 Kind = Literal["codec", "node"]
+STEPS = (0, 0, 0, 0, 1, 5, 20, 60, 255)
+"""Time steps of the node fuzzer (0.1 s units): mostly bursts, sometimes long gaps."""
 
 
 def _parser(kind: Kind) -> argparse.ArgumentParser:
@@ -75,7 +77,7 @@ def _random(kind: Kind, runs: int, seed: int, out: Path) -> int:
     for n in range(runs):
         data = random_frames(rng, world)
         if kind == "node":
-            data = bytes((rng.randrange(256), rng.choice((0, 1, 5, 20, 60, 255)))) + data
+            data = bytes((rng.randrange(256), rng.choice(STEPS))) + data
         try:
             run(data)
         except FuzzFailure as exc:
@@ -89,7 +91,10 @@ def _random(kind: Kind, runs: int, seed: int, out: Path) -> int:
     elapsed = time.monotonic() - started
     summary = f"{kind}: {runs} inputs, 0 failures, {elapsed:.0f} s (engine random, seed {seed})"
     if isinstance(fz, NodeFuzzer):
-        summary += f"; rpcs {fz.rpcs}, stream errors {fz.remote_errors}, drops {fz.dropped}"
+        summary += (
+            f"; rpcs {fz.rpcs}, stream errors {fz.remote_errors}, "
+            f"disconnects {fz.disconnects}, drops {fz.dropped}"
+        )
     print(summary, flush=True)
     return 0
 
