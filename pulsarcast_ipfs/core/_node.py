@@ -72,8 +72,8 @@ from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import (
-    Event,
     MAX_HEADS,
+    Event,
     Heads,
     Join,
     JoinAck,
