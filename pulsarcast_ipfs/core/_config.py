@@ -33,6 +33,9 @@ class NodeConfig:
     """...and unconditionally every this many HEADS intervals."""
     heads_size: int = 64
     """Recent event CIDs kept per topic and sent in HEADS."""
+    history_size: int = 1024
+    """Older event CIDs kept per topic beyond ``heads_size``, sent (in HEADS frames)
+    on every new tree edge and every ``heads_refresh_every`` rounds (anti-entropy)."""
     request_timeout: float = 3.0
     """A REQUEST_TO_PUBLISH not acknowledged in time is sent again (same request id)."""
     request_attempts: int = 20

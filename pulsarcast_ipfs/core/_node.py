@@ -72,6 +72,7 @@ from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import (
+    MAX_HEADS,
     Event,
     Heads,
     Join,
@@ -215,6 +216,7 @@ class _Tree:
     recheck_at: float | None = None
     heads_due: float | None = None
     recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
+    older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     last_seen: CID | None = None
     last_seen_ts: float = 0.0
     heads_sent: dict[str, tuple[CID, ...]] = field(default_factory=dict)
@@ -631,6 +633,7 @@ class PulsarcastNode:
         if new:
             tree.heads_sent.pop(peer, None)
             self._tree_changed(now, tree)
+            self._send_history(now, tree, peer)
         self._ensure_joined(now, tree)
 
     def _on_join_ack(self, now: float, peer: str, rpc: JoinAck) -> None:
@@ -656,7 +659,7 @@ class PulsarcastNode:
         for cid in tree.unsent:
             self._forward(now, tree, cid, exclude=None, only=peer)
         tree.unsent.clear()
-        self._send_heads(now, tree, peer)
+        self._send_history(now, tree, peer)
 
     def _on_leave(self, now: float, peer: str, rpc: Leave) -> None:
         tree = self._trees.get(rpc.topic)
@@ -744,10 +747,15 @@ class PulsarcastNode:
         return True
 
     def _note_recent(self, tree: _Tree, cid: CID, created: float, *, live: bool) -> None:
+        tree.older.pop(cid, None)
         tree.recent[cid] = created
         tree.recent.move_to_end(cid)
         while len(tree.recent) > self.config.heads_size:
-            tree.recent.popitem(last=False)
+            old, ts = tree.recent.popitem(last=False)
+            # Older CIDs stay advertisable (history HEADS on new edges and refreshes).
+            tree.older[old] = ts
+            if len(tree.older) > self.config.history_size:
+                tree.older.popitem(last=False)
         # LAST_SEEN: the most recent event seen; an older one found by gap repair is not.
         if live or tree.last_seen is None or created >= tree.last_seen_ts:
             tree.last_seen = cid
@@ -894,6 +902,19 @@ class PulsarcastNode:
         heads = self._heads(tree)
         tree.heads_sent[peer] = tuple(c for c, _ in heads)
         self._send(now, peer, Heads(topic=tree.key, heads=heads), tree.name)
+
+    def _send_history(self, now: float, tree: _Tree, peer: str) -> None:
+        """HEADS, then the older event CIDs too, in HEADS frames of at most ``heads_size``.
+
+        Sent on every new edge and on refresh rounds: a neighbour that missed events
+        while partitioned (a crash, a lost EVENT followed by more than ``heads_size``
+        newer events) learns them even when they are no longer among the newest.
+        """
+        self._send_heads(now, tree, peer)
+        older = tuple((cid, ts) for cid, ts in reversed(tree.older.items()))
+        step = min(self.config.heads_size, MAX_HEADS)
+        for i in range(0, len(older), step):
+            self._send(now, peer, Heads(topic=tree.key, heads=older[i : i + step]), tree.name)
 
     def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
         tree = self._trees.get(rpc.topic)
@@ -1161,7 +1182,9 @@ class PulsarcastNode:
                 continue
             current = tuple(reversed(tree.recent))
             for peer in tree.neighbours():
-                if refresh or tree.heads_sent.get(peer) != current:
+                if refresh:
+                    self._send_history(now, tree, peer)
+                elif tree.heads_sent.get(peer) != current:
                     self._send_heads(now, tree, peer)
 
     # ------------------------------------------------------------ API commands
