@@ -922,7 +922,9 @@ class PulsarcastNode:
             self._send(now, peer, Leave(topic=rpc.topic), None)
             return
         if peer not in tree.children and peer != tree.parent:
-            if tree.joined and self._dist(peer, tree) > self._my_dist(tree):
+            if tree.join is not None and tree.join.peer == peer:
+                pass  # the parent we are joining: its HEADS can overtake its JOIN_ACK
+            elif tree.joined and self._dist(peer, tree) > self._my_dist(tree):
                 self._adopt_child(now, tree, peer)  # it still takes us for its parent
             else:
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
