@@ -481,10 +481,16 @@ def _markdown(
         work = [t for t in trs if not t.get("meta")]
         meta = [t for t in trs if t.get("meta")]
         out += ["### Events and subscription coverage per topic", ""]
-        if not (run.get("injected") or run.get("published")):
+        no_events = not (run.get("injected") or run.get("published"))
+        if no_events:
             out.append(_no_events_note(run, meta))
-            out.append("")
-        if work:
+            if work:
+                subs = ", ".join(
+                    f"`{t['topic']}` {int(t['subscribers']):,}"
+                    for t in sorted(work, key=lambda t: str(t["topic"]))
+                )
+                out += ["", f"Subscribers per workload topic: {subs}."]
+        elif work:
             total = dict(run, topic="**total**", subscribers=None)
             out.append(R.markdown_table([*work, total], _TOPIC_COLS))
             extra = [
@@ -493,7 +499,7 @@ def _markdown(
             ]
             out += ["", "Not counted in coverage: " + "; ".join(extra) + "."]
         idle = [t for t in work if not (t["injected"] or t["published"])]
-        if idle:
+        if idle and not no_events:
             out += ["", f"{len(idle):,} topic(s) with no event are listed but not plotted."]
         for name in (f"events_{s}.png", f"coverage_{s}.png"):
             if any(p.name == name for p in plots):

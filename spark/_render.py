@@ -173,7 +173,7 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
     plt = _plt()
     labels = [f"{r['run']}\n{r['system']}" for r in runs]
     x = list(range(len(runs)))
-    fig, axes = plt.subplots(2, 2, figsize=(max(8.0, 1.6 * len(runs) + 4), 7.5))
+    fig, axes = plt.subplots(2, 2, figsize=(max(8.0, 1.6 * len(runs) + 4), 8.0))
 
     def nz(v: Any, scale: float = 1.0) -> float:
         return float("nan") if v is None else float(v) * scale
@@ -194,8 +194,8 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
     )
     _na(ax, x, [r["coverage_published"] for r in runs])
     ax.set_ylim(0, 105)
-    ax.set_title("subscription coverage (%)")
-    ax.legend(fontsize=8)
+    ax.set_title("subscription coverage (%)", pad=20)
+    _legend_top(ax, 4)
 
     ax = axes[0][1]
     w = 0.27
@@ -204,8 +204,8 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
             [i + (j - 1) * w for i in x], [nz(r[f"latency_{p}"], 1000) for r in runs], w, label=p
         )
     _na(ax, x, [r["latency_p50"] for r in runs])
-    ax.set_title("delivery latency (ms)")
-    ax.legend(fontsize=8)
+    ax.set_title("delivery latency (ms)", pad=20)
+    _legend_top(ax, 4)
 
     ax = axes[1][0]
     ax.bar(x, [nz(r["rpc_sent_mean"]) for r in runs], 0.5, label="mean", color="C0")
@@ -225,8 +225,8 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
             label=label,
         )
     ax.set_ylim(bottom=0)
-    ax.set_title("RPC messages sent per node (mean; p95, p99, max)")
-    ax.legend(fontsize=8)
+    ax.set_title("RPC messages sent per node", pad=20)
+    _legend_top(ax, 4)
 
     ax = axes[1][1]
     w = 0.4
@@ -242,8 +242,8 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
         w,
         label="network out (stats/bw)",
     )
-    ax.set_title("bytes (MiB, whole cluster)")
-    ax.legend(fontsize=8)
+    ax.set_title("bytes (MiB, whole cluster)", pad=20)
+    _legend_top(ax, 4)
     for row in axes:
         for a in row:
             a.set_xticks(x)

@@ -504,6 +504,9 @@ def test_run_without_events_gets_a_note(result: job.ReportResult) -> None:
     md = result.report_path.read_text()
     section = md[md.index("## Run `r3`") :]
     assert "**No workload events in this run**" in section
+    # the workload topics as a list, not a table of n/a
+    work = section[: section.index("### Control traffic")]
+    assert "Subscribers per workload topic: `t5` 1." in work and "| t5 |" not in work
     assert "No deliveries in this run." in section
     # control traffic: meta-t5, 1 event, 0 deliveries, 1 RPC sent
     assert "| meta-t5 | 1 | 0 | 1 |" in section
