@@ -422,9 +422,12 @@ async def scenario_restarts(sc: LocalSidecarCluster, *, tag: str = "") -> FaultR
         problems.append(f"node{kubo_node}'s sidecar did not register its p2p listener again")
     if sc[kubo_node].pid != sidecar_pid or not sc[kubo_node].is_running():
         problems.append(f"node{kubo_node}'s sidecar did not survive the Kubo restart")
-    async with sc.client(kubo_node, timeout=10) as c:
-        if (await c.get("/health")).status_code != 200:
-            problems.append(f"node{kubo_node} /health not ok after Kubo came back")
+    async def healthy() -> bool:
+        async with sc.client(kubo_node, timeout=10) as c:
+            return (await c.get("/health")).status_code == 200
+
+    if not await _wait(healthy, 20, 0.5):
+        problems.append(f"node{kubo_node} /health not ok within 20 s after Kubo came back")
     want = set(pub.ok)
     got, missing, dups = await check_delivery(sc, topic, subs, want)
     notes = diagnose(sc, got, missing)
