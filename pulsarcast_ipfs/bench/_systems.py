@@ -413,6 +413,10 @@ class PulsarcastSystem(System):
                         base_url=self.sc[i].api_url,
                         trust_env=False,
                         timeout=httpx.Timeout(120.0, connect=10.0),
+                        # A fresh connection per publish: a pooled one that the server
+                        # closes as idle just as a request goes out fails with
+                        # ReadError, and a publish cannot be retried blindly.
+                        limits=httpx.Limits(max_keepalive_connections=0),
                     )
                 )
             )
