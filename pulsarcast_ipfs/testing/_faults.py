@@ -422,6 +422,7 @@ async def scenario_restarts(sc: LocalSidecarCluster, *, tag: str = "") -> FaultR
         problems.append(f"node{kubo_node}'s sidecar did not register its p2p listener again")
     if sc[kubo_node].pid != sidecar_pid or not sc[kubo_node].is_running():
         problems.append(f"node{kubo_node}'s sidecar did not survive the Kubo restart")
+
     async def healthy() -> bool:
         async with sc.client(kubo_node, timeout=10) as c:
             return (await c.get("/health")).status_code == 200
