@@ -68,6 +68,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Deliver,
+    DisconnectPeer,
     EventLinking,
     FetchBlock,
     LocalProtocolError,
@@ -285,10 +286,12 @@ class Simulation:
             FetchBlock: self._on_fetch,
             Deliver: self._on_deliver,
             TopicUpdated: self._on_topic_updated,
+            DisconnectPeer: self._on_disconnect,
             MetricRecord: self._on_record,
         }
         self.crash_plan: list[tuple[float, list[int]]] = []
         self.heap_events = 0
+        self.disconnects = 0
         self._sink: _RecordSink | None = None
         self._publish_times: list[float] = []
         self._same_instant = 0
@@ -648,6 +651,11 @@ class Simulation:
 
     def _on_topic_updated(self, i: int, out: Any) -> None:
         pass
+
+    def _on_disconnect(self, i: int, out: Any) -> None:
+        # Simulated links carry no connection state: the core itself ignores the
+        # flooding peer until ``out.until`` (its messages are dropped on arrival).
+        self.disconnects += 1
 
     def _on_record(self, i: int, rec: MetricRecord) -> None:
         if rec.kind is RecordKind.SUBSCRIBED:
