@@ -42,7 +42,7 @@ async def joined(sc: LocalSidecarCluster, node: int, topic: str) -> None:
         _, out, _ = await cli(sc, node, "status", "--json")
         return any(t["root_cid"] == topic and t["parent"] for t in json.loads(out)["topics"])
 
-    await wait_until(check, deadline=30, what=f"node{node} joining {topic}", interval=0.2)
+    await wait_until(check, deadline=60, what=f"node{node} joining {topic}", interval=0.2)
 
 
 async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:

@@ -84,7 +84,7 @@ async def subscribe_all(sc: LocalSidecarCluster, topic: str, nodes: list[int]) -
         return True
 
     try:
-        await wait_until(joined, deadline=30, what="every subscriber joined", interval=0.3)
+        await wait_until(joined, deadline=60, what="every subscriber joined", interval=0.3)
     except TimeoutError:
         trees = {i: await topic_status(sc, i, topic) for i in sc.sidecars if sc[i].is_running()}
         raise AssertionError(f"not every subscriber joined: {trees}") from None

@@ -50,7 +50,7 @@ async def join(pc: AsyncClient, topic: str) -> None:
         st = (await pc.status()).topic(topic)
         return st is not None and st.subscribed and st.parent is not None
 
-    await wait_until(joined, deadline=30, what="the join", interval=0.1)
+    await wait_until(joined, deadline=60, what="the join", interval=0.1)
 
 
 async def collect(pc: AsyncClient, topic: str, want: int) -> list[Delivery]:
@@ -190,7 +190,7 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
                     st = (await b.status()).topic(topic.cid)
                     return st is not None and st.parent is not None
 
-                await wait_until(rejoined, deadline=30, what="node1 back in the tree")
+                await wait_until(rejoined, deadline=60, what="node1 back in the tree")
                 await a.publish(topic.cid, "after")
         assert [d.event.text for d in seen] == ["before", "after"]
         assert seen[1].seq > seen[0].seq

@@ -49,7 +49,7 @@ __all__ = ["add_parser"]
 
 MIN_NODES = 5
 MAX_NODES = 12
-WAIT = 30.0  # seconds for trees to form and deliveries to arrive
+WAIT = 60.0  # seconds for trees to form and deliveries to arrive (root recheck: 10 s)
 
 
 def add_parser(sub: Any) -> None:

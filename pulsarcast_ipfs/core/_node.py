@@ -333,13 +333,19 @@ class PulsarcastNode:
             return False
         return True
 
-    def _next_hop(self, now: float, tree: _Tree, exclude: Iterable[str] = ()) -> str | None:
-        """Algorithm 2: the known live peer closest to the author, strictly closer than us."""
+    def _next_hop(
+        self, now: float, tree: _Tree, exclude: Iterable[str] = (), *, suspects: bool = False
+    ) -> str | None:
+        """Algorithm 2: the known live peer closest to the author, strictly closer than us.
+
+        ``suspects``: consider peers that failed recently too (an acting root's periodic
+        recheck: a peer that failed during start-up or a partition may be back).
+        """
         skip = set(exclude)
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
         for peer, pos in self._known.items():
-            if peer in skip or self._is_suspect(now, peer):
+            if peer in skip or (not suspects and self._is_suspect(now, peer)):
                 continue
             d = pos ^ tree.author_pos
             if d < mine and (best is None or (d, peer) < best):
@@ -1117,7 +1123,7 @@ class PulsarcastNode:
             elif tree.recheck_at is not None and tree.recheck_at <= now:
                 tree.recheck_at = None
                 if tree.joined and tree.parent is None and tree.author != self.peer_id:
-                    hop = self._next_hop(now, tree)
+                    hop = self._next_hop(now, tree) or self._next_hop(now, tree, suspects=True)
                     if hop is None:
                         tree.recheck_at = now + c.root_recheck_interval
                     else:
