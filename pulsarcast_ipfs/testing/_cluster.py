@@ -239,6 +239,11 @@ def _log_tail(path: Path, lines: int = 20) -> str:
 def _child_env(repo: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["IPFS_TELEMETRY"] = "off"
+    # With port reuse two daemons dialling each other at the same moment on
+    # loopback can meet in a TCP simultaneous open, and the TLS handshake
+    # then fails on both sides ("unexpected handshake message").  Dial from
+    # ephemeral ports instead.
+    env.setdefault("LIBP2P_TCP_REUSEPORT", "false")
     env.setdefault("GOLOG_LOG_LEVEL", "error")
     if repo is not None:
         env["IPFS_PATH"] = str(repo)
@@ -605,23 +610,37 @@ class LocalCluster:
             await proxy_api.update_proxy(node.proxy_name, upstream=f"{parts[2]}:{parts[4]}")
 
     async def _connect_all(self) -> None:
-        """Each node dials the first ``seeds`` nodes and its ring predecessor."""
+        """Link each node to the first ``seeds`` nodes and its ring predecessor.
+
+        Each pair is dialled once, from one side only, so that two daemons never
+        dial each other at the same moment; a failed dial is retried once.
+        """
         seeds = self.nodes[: self.config.seeds]
+        pairs: set[tuple[int, int]] = set()
+        for node in self.nodes:
+            others = [s.index for s in seeds] + [self.nodes[node.index - 1].index]
+            for other in others:
+                if other != node.index:
+                    pairs.add((max(node.index, other), min(node.index, other)))
+        targets: dict[int, list[ClusterNode]] = {}
+        for dialler, target in sorted(pairs):
+            targets.setdefault(dialler, []).append(self.nodes[target])
 
         async def connect(node: ClusterNode) -> None:
-            targets = {s.index: s for s in seeds if s.index != node.index}
-            prev = self.nodes[node.index - 1]
-            if prev.index != node.index:
-                targets[prev.index] = prev
             async with node.client() as kubo:
-                for target in targets.values():
-                    try:
-                        await kubo.swarm_connect(target.multiaddr)
-                    except KuboError as exc:
-                        self._check_alive()
-                        raise ClusterError(
-                            f"{node.name} could not connect to {target.name}: {exc}"
-                        ) from exc
+                for target in targets.get(node.index, []):
+                    for attempt in range(2):
+                        try:
+                            await kubo.swarm_connect(target.multiaddr)
+                            break
+                        except KuboError as exc:
+                            self._check_alive()
+                            if attempt == 0:
+                                await anyio.sleep(0.5)
+                                continue
+                            raise ClusterError(
+                                f"{node.name} could not connect to {target.name}: {exc}"
+                            ) from exc
 
         async with anyio.create_task_group() as tg:
             for node in self.nodes:
