@@ -1,8 +1,12 @@
 """Descriptor blocks in Kubo (PROTOCOL.md §5 "Persistence").
 
 ``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CID checked by the
-client) with ``pin=true``, in order, by one writer task; then ``routing/provide``
-in a separate background queue, so dissemination never waits for the DHT (§8).
+client) with ``pin=true``, in order, by one writer task. A block this node created
+itself (``provide=True``) is then announced with ``provide/once`` from a separate
+background queue, so dissemination never waits for the DHT (§5, §8). Blocks
+stored while forwarding or receiving are pinned but not announced one by one:
+with ``Provide.Strategy=pinned`` Kubo's periodic reprovide announces every
+pinned block (docs/sidecar.md "Providing").
 ``FetchBlock`` → ``block/get`` with a timeout, answered with ``node.block_fetched``.
 """
 
@@ -108,7 +112,7 @@ class BlockStore:
                 await self._provide_wake.wait()
             cid = self._provides.popleft()
             try:
-                await self.kubo.provide(cid)
+                await self.kubo.provide_once(cid)
                 self.provided += 1
             except KuboError as exc:
                 self.provide_failed += 1
