@@ -153,9 +153,9 @@ class Driver:
 
         Exceptions from the node (``LocalProtocolError``) propagate after the outputs
         it queued before raising were carried out. ``local``: an API command of this
-        node's application; the blocks it creates are also provided explicitly in the
-        DHT (blocks stored while forwarding are pinned and announced by Kubo's own
-        provider, without one explicit DHT provide per event per node).
+        node's application; the blocks it creates are pinned and announced in the DHT
+        (blocks stored while forwarding are kept unpinned and not announced: one
+        announcement per event, by its publisher; docs/sidecar.md "Providing").
         """
         try:
             return fn(time.time())
@@ -352,6 +352,7 @@ class Driver:
         async with self.kubo:
             ident = await self.kubo.id()
             self.peer_id = ident.peer_id
+            self.store.peer_id = ident.peer_id  # its own blocks are pinned and announced
             try:
                 self.kubo_version = (await self.kubo.version()).version
             except KuboError:
