@@ -5,9 +5,9 @@ client), in order, by one writer task. Who announces (docs/sidecar.md "Providing
 
 * a block this node created itself (``provide=True``: events, topics of its own
   API commands; or an event whose ``publisher`` / a topic whose ``author`` is this
-  node, e.g. an event published for a requester, §6) is put with ``pin=true`` and announced at once with ``provide/once``
-  from a separate background queue, so dissemination never waits for the DHT
-  (§5, §8); with ``Provide.Strategy=pinned`` Kubo's own reprovider then announces
+  node, e.g. an event published for a requester, §6) is put with ``pin=true``
+  and announced at once with ``provide/once`` from a separate background queue,
+  so dissemination never waits for the DHT (§5, §8); with ``Provide.Strategy=pinned`` Kubo's own reprovider then announces
   it again every ``Provide.DHT.Interval``, with or without the sidecar;
 * a block received while forwarding, delivering or repairing a gap is put
   *unpinned*: kept in this node's blockstore and served over bitswap, but never
