@@ -134,6 +134,7 @@ and is resumed with ``{label: signature}`` (docs/security.md "Signatures")."""
 _MAX_VERSIONS = 256
 _MAX_UNSENT = 256
 _MAX_STASH = 256
+_ANCESTOR_WALK = 32  # how far LAST_SEEN looks back for an event that arrives late
 
 
 class _LRU:
@@ -954,10 +955,28 @@ class PulsarcastNode:
             tree.older[old] = ts
             if len(tree.older) > self.config.history_size:
                 tree.older.popitem(last=False)
-        # LAST_SEEN: the most recent event seen; an older one found by gap repair is not.
-        if live or tree.last_seen is None or created >= tree.last_seen_ts:
+        # LAST_SEEN: the most recent event seen; an older one found by gap repair is
+        # not, nor a live one that arrives after its own descendant (out of order).
+        if tree.last_seen is None or (
+            (live or created >= tree.last_seen_ts) and not self._is_ancestor(cid, tree.last_seen)
+        ):
             tree.last_seen = cid
             tree.last_seen_ts = created
+
+    def _is_ancestor(self, cid: CID, of: CID) -> bool:
+        """Whether ``cid`` is on the cached parent chain of ``of`` (a bounded walk)."""
+        mine = self._events.get(cid)
+        if mine is not None and mine[1].parent == of:
+            return False  # the usual case: ``cid`` follows ``of``
+        cur: CID | None = of
+        for _ in range(_ANCESTOR_WALK):
+            entry = self._events.get(cur) if cur is not None else None
+            if entry is None:
+                return False
+            cur = entry[1].parent
+            if cur == cid:
+                return True
+        return False
 
     def _forward(
         self, now: float, tree: _Tree, cid: CID, *, exclude: str | None, only: str | None = None
