@@ -16,6 +16,7 @@ from pulsarcast_ipfs.bench import (
     frame_payload,
     load_bench_workload,
     markdown_table,
+    protocol_table,
     parse_latency,
     summarise_run,
     unframe_payload,
@@ -205,3 +206,23 @@ def test_summary_definitions(tmp_path: Path) -> None:
     assert [t.topic for t in s.topics] == ["t"]
     table = markdown_table([s])
     assert "| gossipsub | normal | 3 | 3 | 3 | 87.50 % | 87.50 % |" in table
+
+
+def test_summary_flags_a_node_without_records_and_tables_protocols(tmp_path: Path) -> None:
+    d = tmp_path / "gossipsub-normal"
+    _write_run(d)
+    s = summarise_run(d)
+    assert s.expected_scheduled is None
+    assert "schedule expects" not in markdown_table([s])
+    # A fourth node D was scheduled to receive all three events but wrote nothing.
+    meta = json.loads((d / "run.json").read_text())
+    meta["expected_deliveries"] = 8 + 3
+    (d / "run.json").write_text(json.dumps(meta))
+    s = summarise_run(d)
+    assert (s.expected_injected, s.expected_scheduled) == (8, 11)
+    table = markdown_table([s])
+    assert "the schedule expects 11 deliveries, the records 8" in table
+    assert "received ÷ scheduled = 63.64 %" in table
+    by_proto = protocol_table([s])
+    assert "`/meshsub/1.3.0`" in by_proto
+    assert "| gossipsub | normal | 0.00 | 0.00 |" in by_proto  # 4,500 B, 2,250 B

@@ -44,6 +44,7 @@ from pulsarcast_ipfs.bench._summary import (
     TopicCoverage,
     iter_records,
     markdown_table,
+    protocol_table,
     summarise_run,
     summarise_set,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "make_system",
     "markdown_table",
     "parse_latency",
+    "protocol_table",
     "run_bench",
     "sample_node",
     "summarise_run",

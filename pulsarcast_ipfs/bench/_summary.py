@@ -38,6 +38,7 @@ __all__ = [
     "TopicCoverage",
     "iter_records",
     "markdown_table",
+    "protocol_table",
     "summarise_run",
     "summarise_set",
 ]
@@ -106,6 +107,11 @@ class RunSummary:
     kubo_version: str | None = None
     status: str | None = None
     topics: tuple[TopicCoverage, ...] = ()
+    expected_scheduled: int | None = None
+    """The runner's own count (``run.json``): the schedule's subscriptions × events.
+    More than ``expected_injected`` when a node wrote no ``subscribed`` records
+    (e.g. a sidecar whose metric records were lost), which the record-based
+    coverage cannot see."""
 
     @property
     def coverage_injected(self) -> float | None:
@@ -303,6 +309,9 @@ def summarise_run(run_dir: Path) -> RunSummary:
         kubo_version=meta.get("kubo_version"),
         status=meta.get("status"),
         topics=topics,
+        expected_scheduled=(
+            int(meta["expected_deliveries"]) if "expected_deliveries" in meta else None
+        ),
     )
 
 
@@ -352,4 +361,35 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
             f"| {rpc} | {_num(s.cpu_per_node, '{:.2f}')} | {_num(rss)} "
             f"| {_num(s.wall_seconds)} |"
         )
+    notes = [
+        f"* {s.system} / {s.condition}: the schedule expects {s.expected_scheduled:,} "
+        f"deliveries, the records {s.expected_injected:,} (some node's `subscribed` "
+        f"records are missing); received ÷ scheduled = "
+        f"{_p(s.received / s.expected_scheduled)}"
+        for s in summaries
+        if s.expected_scheduled and s.expected_scheduled > s.expected_injected
+    ]
+    text = head + "\n".join(rows) + "\n"
+    if notes:
+        text += "\n" + "\n".join(notes) + "\n"
+    return text
+
+
+def protocol_table(summaries: Sequence[RunSummary]) -> str:
+    """Wire bytes by Kubo protocol, whole cluster ((Σ in + Σ out) ÷ 2), in MB."""
+    names = sorted({p for s in summaries for p in s.wire_bytes_by_protocol})
+    if not names:
+        return ""
+    head = (
+        "| system | condition | total | "
+        + " | ".join(f"`{n}`" for n in names)
+        + " |\n|---|---|"
+        + "---:|" * (len(names) + 1)
+        + "\n"
+    )
+    rows = []
+    for s in summaries:
+        cells = [_num(None if s.wire_bytes is None else s.wire_bytes / 1e6, "{:.2f}")]
+        cells += [_num(s.wire_bytes_by_protocol.get(n, 0.0) / 1e6, "{:.2f}") for n in names]
+        rows.append(f"| {s.system} | {s.condition} | " + " | ".join(cells) + " |")
     return head + "\n".join(rows) + "\n"

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         RunOutcome,
         markdown_table,
         parse_latency,
+        protocol_table,
         run_bench,
         summarise_set,
     )
@@ -218,6 +219,9 @@ def run(args: argparse.Namespace) -> int:
         return _err(str(exc))
     summaries = summarise_set(cfg.out)
     table = markdown_table(summaries)
+    by_protocol = protocol_table(summaries)
+    if by_protocol:
+        table += "\nWire bytes by Kubo protocol (MB, whole cluster):\n\n" + by_protocol
     (cfg.out / "summary.md").write_text(table)
     print(table)
     if aborted:
