@@ -16,8 +16,8 @@ from pulsarcast_ipfs.bench import (
     frame_payload,
     load_bench_workload,
     markdown_table,
-    protocol_table,
     parse_latency,
+    protocol_table,
     summarise_run,
     unframe_payload,
 )
