@@ -28,6 +28,7 @@ the dissemination tree across updates)::
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Final
 
@@ -291,9 +292,65 @@ _BY_OP: Final[dict[str, type[_Message]]] = {
 }
 
 
+def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
+    """The map header and, in canonical key order, each key's bytes and field name."""
+    keys: list[tuple[bytes, str | None]] = [(b"op", None)]
+    keys += [(cls._wire.get(f.name, f.name).encode(), f.name) for f in fields(cls)]  # type: ignore[arg-type]
+    keys.sort(key=lambda kv: (len(kv[0]), kv[0]))
+    head = bytearray()
+    _dagcbor._head(5, len(keys), head)
+    items = []
+    for kb, name in keys:
+        enc = bytearray()
+        _dagcbor._head(3, len(kb), enc)
+        enc += kb
+        if name is None:
+            _dagcbor._enc(cls.op, enc, 1)
+        items.append((bytes(enc), name))
+    return bytes(head), tuple(items)
+
+
+_PLANS: Final = {
+    cls: _plan(cls)
+    for cls in (Join, JoinAck, Leave, Event, RequestToPublish, RequestAck, Ping, Pong, Heads)
+}
+
+
+def _encode_heads(heads: tuple[tuple[CID, float], ...], out: bytearray) -> None:
+    # [[link, float64], ...]: what _dagcbor._enc writes for this shape, without its
+    # per-item type dispatch (HEADS carry up to MAX_HEADS entries, sent on every edge).
+    _dagcbor._head(4, len(heads), out)
+    pack = struct.pack
+    cid_bytes = _dagcbor._cid_bytes
+    for cid, ts in heads:
+        raw = cid_bytes(cid)
+        out += b"\x82\xd8\x2a"
+        _dagcbor._head(2, len(raw) + 1, out)
+        out += b"\x00"
+        out += raw
+        out += b"\xfb"
+        out += pack(">d", ts)
+
+
 def encode_rpc(rpc: Rpc) -> bytes:
-    """The dag-cbor body of one message (no length prefix)."""
-    return _dagcbor.encode(rpc.to_ipld())
+    """The dag-cbor body of one message (no length prefix).
+
+    Same bytes as ``_dagcbor.encode(rpc.to_ipld())`` (tests/test_sim_fastpath.py
+    checks it): the map header, key order and ``op`` bytes of each message type are
+    computed once; values are encoded by the dag-cbor encoder. Messages are
+    validated on construction, so the values are encodable.
+    """
+    head, items = _PLANS[type(rpc)]
+    out = bytearray(head)
+    enc = _dagcbor._enc
+    for kb, name in items:
+        out += kb
+        if name is not None:
+            if name == "heads":
+                _encode_heads(rpc.heads, out)  # type: ignore[union-attr]
+            else:
+                enc(getattr(rpc, name), out, 1)
+    return bytes(out)
 
 
 def _varint(n: int) -> bytes:
@@ -311,7 +368,8 @@ def _varint(n: int) -> bytes:
 def encode_frame(rpc: Rpc) -> bytes:
     """One frame: unsigned-varint body length, then the dag-cbor body (§6)."""
     body = encode_rpc(rpc)
-    return _varint(len(body)) + body
+    n = len(body)
+    return (bytes((n,)) if n < 0x80 else _varint(n)) + body
 
 
 def decode_rpc(body: bytes) -> Rpc:

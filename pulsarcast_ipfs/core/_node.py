@@ -95,6 +95,7 @@ from ._descriptors import (
     TopicOptions,
     _canonical_peer,
     cid_str,
+    decode_cached,
     format_created,
 )
 from ._errors import (
@@ -301,8 +302,12 @@ class PulsarcastNode:
     def _record(self, now: float, kind: RecordKind, **fields: Any) -> None:
         self._emit(MetricRecord(kind=kind, ts=now, node=self.peer_id, fields=fields))
 
-    def _send(self, now: float, peer: str, rpc: Rpc, topic: str | None) -> None:
-        data = encode_frame(rpc)
+    def _send(
+        self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
+    ) -> None:
+        """Queue ``rpc`` for ``peer``; ``data``: its frame, when already encoded."""
+        if data is None:
+            data = encode_frame(rpc)
         self._emit(SendRpc(peer=peer, rpc=rpc, data=data))
         if self.config.rpc_records:
             self._record(
@@ -610,7 +615,7 @@ class PulsarcastNode:
     def _on_join(self, now: float, peer: str, rpc: Join) -> None:
         """Algorithm 2, receiving side: adopt the sender as a child, join upward if needed."""
         try:
-            root = TopicDescriptor.decode(rpc.descriptor, expected_cid=rpc.topic)
+            root = decode_cached(TopicDescriptor, rpc.descriptor, expected_cid=rpc.topic)
         except DescriptorError:
             self._drop(now, "invalid", peer=peer)
             return
@@ -692,7 +697,7 @@ class PulsarcastNode:
         if block is None:
             return None
         try:
-            desc = TopicDescriptor.decode(block, expected_cid=version)
+            desc = decode_cached(TopicDescriptor, block, expected_cid=version)
         except DescriptorError:
             return None
         if desc.name != tree.name or desc.author != tree.author:
@@ -710,7 +715,7 @@ class PulsarcastNode:
             # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
             self._send(now, peer, Leave(topic=tree.key), tree.name)
         try:
-            ev = EventDescriptor.decode(rpc.event)
+            ev = decode_cached(EventDescriptor, rpc.event)
         except DescriptorError:
             self._drop(now, "invalid", topic=tree.name, peer=peer)
             return
@@ -780,9 +785,10 @@ class PulsarcastNode:
             block = desc.encode() if desc is not None else None
         rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block)
         targets = [only] if only is not None else tree.neighbours()
+        data = encode_frame(rpc)  # one frame for every neighbour
         for peer in targets:
             if peer != exclude:
-                self._send(now, peer, rpc, tree.name)
+                self._send(now, peer, rpc, tree.name, data)
 
     def _offer(self, now: float, tree: _Tree, cid: CID, recovered: bool) -> None:
         """Deliver ``cid`` once, after its parent (causal order), or park it (gap repair)."""
@@ -1016,7 +1022,7 @@ class PulsarcastNode:
             self._continue_resolutions(now)
             return
         try:
-            ev = EventDescriptor.decode(data, expected_cid=cid)
+            ev = decode_cached(EventDescriptor, data, expected_cid=cid)
         except DescriptorError:
             self._drop(now, "invalid", event=cid_str(cid))
             self._release(now, cid)
