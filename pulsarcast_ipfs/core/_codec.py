@@ -274,13 +274,18 @@ class Heads(_Message):
         _cid(self.topic, "topic")
         if not isinstance(self.heads, tuple) or len(self.heads) > MAX_HEADS:
             raise _bad(f"heads: expected at most {MAX_HEADS} entries")
+        is_link = _dagcbor.is_dag_cbor_sha256_link
+        isfinite = math.isfinite
         for entry in self.heads:
-            if not isinstance(entry, tuple) or len(entry) != 2:
-                raise _bad("heads: entries are [CID, created]")
-            _cid(entry[0], "heads[].cid")
-            ts = entry[1]
-            if not isinstance(ts, float) or not math.isfinite(ts):
-                raise _bad("heads[].created: expected a finite float")
+            if type(entry) is not tuple or len(entry) != 2:
+                if not isinstance(entry, tuple) or len(entry) != 2:
+                    raise _bad("heads: entries are [CID, created]")
+            cid, ts = entry
+            if not is_link(cid):
+                _cid(cid, "heads[].cid")  # raises with the reason
+            if type(ts) is not float or not isfinite(ts):
+                if not isinstance(ts, float) or not isfinite(ts):
+                    raise _bad("heads[].created: expected a finite float")
 
 
 Rpc = Join | JoinAck | Leave | Event | RequestToPublish | RequestAck | Ping | Pong | Heads
@@ -316,20 +321,33 @@ _PLANS: Final = {
 }
 
 
+_HEADS_MEMO_SIZE: Final = 65536
+_heads_memo: dict[CID, tuple[float, bytes]] = {}
+
+
 def _encode_heads(heads: tuple[tuple[CID, float], ...], out: bytearray) -> None:
     # [[link, float64], ...]: what _dagcbor._enc writes for this shape, without its
     # per-item type dispatch (HEADS carry up to MAX_HEADS entries, sent on every edge).
+    # An entry's bytes are memoised by CID (with its timestamp): the same CIDs are
+    # advertised on every edge, round after round.
     _dagcbor._head(4, len(heads), out)
-    pack = struct.pack
-    cid_bytes = _dagcbor._cid_bytes
+    memo = _heads_memo
     for cid, ts in heads:
-        raw = cid_bytes(cid)
-        out += b"\x82\xd8\x2a"
-        _dagcbor._head(2, len(raw) + 1, out)
-        out += b"\x00"
-        out += raw
-        out += b"\xfb"
-        out += pack(">d", ts)
+        hit = memo.get(cid)
+        if hit is not None and hit[0] == ts and ts != 0.0:  # (0.0 == -0.0, not same bytes)
+            out += hit[1]
+            continue
+        raw = _dagcbor._cid_bytes(cid)
+        entry = bytearray(b"\x82\xd8\x2a")
+        _dagcbor._head(2, len(raw) + 1, entry)
+        entry += b"\x00"
+        entry += raw
+        entry += b"\xfb"
+        entry += struct.pack(">d", ts)
+        if len(memo) >= _HEADS_MEMO_SIZE:
+            del memo[next(iter(memo))]
+        memo[cid] = (ts, bytes(entry))
+        out += entry
 
 
 def encode_rpc(rpc: Rpc) -> bytes:

@@ -342,7 +342,10 @@ def decode(data: bytes) -> Any:
 
 def is_dag_cbor_sha256_link(value: object) -> bool:
     """Is ``value`` a CIDv1 dag-cbor sha2-256 link (fast path, no run-time type checks)."""
-    if not isinstance(value, CID):
+    if type(value) is _Cid:
+        raw = value._pc_raw
+    elif isinstance(value, CID):
+        raw = _cid_bytes_slow(value)
+    else:
         return False
-    raw = _cid_bytes(value)
     return len(raw) == 36 and raw[:4] == _DAG_CBOR_SHA256

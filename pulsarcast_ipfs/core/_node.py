@@ -289,6 +289,11 @@ class PulsarcastNode:
         self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
         self._banned: dict[str, float] = {}  # peer -> until
+        self._limits = {
+            "join": (c.join_rate, c.join_burst),
+            "event": (c.event_rate, c.event_burst),
+            "request": (c.request_rate, c.request_burst),
+        }
         self._seq = 0
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
@@ -539,11 +544,7 @@ class PulsarcastNode:
         if cls is None:
             return True
         c = self.config
-        rate, burst = {
-            "join": (c.join_rate, c.join_burst),
-            "event": (c.event_rate, c.event_burst),
-            "request": (c.request_rate, c.request_burst),
-        }[cls]
+        rate, burst = self._limits[cls]
         key = (peer, cls)
         bucket: _Bucket | None = self._buckets.get(key)
         if bucket is None:
@@ -1096,20 +1097,27 @@ class PulsarcastNode:
 
     def get_timer(self) -> float | None:
         """The next deadline (seconds since the epoch), or ``None`` if there is none."""
-        deadlines: list[float] = []
+        # The minimum over every deadline, without building a list (called after each input).
+        best: float | None = None
         if self._trees:
-            deadlines.append(self._ping_at)
-            deadlines.append(self._heads_at)
-        for tree in self._trees.values():
-            if tree.join is not None:
-                deadlines.append(tree.join.deadline)
-            if tree.recheck_at is not None:
-                deadlines.append(tree.recheck_at)
-            if tree.heads_due is not None:
-                deadlines.append(tree.heads_due)
-        deadlines.extend(f.due for f in self._fetches.values())
-        deadlines.extend(r.due for r in self._requests.values())
-        return min(deadlines) if deadlines else None
+            best = self._ping_at if self._ping_at <= self._heads_at else self._heads_at
+            for tree in self._trees.values():
+                join = tree.join
+                if join is not None and join.deadline < best:
+                    best = join.deadline
+                at = tree.recheck_at
+                if at is not None and at < best:
+                    best = at
+                at = tree.heads_due
+                if at is not None and at < best:
+                    best = at
+        for f in self._fetches.values():
+            if best is None or f.due < best:
+                best = f.due
+        for r in self._requests.values():
+            if best is None or r.due < best:
+                best = r.due
+        return best
 
     def handle_timer(self, now: float) -> None:
         """Serve every deadline that is due at ``now``."""
