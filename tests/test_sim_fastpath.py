@@ -31,12 +31,12 @@ from pulsarcast_ipfs.core import (
     RequestToPublish,
     Rpc,
     TopicDescriptor,
+    _dagcbor,
     compute_cid,
     encode_frame,
     encode_rpc,
     format_created,
 )
-from pulsarcast_ipfs.core import _dagcbor
 from pulsarcast_ipfs.core._descriptors import decode_cached
 from pulsarcast_ipfs.core.testing import make_peer_ids
 
