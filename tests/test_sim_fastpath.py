@@ -149,7 +149,7 @@ def test_decode_memo_returns_the_strict_decoding() -> None:
         decode_cached(TopicDescriptor, data)
     assert decode_cached(TopicDescriptor, TOPIC.encode(), expected_cid=C) == TOPIC
     # bytes-like input takes the uncached path, with the same result
-    assert decode_cached(EventDescriptor, bytearray(data)) == first
+    assert decode_cached(EventDescriptor, bytearray(data)) == first  # type: ignore[arg-type]
 
 
 def test_decode_memo_never_remembers_invalid_bytes() -> None:
