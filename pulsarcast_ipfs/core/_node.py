@@ -124,6 +124,9 @@ _MAX_VERSIONS = 256
 _MAX_UNSENT = 256
 _MAX_STASH = 256
 
+_Prepared = tuple[tuple[CID, ...], list[tuple[Rpc, bytes]]]
+"""HEADS ready to send: the CIDs advertised (``heads_sent``), then each frame."""
+
 
 class _LRU:
     """An insertion-ordered set/map with a size limit (oldest evicted first)."""
@@ -911,23 +914,40 @@ class PulsarcastNode:
     def _heads(self, tree: _Tree) -> tuple[tuple[CID, float], ...]:
         return tuple((cid, ts) for cid, ts in reversed(tree.recent.items()))
 
-    def _send_heads(self, now: float, tree: _Tree, peer: str) -> None:
+    def _heads_message(self, tree: _Tree) -> _Prepared:
+        """The HEADS of ``tree`` now, encoded once for every neighbour it goes to."""
         heads = self._heads(tree)
-        tree.heads_sent[peer] = tuple(c for c, _ in heads)
-        self._send(now, peer, Heads(topic=tree.key, heads=heads), tree.name)
+        rpc = Heads(topic=tree.key, heads=heads)
+        return tuple(c for c, _ in heads), [(rpc, encode_frame(rpc))]
 
-    def _send_history(self, now: float, tree: _Tree, peer: str) -> None:
+    def _history_message(self, tree: _Tree) -> _Prepared:
+        """HEADS then the older CIDs in frames of ``heads_size`` (see :meth:`_send_history`)."""
+        ids, frames = self._heads_message(tree)
+        older = tuple((cid, ts) for cid, ts in reversed(tree.older.items()))
+        step = min(self.config.heads_size, MAX_HEADS)
+        for i in range(0, len(older), step):
+            rpc = Heads(topic=tree.key, heads=older[i : i + step])
+            frames.append((rpc, encode_frame(rpc)))
+        return ids, frames
+
+    def _send_heads(
+        self, now: float, tree: _Tree, peer: str, prepared: _Prepared | None = None
+    ) -> None:
+        ids, frames = prepared if prepared is not None else self._heads_message(tree)
+        tree.heads_sent[peer] = ids
+        for rpc, data in frames:
+            self._send(now, peer, rpc, tree.name, data)
+
+    def _send_history(
+        self, now: float, tree: _Tree, peer: str, prepared: _Prepared | None = None
+    ) -> None:
         """HEADS, then the older event CIDs too, in HEADS frames of at most ``heads_size``.
 
         Sent on every new edge and on refresh rounds: a neighbour that missed events
         while partitioned (a crash, a lost EVENT followed by more than ``heads_size``
         newer events) learns them even when they are no longer among the newest.
         """
-        self._send_heads(now, tree, peer)
-        older = tuple((cid, ts) for cid, ts in reversed(tree.older.items()))
-        step = min(self.config.heads_size, MAX_HEADS)
-        for i in range(0, len(older), step):
-            self._send(now, peer, Heads(topic=tree.key, heads=older[i : i + step]), tree.name)
+        self._send_heads(now, tree, peer, prepared or self._history_message(tree))
 
     def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
         tree = self._trees.get(rpc.topic)
@@ -1151,9 +1171,11 @@ class PulsarcastNode:
             if tree.heads_due is not None and tree.heads_due <= now:
                 tree.heads_due = None
                 current = tuple(reversed(tree.recent))
+                prepared: _Prepared | None = None
                 for peer in tree.neighbours():
                     if tree.heads_sent.get(peer) != current:
-                        self._send_heads(now, tree, peer)
+                        prepared = prepared or self._heads_message(tree)
+                        self._send_heads(now, tree, peer, prepared)
         for cid, f in list(self._fetches.items()):
             if f.due > now:
                 continue
@@ -1203,11 +1225,15 @@ class PulsarcastNode:
             if not tree.recent:
                 continue
             current = tuple(reversed(tree.recent))
+            # Built on first use, then the same frames go to every neighbour.
+            prepared: _Prepared | None = None
             for peer in tree.neighbours():
                 if refresh:
-                    self._send_history(now, tree, peer)
+                    prepared = prepared or self._history_message(tree)
+                    self._send_history(now, tree, peer, prepared)
                 elif tree.heads_sent.get(peer) != current:
-                    self._send_heads(now, tree, peer)
+                    prepared = prepared or self._heads_message(tree)
+                    self._send_heads(now, tree, peer, prepared)
 
     # ------------------------------------------------------------ API commands
 
