@@ -357,11 +357,20 @@ class PulsarcastNode:
         skip = set(exclude)
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
+        target = tree.author_pos
+        if not suspects and (self._banned or self._suspect):
+            for peer, pos in self._known.items():
+                if peer in skip or self._is_suspect(now, peer):
+                    continue
+                d = pos ^ target
+                if d < mine and (best is None or (d, peer) < best):
+                    best = (d, peer)
+            return None if best is None else best[1]
+        # Nobody is suspect or banned (or suspects count): only the distance matters,
+        # and the skip set is consulted for the candidates that would win.
         for peer, pos in self._known.items():
-            if peer in skip or (not suspects and self._is_suspect(now, peer)):
-                continue
-            d = pos ^ tree.author_pos
-            if d < mine and (best is None or (d, peer) < best):
+            d = pos ^ target
+            if d < mine and (best is None or (d, peer) < best) and peer not in skip:
                 best = (d, peer)
         return None if best is None else best[1]
 
