@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     DescriptorError,
     DisconnectPeer,
+    Ed25519Signer,
     Event,
     FetchBlock,
     FrameDecoder,
@@ -29,7 +31,9 @@ from pulsarcast_ipfs.core import (
     JoinAck,
     Leave,
     NodeConfig,
+    OperationDone,
     PeerPolicy,
+    Pending,
     Ping,
     Pong,
     PulsarcastNode,
@@ -38,15 +42,17 @@ from pulsarcast_ipfs.core import (
     RequestToPublish,
     Rpc,
     SendRpc,
+    SignRequest,
     StoreBlock,
     TopicOptions,
+    author_statement,
     compute_cid,
     decode_descriptor,
     decode_rpc,
     encode_frame,
     format_created,
 )
-from pulsarcast_ipfs.core.testing import make_peer_ids
+from pulsarcast_ipfs.core.testing import make_signers
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 __all__ = [
@@ -79,10 +85,12 @@ FUZZ_CONFIG = NodeConfig(
     request_burst=3.0,
     abuse_limit=20,
     abuse_window=30.0,
+    require_signatures=True,
     ban_time=60.0,
     rate_limit_peers=4,
     max_topics=12,
 )
+SIGNED = NodeConfig(require_signatures=True)
 """Small bounds and rate limits, so that a fuzz run reaches every eviction path, rate
 limit and disconnection quickly."""
 
@@ -96,6 +104,9 @@ class World:
     """Peers, real topic and event blocks, and valid frames built by real nodes."""
 
     peers: list[str]
+    keys: dict[str, Ed25519Signer] = field(default_factory=dict)
+    """Ed25519 identities of the peers: every descriptor is signed (1.1.0)."""
+    done: dict[str, OperationDone] = field(default_factory=dict)
     store: dict[CID, bytes] = field(default_factory=dict)
     topics: list[CID] = field(default_factory=list)
     events: list[CID] = field(default_factory=list)
@@ -104,22 +115,42 @@ class World:
 
 def _drain(node: PulsarcastNode, world: World) -> list[SendRpc]:
     sent: list[SendRpc] = []
-    for out in node.take_outputs():
-        if isinstance(out, StoreBlock):
-            world.store[out.cid] = out.data
-        elif isinstance(out, SendRpc):
-            sent.append(out)
+    outs = node.take_outputs()
+    while outs:
+        for out in outs:
+            if isinstance(out, StoreBlock):
+                world.store[out.cid] = out.data
+            elif isinstance(out, SendRpc):
+                sent.append(out)
+            elif isinstance(out, SignRequest):
+                key = world.keys[node.peer_id]
+                node.signed(T0, out.request_id, key.sign(out.data))
+            elif isinstance(out, OperationDone):
+                world.done[out.op] = out
+        outs = node.take_outputs()
     return sent
+
+
+def _result(world: World, value: Any) -> Any:
+    """What an API command returned, once its signatures were answered by ``_drain``."""
+    if isinstance(value, Pending):
+        done = world.done[value.op]
+        assert done.error is None, done.error
+        return done.result
+    return value
 
 
 def build_world(seed: int = 0) -> World:
     """Topics by a foreign author (open, restricted, CUSTOM), events, and seed frames."""
-    peers = make_peer_ids(10, seed=seed)
-    world = World(peers=peers)
-    author = PulsarcastNode(peer_id=peers[1], rng=random.Random(seed), now=T0)
+    keys = make_signers(10, seed=seed)
+    peers = [k.peer_id for k in keys]
+    world = World(peers=peers, keys={k.peer_id: k for k in keys})
+    author = PulsarcastNode(peer_id=peers[1], config=SIGNED, rng=random.Random(seed), now=T0)
     author.set_known_peers(T0, peers[2:])
-    opened = author.create_topic(T0, "open")
-    restricted = author.create_topic(
+    pending = author.create_topic(T0, "open")
+    _drain(author, world)
+    opened = _result(world, pending)
+    pending = author.create_topic(
         T0 + 1,
         "restricted",
         options=TopicOptions(
@@ -127,26 +158,34 @@ def build_world(seed: int = 0) -> World:
             request_to_publish=PeerPolicy(enabled=True, peers=(peers[3],)),
         ),
     )
-    custom = author.create_topic(T0 + 2, "custom", options=TopicOptions(event_linking="CUSTOM"))  # type: ignore[arg-type]
-    world.topics += [opened, restricted, custom]
     _drain(author, world)
+    restricted = _result(world, pending)
+    pending = author.create_topic(T0 + 2, "custom", options=TopicOptions(event_linking="CUSTOM"))  # type: ignore[arg-type]
+    _drain(author, world)
+    custom = _result(world, pending)
+    world.topics += [opened, restricted, custom]
     # Children below the author, so that its events are sent (and captured as frames).
     for topic in (opened, restricted, custom):
         desc = world.store[topic]
         author.receive_rpc(T0 + 3, peers[0], Join(topic=topic, descriptor=desc))
         author.receive_rpc(T0 + 3, peers[5], Join(topic=topic, descriptor=desc))
     _drain(author, world)
+    sent: list[SendRpc] = []
     for i in range(6):
         for topic in (opened, restricted):
-            res = author.publish(T0 + 4 + i, topic, f"event {i}".encode())
+            pub = author.publish(T0 + 4 + i, topic, f"event {i}".encode())
+            sent += _drain(author, world)
+            res = _result(world, pub)
             assert res.event_cid is not None
             world.events.append(res.event_cid)
-    last = author.publish(T0 + 11, custom, b"custom root")
+    pub = author.publish(T0 + 11, custom, b"custom root")
+    sent += _drain(author, world)
+    last = _result(world, pub)
     assert last.event_cid is not None
     author.publish(T0 + 12, custom, b"custom child", parent=last.event_cid)
     author.update_topic(T0 + 13, opened, options=TopicOptions(event_linking="CUSTOM"))  # type: ignore[arg-type]
     author.publish(T0 + 14, opened, b"after update")
-    sent = _drain(author, world)
+    sent += _drain(author, world)
     world.frames += sorted({s.data for s in sent})
     # An event naming a non-first topic version, with its topicBlock, as a forwarder sends it.
     for s in sent:
@@ -175,6 +214,14 @@ def build_world(seed: int = 0) -> World:
                 parent=None,
                 created=format_created(T0 + 20),
                 inject_id="inj-1",
+                signature=keys[3].sign(
+                    author_statement(
+                        tree=restricted,
+                        author=peers[3],
+                        created=format_created(T0 + 20),
+                        payload=b"please",
+                    )
+                ),
             )
         ),
         encode_frame(
@@ -308,6 +355,7 @@ class NodeFuzzer:
         self.node = PulsarcastNode(
             peer_id=self.me, config=FUZZ_CONFIG, rng=random.Random(self.seed), now=self.now
         )
+        self.key = w.keys[self.me]
         self.node.set_known_peers(self.now, w.peers[1:])
         self.node.create_topic(self.now, "mine")
         for topic in w.topics:
@@ -324,6 +372,11 @@ class NodeFuzzer:
             for out in outs:
                 if isinstance(out, FetchBlock):
                     self.node.block_fetched(self.now, out.cid, self.world.store.get(out.cid))
+                elif isinstance(out, SignRequest):
+                    self.node.signed(self.now, out.request_id, self.key.sign(out.data))
+                elif isinstance(out, OperationDone):
+                    if out.error is not None:
+                        raise FuzzFailure(f"an operation of the node failed: {out.error}")
                 elif isinstance(out, SendRpc):
                     if out.peer == self.me or out.data != encode_frame(out.rpc):
                         raise FuzzFailure(f"bad SendRpc to {out.peer}: {out.rpc.op}")

@@ -42,7 +42,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
 
-from ._driver import VERSION, Driver, event_json
+from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 
 __all__ = ["ApiError", "build_app", "serve_api"]
@@ -290,9 +290,11 @@ class _Api:
             parent_cid = parse_cid(parent, "parent")
             self.tree_key(parent_cid)
         options = parse_options(body)
-        cid = self.d.call(
-            lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid),
-            local=True,
+        cid = await self.d.complete(
+            self.d.call(
+                lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid),
+                local=True,
+            )
         )
         root = self.d.known_root(cid) or cid
         state = self.d.state.state
@@ -321,8 +323,8 @@ class _Api:
         body = await read_json(request, self.max_body)
         self.tree_key(cid)
         options = parse_options(body)
-        new = self.d.call(
-            lambda now: self.d.node.update_topic(now, cid, options=options), local=True
+        new = await self.d.complete(
+            self.d.call(lambda now: self.d.node.update_topic(now, cid, options=options), local=True)
         )
         self.d.persist()
         desc = self.d.local_topic(new) or await self.topic_descriptor(new)
@@ -391,11 +393,13 @@ class _Api:
             raise ApiError(400, "bad_request", "inject_id must be a string")
         self.tree_key(cid)
         try:
-            res = self.d.call(
-                lambda now: self.d.node.publish(
-                    now, cid, payload, parent=parent, inject_id=inject_id
-                ),
-                local=True,
+            res = await self.d.complete(
+                self.d.call(
+                    lambda now: self.d.node.publish(
+                        now, cid, payload, parent=parent, inject_id=inject_id
+                    ),
+                    local=True,
+                )
             )
         except NotAllowedToPublish as exc:
             raise ApiError(403, "not_allowed", str(exc)) from None
@@ -555,6 +559,8 @@ def _wrap(fn: Handler) -> Handler:
             return await fn(request)
         except ApiError as exc:
             return _error_response(exc.status, exc.code, exc.message)
+        except SigningFailed as exc:
+            return _error_response(503, "signing_failed", f"could not sign through Kubo: {exc}")
         except UnknownTopic as exc:
             return _error_response(404, "unknown_topic", str(exc))
         except NotAllowedToPublish as exc:

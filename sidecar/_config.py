@@ -75,6 +75,12 @@ class SidecarConfig:
     heads_interval: float = 5.0
     join_timeout: float = 2.0
     log_level: str = "info"
+    require_signatures: bool = True
+    """Sign what this node authors and publishes with its own key through Kubo
+    (``key/sign``, protocolVersion 1.1.0) and refuse unsigned, forged or tampered
+    events at every hop (docs/security.md "Signatures"). Off (TOML
+    ``require_signatures = false``, ``PULSARCAST_REQUIRE_SIGNATURES=false``): unsigned
+    1.0.0 descriptors, for a cluster with peers that cannot sign."""
 
     def __post_init__(self) -> None:
         parse_hostport(self.api, "api")
@@ -135,6 +141,15 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return None
         if name in ("state_dir", "metrics_dir"):
             return Path(str(value))
+        if isinstance(default, bool):
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
         if name in (
             "routing_k",
             "kubo_pid",

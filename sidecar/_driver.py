@@ -30,9 +30,13 @@ from pulsarcast_ipfs.core import (
     EventDescriptor,
     FetchBlock,
     NodeConfig,
+    OperationDone,
+    Pending,
+    PulsarcastError,
     PulsarcastNode,
     Rpc,
     SendRpc,
+    SignRequest,
     StoreBlock,
     TopicDescriptor,
     TopicUpdated,
@@ -49,12 +53,20 @@ from ._state import StateError, StateStore
 from ._store import BlockStore
 from ._transport import PROTOCOL, Transport
 
-__all__ = ["Driver", "event_json"]
+__all__ = ["Driver", "SigningFailed", "event_json"]
 
 log = logging.getLogger("pulsarcast.sidecar")
 T = TypeVar("T")
 
 VERSION = "0.1.0"
+SIGN_TIMEOUT = 10.0
+"""Longest wait for Kubo ``key/sign`` (one signature)."""
+OPERATION_TIMEOUT = 30.0
+"""Longest wait for an API command's signatures (queued behind others')."""
+
+
+class SigningFailed(PulsarcastError):
+    """An API command could not be signed through Kubo (the API answers 503)."""
 
 
 def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
@@ -93,6 +105,7 @@ class Driver:
             heads_interval=config.heads_interval,
             join_timeout=config.join_timeout,
             fetch_timeout=config.fetch_timeout + 5.0,
+            require_signatures=config.require_signatures,
         )
         self.transport = Transport(
             kubo=self.kubo,
@@ -119,6 +132,12 @@ class Driver:
         self._api_server: Any = None
         self.api_done = anyio.Event()
         self._dirty = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._done: OrderedDict[str, OperationDone] = OrderedDict()
+        self.signatures = 0
+        """Signatures made through Kubo ``key/sign``."""
+        self.sign_failures = 0
+        self.sign_seconds = 0.0
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
 
@@ -134,14 +153,54 @@ class Driver:
 
         Exceptions from the node (``LocalProtocolError``) propagate after the outputs
         it queued before raising were carried out. ``local``: an API command of this
-        node's application; the blocks it creates are also provided explicitly in the
-        DHT (blocks stored while forwarding are pinned and announced by Kubo's own
-        provider, without one explicit DHT provide per event per node).
+        node's application; the blocks it creates are pinned and announced in the DHT
+        (blocks stored while forwarding are kept unpinned and not announced: one
+        announcement per event, by its publisher; docs/sidecar.md "Providing").
         """
         try:
             return fn(time.time())
         finally:
             self._pump(provide=local)
+
+    async def complete(self, value: T | Pending) -> T:
+        """The result of an API command: ``value``, or, for :class:`Pending`, what the
+        operation finished with once Kubo signed it (:class:`SigningFailed` if not)."""
+        if not isinstance(value, Pending):
+            return value
+        op = value.op
+        done = await self.wait_for(lambda: op in self._done, max_wait=OPERATION_TIMEOUT)
+        if not done:
+            raise SigningFailed(f"signing through Kubo took over {OPERATION_TIMEOUT:.0f} s")
+        out = self._done.pop(op)
+        if out.error is not None or out.result is None:
+            raise SigningFailed(out.error or "the operation failed")
+        return out.result  # type: ignore[return-value]
+
+    def _sign(self, out: SignRequest) -> None:
+        """Carry out a :class:`SignRequest` with Kubo ``key/sign`` on the node's key."""
+        if self._tg is None:
+            self.call(lambda now: self.node.sign_failed(now, out.request_id, "not running"))
+            return
+        self._tg.start_soon(self._sign_task, out)
+
+    async def _sign_task(self, out: SignRequest) -> None:
+        t0 = time.perf_counter()
+        try:
+            with anyio.fail_after(SIGN_TIMEOUT):
+                signed = await self.kubo.key_sign(out.data)
+            signature = signed.signature
+        except (KuboError, TimeoutError) as exc:
+            self.sign_failures += 1
+            reason = f"Kubo key/sign: {exc or type(exc).__name__}"
+            log.warning("signing failed: %s", reason)
+            self.call(lambda now: self.node.sign_failed(now, out.request_id, reason))
+            return
+        self.signatures += 1
+        self.sign_seconds += time.perf_counter() - t0
+        try:
+            self.call(lambda now: self.node.signed(now, out.request_id, signature))
+        except Exception:
+            log.exception("signed(%s) failed", out.request_id)
 
     async def wait_for(self, predicate: Callable[[], bool], *, max_wait: float) -> bool:
         """Wait until ``predicate()`` holds after some input to the node; False on timeout."""
@@ -172,6 +231,14 @@ class Driver:
             elif isinstance(out, DisconnectPeer):
                 log.warning("disconnecting %s (%s) until %.0f", out.peer, out.reason, out.until)
                 self.transport.disconnect(out.peer, out.until)
+            elif isinstance(out, SignRequest):
+                self._sign(out)
+            elif isinstance(out, OperationDone):
+                if out.error is not None:
+                    log.warning("operation %s failed: %s", out.op, out.error)
+                self._done[out.op] = out
+                if len(self._done) > 1024:  # answers nobody waits for any more
+                    self._done.popitem(last=False)
         self._timer_wake.set()
 
     def _record(self, rec: MetricRecord) -> None:
@@ -285,6 +352,7 @@ class Driver:
         async with self.kubo:
             ident = await self.kubo.id()
             self.peer_id = ident.peer_id
+            self.store.peer_id = ident.peer_id  # its own blocks are pinned and announced
             try:
                 self.kubo_version = (await self.kubo.version()).version
             except KuboError:
@@ -302,6 +370,7 @@ class Driver:
             )
             try:
                 async with anyio.create_task_group() as tg:
+                    self._tg = tg
                     await tg.start(self.transport.run, tg)
                     tg.start_soon(self.store.run, tg)
                     await self._refresh_routing()

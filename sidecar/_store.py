@@ -1,8 +1,19 @@
 """Descriptor blocks in Kubo (PROTOCOL.md §5 "Persistence").
 
 ``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CID checked by the
-client) with ``pin=true``, in order, by one writer task; then ``routing/provide``
-in a separate background queue, so dissemination never waits for the DHT (§8).
+client), in order, by one writer task. Who announces (docs/sidecar.md "Providing"):
+
+* a block this node created itself (``provide=True``: events, topics of its own
+  API commands; or an event whose ``publisher`` / a topic whose ``author`` is this
+  node, e.g. an event published for a requester, §6) is put with ``pin=true``
+  and announced at once with ``provide/once`` from a separate background queue,
+  so dissemination never waits for the DHT (§5, §8); with ``Provide.Strategy=pinned`` Kubo's own reprovider then announces
+  it again every ``Provide.DHT.Interval``, with or without the sidecar;
+* a block received while forwarding, delivering or repairing a gap is put
+  *unpinned*: kept in this node's blockstore and served over bitswap, but never
+  announced, because under Kubo's ``pinned`` (and ``roots``, ``all``) strategy
+  every pinned block is re-announced by every node that holds it.
+
 ``FetchBlock`` → ``block/get`` with a timeout, answered with ``node.block_fetched``.
 """
 
@@ -15,6 +26,7 @@ from collections.abc import Callable
 
 import anyio
 import anyio.abc
+import dag_cbor
 from multiformats import CID
 
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboUnavailable
@@ -41,6 +53,8 @@ class BlockStore:
         self._provides: deque[CID] = deque()
         self._provide_wake = anyio.Event()
         self._stored: set[CID] = set()
+        self.peer_id = ""
+        """This node's peer ID (set by the driver once Kubo answered ``id``)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self.stored = 0
         self.provided = 0
@@ -62,14 +76,31 @@ class BlockStore:
         return len(self._puts)
 
     def store(self, cid: CID, data: bytes, *, provide: bool = True) -> None:
-        """Queue a block for ``block/put`` + pin (+ provide) (never blocks)."""
+        """Queue a block for ``block/put`` (never blocks).
+
+        ``provide``: this node's own block, pinned and announced; otherwise kept unpinned
+        and unannounced.
+        """
         if cid in self._stored:
             return
         self._stored.add(cid)
         if len(self._stored) > 200_000:
             self._stored.clear()
-        self._puts.append((cid, data, provide))
+        self._puts.append((cid, data, provide or self._created_here(data)))
         self._put_wake.set()
+
+    def _created_here(self, data: bytes) -> bool:
+        """Is this an event published (topic authored) by this node? (§5, "Providing")."""
+        if not self.peer_id:
+            return False
+        try:
+            doc = dag_cbor.decode(data)
+        except Exception:  # not ours to judge here; the core already checked it
+            return False
+        if not isinstance(doc, dict):
+            return False
+        maker = doc.get("publisher", doc.get("author"))
+        return maker == self.peer_id
 
     async def _put_loop(self) -> None:
         while True:
@@ -78,7 +109,7 @@ class BlockStore:
                 await self._put_wake.wait()
             cid, data, provide = self._puts[0]
             try:
-                await self.kubo.block_put(data, pin=True)
+                await self.kubo.block_put(data, pin=provide)
                 self.stored += 1
             except KuboUnavailable as exc:
                 # Kubo is down (restarting): keep the block queued, in order, and retry;
@@ -99,7 +130,7 @@ class BlockStore:
                 self._provides.append(cid)
                 self._provide_wake.set()
             else:
-                self.provide_skipped += 1  # Kubo's reprovider announces pinned blocks later
+                self.provide_skipped += 1  # pinned: Kubo's reprovider announces it later
 
     async def _provide_loop(self) -> None:
         while True:
@@ -108,7 +139,7 @@ class BlockStore:
                 await self._provide_wake.wait()
             cid = self._provides.popleft()
             try:
-                await self.kubo.provide(cid)
+                await self.kubo.provide_once(cid)
                 self.provided += 1
             except KuboError as exc:
                 self.provide_failed += 1

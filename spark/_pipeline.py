@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark import _render as R
-from spark._ingest import REJECTED, read_run_dir
+from spark._ingest import REJECTED, DamagedFile, read_run_dir, salvage_damaged_gzip
 from spark._measures import (
     ALL,
     KEY,
@@ -101,6 +101,7 @@ class ReportResult:
     rpc_topics: tuple[dict[str, Any], ...]
     rpc_summary: tuple[dict[str, Any], ...]
     resources: tuple[dict[str, Any], ...]
+    damaged_files: tuple[DamagedFile, ...] = ()
 
 
 def _is_remote(path: str) -> bool:
@@ -141,6 +142,15 @@ def check_inputs(run_dirs: Sequence[str], out: str) -> None:
                 raise ReportError(f"--out {out} is inside RUN_DIR {d}; choose another directory")
 
 
+def _local_report_dir(cfg: ReportConfig) -> Path:
+    """Where the driver writes the Markdown, the plots and salvaged inputs."""
+    if cfg.report_dir is None and not _is_remote(cfg.out):
+        return Path(_local(cfg.out))
+    if cfg.report_dir is not None:
+        return Path(cfg.report_dir)
+    return Path("pulsarcast-report")
+
+
 def run_report(
     spark: SparkSession, cfg: ReportConfig, *, progress: Callable[[str], None] = lambda s: None
 ) -> ReportResult:
@@ -159,8 +169,21 @@ def run_report(
         (df.coalesce(1) if small else df).write.mode("overwrite").parquet(path)
         return spark.read.parquet(path)
 
+    local_dir = _local_report_dir(cfg)
+    stage("ingest: checking gzip inputs")
+    damaged: list[DamagedFile] = []
+    parts = []
+    for d in cfg.run_dirs:
+        bad: tuple[DamagedFile, ...] = ()
+        if not _is_remote(d):
+            bad = tuple(salvage_damaged_gzip(_local(d), local_dir / "salvaged"))
+        for f in bad:
+            progress(
+                f"warning: damaged input {f.path}: {f.error}; {f.salvaged_lines:,} lines salvaged"
+            )
+        damaged += bad
+        parts.append(read_run_dir(spark, d, damaged=bad))
     stage(f"ingest: reading and validating {len(cfg.run_dirs)} run dir(s)")
-    parts = [read_run_dir(spark, d) for d in cfg.run_dirs]
     allrec = parts[0]
     for p in parts[1:]:
         allrec = allrec.unionByName(p)
@@ -295,12 +318,6 @@ def run_report(
     rec.unpersist()
 
     stage("report and plots")
-    if cfg.report_dir is None and not _is_remote(cfg.out):
-        local_dir = Path(_local(cfg.out))
-    elif cfg.report_dir is not None:
-        local_dir = Path(cfg.report_dir)
-    else:
-        local_dir = Path("pulsarcast-report")
     plot_dir = local_dir / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
     plots: list[Path] = []
@@ -325,6 +342,7 @@ def run_report(
             tables=tables,
             n_valid=n_valid,
             rej_counts=rej_counts,
+            damaged=damaged,
             runs=runs,
             topics=topics,
             latency=latency,
@@ -343,6 +361,7 @@ def run_report(
         valid_records=n_valid,
         rejected_records=n_rejected,
         rejected_by_reason=by_reason,
+        damaged_files=tuple(damaged),
         runs=runs,
         topics=topics,
         latency=latency,
@@ -396,6 +415,7 @@ def _markdown(
     tables: str,
     n_valid: int,
     rej_counts: Sequence[dict[str, Any]],
+    damaged: Sequence[DamagedFile],
     runs: Sequence[dict[str, Any]],
     topics: Sequence[dict[str, Any]],
     latency: Sequence[dict[str, Any]],
@@ -430,6 +450,19 @@ def _markdown(
         out.append("Every rejected line is kept, with its file, in the `rejected` table.")
     else:
         out.append("None.")
+    if damaged:
+        out += ["", "## Damaged input files", ""]
+        out.append(
+            R.markdown_table(
+                [{"path": f.path, "error": f.error, "lines": f.salvaged_lines} for f in damaged],
+                [("path", "file", ""), ("error", "error", ""), ("lines", "lines salvaged", "n")],
+            )
+        )
+        out.append("")
+        out.append(
+            "What could be decompressed before the damage was read (copies under "
+            "`salvaged/`); the rest of each file is lost."
+        )
     out += ["", "## Runs side by side", ""]
     out.append(
         R.markdown_table(

@@ -80,6 +80,7 @@ def test_wire_has_op_field() -> None:
         "parent",
         "created",
         "injectId",
+        "signature",
     }
 
 

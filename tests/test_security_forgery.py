@@ -3,15 +3,19 @@
 forwarded or delivered. Pure core; the real-network version of the unauthorised
 case is ``tests/test_e2e_sidecar.py::test_allowed_publishers_and_request_to_publish``.
 
-What v1.0.0 cannot refuse (no signatures): an event that *claims* an allowed
-publisher; see docs/security.md."""
+These pure tests run unsigned (1.0.0) nodes; what signatures add (forged author or
+publisher, tampered payload, unsigned events) is in ``tests/test_core_signatures.py``
+and, over real Kubo daemons and sidecars, in ``test_signed_cluster_*`` below."""
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
+import anyio
 import pytest
+from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Deliver,
@@ -26,10 +30,15 @@ from pulsarcast_ipfs.core import (
     StoreBlock,
     TopicDescriptor,
     TopicOptions,
+    author_statement,
+    cid_str,
+    encode_frame,
     format_created,
 )
 from pulsarcast_ipfs.core.testing import make_peer_ids
+from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
+from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
 
 T0 = 1_800_000_000.0
 AUTHOR, ME, ALLOWED, MALLORY, CHILD = make_peer_ids(5, seed=77)
@@ -154,3 +163,126 @@ def test_replayed_event_is_a_duplicate() -> None:
         node.receive_rpc(t, AUTHOR, rpc)
         node.receive_rpc(t, CHILD, rpc)
         assert _outcome(node.take_outputs()) == (["duplicate", "duplicate"], False)
+
+
+# -- over real Kubo daemons and sidecars (signatures on by default) ------------------------
+
+PROTOCOL = "/x/pulsarcast/1.0.0"
+
+
+@pytest.fixture(scope="module")
+async def signed_cluster(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
+    """Sidecars on Kubo 0 and 1; Kubo 2 is a bare attacker with its own key."""
+    async with LocalSidecarCluster(nodes=3, sidecars=[0, 1], run="signatures") as cluster:
+        yield cluster
+
+
+def _dropped(metrics: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith("pulsarcast_events_dropped_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            out[reason] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@pytest.mark.cluster
+@pytest.mark.kubo
+@pytest.mark.anyio
+async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_hop(
+    signed_cluster: LocalSidecarCluster,
+) -> None:
+    sc = signed_cluster
+    attacker = sc.cluster[2]
+    async with sc.client(0) as api0, sc.client(1) as api1:
+        r = await api0.post("/v1/topics", json={"name": "signed"})
+        assert r.status_code == 201, r.text
+        topic = r.json()["cid"]
+        assert (await api1.post(f"/v1/topics/{topic}/subscribe")).status_code == 200
+
+        async def joined() -> bool:
+            st = (await api1.get("/v1/status")).json()
+            return any(t["root_cid"] == topic and t["parent"] for t in st["topics"])
+
+        await wait_until(joined, deadline=60, what="sidecar 1 to join", interval=0.2)
+        r = await api0.post(f"/v1/topics/{topic}/publish", json={"text": "signed hello"})
+        assert r.status_code == 200 and r.json()["status"] == "published", r.text
+        good = r.json()["event"]
+
+        async def deliveries() -> list[dict[str, object]]:
+            r = await api1.get("/v1/deliveries", params={"after": 0, "follow": "false"})
+            return [json.loads(x) for x in r.text.splitlines() if x.strip()]
+
+        async def delivered() -> bool:
+            return any(d["cid"] == good for d in await deliveries())
+
+        await wait_until(delivered, deadline=30, what="the signed event", interval=0.2)
+        (got,) = [d for d in await deliveries() if d["cid"] == good]
+        assert got["protocol_version"] == "1.1.0"
+
+        # The attacker: its own valid key (Kubo key/sign), straight to sidecar 1 over p2p.
+        async with KuboClient(config=KuboConfig(base_url=attacker.api_url)) as kubo:
+            real = EventDescriptor.decode(await kubo.block_get(good, max_wait=30))
+            root = CID.decode(topic)
+            author = sc.cluster[0].peer_id
+            unsigned = EventDescriptor(
+                topic=root,
+                author=attacker.peer_id,
+                publisher=attacker.peer_id,
+                parent=None,
+                payload=b"unsigned",
+                created=real.created,
+            )
+            tampered = EventDescriptor(
+                topic=real.topic,
+                author=real.author,
+                publisher=real.publisher,
+                parent=real.parent,
+                payload=b"tampered",
+                created=real.created,
+                protocol_version="1.1.0",
+                author_signature=real.author_signature,
+                publisher_signature=real.publisher_signature,
+            )
+            draft = EventDescriptor(
+                topic=root,
+                author=author,
+                publisher=attacker.peer_id,
+                parent=None,
+                payload=b"in the author's name",
+                created=real.created,
+                protocol_version="1.1.0",
+            )
+            statement = author_statement(
+                tree=root, author=author, created=draft.created, payload=draft.payload
+            )
+            forged = draft.with_signatures(
+                author=(await kubo.key_sign(statement)).signature,  # the attacker's key
+                publisher=(await kubo.key_sign(draft.signing_bytes())).signature,
+            )
+            attacks = [unsigned, tampered, forged]
+            frames = b"".join(encode_frame(Event(topic=root, event=ev.encode())) for ev in attacks)
+            port = _free_port()
+            await kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", sc.cluster[1].peer_id)
+            async with await anyio.connect_tcp("127.0.0.1", port) as s:
+                await s.send(frames)
+
+                async def counted() -> bool:
+                    d = _dropped((await api1.get("/metrics")).text)
+                    return d.get("unsigned", 0) >= 1 and d.get("bad_signature", 0) >= 2
+
+                await wait_until(counted, deadline=30, what="the refusals counted", interval=0.2)
+        cids = {cid_str(ev.cid) for ev in attacks}
+        assert not cids & {str(d["cid"]) for d in await deliveries()}
+        # Never forwarded: sidecar 0 (the root, sidecar 1's only neighbour) did not
+        # hear of them either.
+        d0 = _dropped((await api0.get("/metrics")).text)
+        assert d0.get("unsigned", 0) == 0 and d0.get("bad_signature", 0) == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

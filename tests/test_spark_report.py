@@ -476,6 +476,33 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 1 and "inside RUN_DIR" in capsys.readouterr().err
 
 
+def test_damaged_gzip_inputs_are_salvaged_and_reported(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node killed while writing leaves a truncated gzip: Spark alone would abort
+    the job; the report reads what is readable and names the damaged files."""
+    lines = [json.dumps(x) + "\n" for x in _run2()]
+    k = len(lines) // 2
+    run = tmp_path / "damaged"
+    run.mkdir()
+    whole = gzip.compress("".join(lines[:k]).encode())
+    cut = gzip.compress("".join(lines[k:]).encode())[:15]  # header and 5 bytes of the next member
+    (run / "a.jsonl.gz").write_bytes(whole + cut)
+    (run / "garbage.jsonl.gz").write_bytes(b"this is not gzip\n")
+    (run / "empty.jsonl.gz").write_bytes(b"")
+    out = tmp_path / "out"
+    rc = cli_main(["report", str(run), "--out", str(out), "--no-plots"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert f"records: {k:,} valid, 0 rejected" in printed
+    assert "damaged input files: 2" in printed
+    md = (out / "report.md").read_text()
+    damaged = md.split("## Damaged input files", 1)[1].split("## ", 1)[0]
+    assert "a.jsonl.gz | unexpected end of the gzip stream (truncated file) | " + str(k) in damaged
+    assert "garbage.jsonl.gz | corrupt gzip data" in damaged and "empty.jsonl.gz" not in damaged
+    assert (run / "a.jsonl.gz").read_bytes() == whole + cut  # inputs are never modified
+
+
 def test_meta_topics_are_control_traffic(result: job.ReportResult) -> None:
     meta = {t["topic"]: t["meta"] for t in result.topics if t["run"] == "r2"}
     # meta-t1 names an existing topic; meta-x does not (no topic x)

@@ -67,7 +67,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="workload scaling / payload seed (0)")
     p.add_argument("--run", default=None, help="run-set name in the records (default: OUT's name)")
-    p.add_argument("--out", required=True, type=Path, help="output directory (must be new/empty)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output directory; a run set may be extended, an existing run is never overwritten",
+    )
     p.add_argument("--report", action="store_true", help="run the Spark report afterwards")
     p.set_defaults(handler=run)
 
@@ -177,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> BenchResult | None:
         nonlocal aborted
         result: BenchResult | None = None
+        failure: BenchError | None = None
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -197,8 +203,13 @@ def run(args: argparse.Namespace) -> int:
                             return
 
                 tg.start_soon(watch)
-                result = await run_bench(cfg, progress=Bars(progress))
+                try:
+                    result = await run_bench(cfg, progress=Bars(progress))
+                except BenchError as exc:
+                    failure = exc  # raised below, outside the task group
                 tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         return result
 
     try:

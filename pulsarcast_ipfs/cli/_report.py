@@ -118,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {result.report_path}")
     print(f"tables: {result.tables_dir}")
     print(f"records: {result.valid_records:,} valid, {result.rejected_records:,} rejected")
+    if result.damaged_files:
+        print(
+            f"damaged input files: {len(result.damaged_files)} "
+            "(read up to the damage; listed in the report)"
+        )
     return 0
 
 

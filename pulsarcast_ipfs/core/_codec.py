@@ -19,7 +19,7 @@ the dissemination tree across updates)::
     LEAVE              {op, topic}
     EVENT              {op, topic, event, topicBlock}  event block; topic-version block or null
     REQUEST_TO_PUBLISH {op, topic, descriptor, requestId, author, payload, parent, created,
-                        injectId}
+                        injectId, signature}   signature: the author's (1.1.0) or null
     REQUEST_ACK        {op, topic, requestId, ok, event}
     PING / PONG        {op, nonce}
     HEADS              {op, topic, heads: [[CID, created seconds], ...]}
@@ -200,10 +200,17 @@ class RequestToPublish(_Message):
     parent: CID | None = None
     created: str
     inject_id: str | None = None
+    signature: bytes | None = None
+    """The requester's Ed25519 signature over the event's ``author_statement``
+    (docs/security.md "Signatures"); ``None`` from an unsigned (1.0.0) requester."""
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
+        if self.signature is not None and (
+            not isinstance(self.signature, bytes) or len(self.signature) != 64
+        ):
+            raise _bad("signature: expected 64 bytes or null")
         _ident(self.request_id, "requestId")
         _check_peer(self.author, "author")
         _bytes(self.payload, "payload", MAX_PAYLOAD_SIZE)

@@ -77,13 +77,18 @@ class NodeConfig:
     """Peers whose buckets are remembered (LRU): bounded memory under a sybil flood."""
     rpc_records: bool = True
     """Emit ``rpc_sent`` / ``rpc_received`` metric records."""
+    require_signatures: bool = False
+    """Sign what this node authors and publishes (protocolVersion 1.1.0, through
+    ``SignRequest`` outputs) and drop unsigned (1.0.0) events, topic versions and
+    requests to publish (docs/security.md "Signatures"). 1.1.0 signatures are
+    verified whatever this says. Needs an Ed25519 peer ID."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "rpc_records":
+            if f.name in ("rpc_records", "require_signatures"):
                 if not isinstance(value, bool):
-                    raise LocalProtocolError("rpc_records must be a bool")
+                    raise LocalProtocolError(f"{f.name} must be a bool")
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise LocalProtocolError(f"NodeConfig.{f.name} must be a positive number")

@@ -21,6 +21,16 @@ Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
     event = {"topic": CID, "author": peer-id, "publisher": peer-id, "parent": CID | null,
              "payload": bytes, "metadata": {"created": str, "protocolVersion": str}}
 
+``protocolVersion`` ``"1.1.0"`` (docs/security.md "Signatures") adds a
+``"signature": bytes`` (64, Ed25519 by ``author``) to a topic and a
+``"signatures": {"author": bytes, "publisher": bytes}`` map to an event; ``"1.0.0"``
+has neither. A signature is over :meth:`~TopicDescriptor.signing_bytes` (the
+canonical dag-cbor of the descriptor *without* its signature field(s)); an event's
+author signature is over :meth:`EventDescriptor.author_statement` (tree, author,
+created, payload: what a requester can sign before a publisher is chosen). The CID
+covers everything, signatures included. The decoders check the *shape* only; the
+node verifies the signatures (it knows the tree an event travels in).
+
 ``created`` is ISO-8601 UTC with microseconds (``2026-01-01T00:00:00.000000Z``;
 ``+00:00`` is accepted on decoding). It comes from the ``now`` given to the core.
 """
@@ -28,6 +38,7 @@ Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
 from __future__ import annotations
 
 import base64
+import dataclasses
 import enum
 import functools
 import math
@@ -47,11 +58,13 @@ from ._errors import DescriptorError, LocalProtocolError
 __all__ = [
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
+    "SIGNED_VERSION",
     "EventDescriptor",
     "EventLinking",
     "PeerPolicy",
     "TopicDescriptor",
     "TopicOptions",
+    "author_statement",
     "cid_str",
     "compute_cid",
     "decode_descriptor",
@@ -60,8 +73,11 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION: Final = "1.0.0"
-"""The ``protocolVersion`` written by this implementation (PROTOCOL.md §4)."""
-SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION})
+"""The unsigned ``protocolVersion`` (PROTOCOL.md §4), written when signatures are off."""
+SIGNED_VERSION: Final = "1.1.0"
+"""The signed ``protocolVersion`` (docs/security.md "Signatures")."""
+SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION})
+SIGNATURE_SIZE: Final = 64
 MAX_PAYLOAD_SIZE: Final = 512 * 1024
 """Largest event payload, so that an EVENT frame fits the default frame limit."""
 MAX_DESCRIPTOR_SIZE: Final = MAX_PAYLOAD_SIZE + 16 * 1024
@@ -214,6 +230,25 @@ class TopicOptions:
             raise LocalProtocolError(f"unknown event linking {self.event_linking!r}") from exc
 
 
+def _signature(value: object, where: str) -> bytes:
+    if not isinstance(value, bytes) or len(value) != SIGNATURE_SIZE:
+        raise ValueError(f"{where}: expected {SIGNATURE_SIZE} signature bytes")
+    return value
+
+
+def _check_signed(version: str, signatures: Sequence[bytes | None], *, draft: bool) -> None:
+    """1.0.0: no signature; 1.1.0: all of them (or none: a draft being signed)."""
+    given = [sig for sig in signatures if sig is not None]
+    if version == PROTOCOL_VERSION and given:
+        raise ValueError(f"protocolVersion {PROTOCOL_VERSION} descriptors carry no signatures")
+    if version == SIGNED_VERSION and given and len(given) != len(signatures):
+        raise ValueError("every signature or none (a draft)")
+    if version == SIGNED_VERSION and not given and not draft:
+        raise ValueError(f"protocolVersion {SIGNED_VERSION} descriptors must be signed")
+    for sig in given:
+        _signature(sig, "signature")
+
+
 def _encode(obj: Any) -> bytes:
     return _dagcbor.encode(obj)
 
@@ -280,6 +315,9 @@ class TopicDescriptor:
     allowed_publishers: PeerPolicy = field(default_factory=PeerPolicy)
     request_to_publish: PeerPolicy = field(default_factory=PeerPolicy)
     event_linking: EventLinking = EventLinking.LAST_SEEN
+    signature: bytes | None = field(default=None, repr=False)
+    """Ed25519 by ``author`` over :meth:`signing_bytes` (1.1.0); ``None`` in 1.0.0
+    (and in a 1.1.0 *draft*, which the node signs and never sends)."""
     _data: bytes = field(init=False, repr=False)
     _cid: CID = field(init=False, repr=False)
 
@@ -298,6 +336,7 @@ class TopicDescriptor:
             parse_created(self.created)
             if self.protocol_version not in SUPPORTED_VERSIONS:
                 raise ValueError(f"unsupported protocolVersion {self.protocol_version!r}")
+            _check_signed(self.protocol_version, (self.signature,), draft=True)
             linking = EventLinking(self.event_linking)
         except ValueError as exc:
             raise LocalProtocolError(f"invalid topic descriptor: {exc}") from exc
@@ -321,8 +360,13 @@ class TopicDescriptor:
         options: TopicOptions | None = None,
         parent: CID | None = None,
         links: Mapping[str, CID] | None = None,
+        protocol_version: str = PROTOCOL_VERSION,
     ) -> TopicDescriptor:
-        """A descriptor created at ``now`` with ``options`` (Algorithm 1)."""
+        """A descriptor created at ``now`` with ``options`` (Algorithm 1).
+
+        With ``protocol_version=SIGNED_VERSION`` this is an unsigned *draft*: sign its
+        :meth:`signing_bytes`, then :meth:`with_signature`.
+        """
         opts = options if options is not None else TopicOptions()
         return cls(
             name=name,
@@ -330,12 +374,34 @@ class TopicDescriptor:
             parent=parent,
             links=dict(links or {}),
             created=format_created(now),
+            protocol_version=protocol_version,
             allowed_publishers=opts.allowed_publishers,
             request_to_publish=opts.request_to_publish,
             event_linking=opts.event_linking,
         )
 
+    @property
+    def is_draft(self) -> bool:
+        """A 1.1.0 descriptor not signed yet (never sent or stored)."""
+        return self.protocol_version == SIGNED_VERSION and self.signature is None
+
+    def with_signature(self, signature: bytes) -> TopicDescriptor:
+        """This draft, signed (``LocalProtocolError`` if the signature is malformed)."""
+        return dataclasses.replace(self, signature=signature)
+
+    def signing_bytes(self) -> bytes:
+        """What the author signs: canonical dag-cbor without ``signature``."""
+        if self.signature is None:
+            return self._data
+        return _encode(self._body())
+
     def to_ipld(self) -> dict[str, Any]:
+        body = self._body()
+        if self.signature is not None:
+            body["signature"] = self.signature
+        return body
+
+    def _body(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "author": self.author,
@@ -398,9 +464,15 @@ class TopicDescriptor:
     def decode(cls, data: bytes, *, expected_cid: CID | None = None) -> TopicDescriptor:
         """Decode strictly (see the module docstring); only :class:`DescriptorError`."""
         obj = _decode_map(data)
-        _check_version(obj.get("metadata"))
+        version = _check_version(obj.get("metadata"))
         try:
-            top = _exact_keys(obj, {"name", "author", "parent", "#", "metadata"}, "topic")
+            keys = {"name", "author", "parent", "#", "metadata"}
+            if version == SIGNED_VERSION:
+                keys.add("signature")
+            top = _exact_keys(obj, keys, "topic")
+            signature = top.get("signature")
+            if version == SIGNED_VERSION:
+                _signature(signature, "signature")
             meta = _exact_keys(
                 top["metadata"],
                 {
@@ -430,6 +502,7 @@ class TopicDescriptor:
                 ),
                 request_to_publish=_policy_from_ipld(meta["requestToPublish"], "requestToPublish"),
                 event_linking=EventLinking(linking),
+                signature=signature,
             )
         except (ValueError, LocalProtocolError, TypeError) as exc:
             raise DescriptorError(f"invalid topic descriptor: {exc}") from exc
@@ -455,6 +528,10 @@ class EventDescriptor:
     payload: bytes
     created: str
     protocol_version: str = PROTOCOL_VERSION
+    author_signature: bytes | None = field(default=None, repr=False)
+    """Ed25519 by ``author`` over :meth:`author_statement` (1.1.0)."""
+    publisher_signature: bytes | None = field(default=None, repr=False)
+    """Ed25519 by ``publisher`` over :meth:`signing_bytes` (1.1.0)."""
     _data: bytes = field(init=False, repr=False)
     _cid: CID = field(init=False, repr=False)
     _created_ts: float = field(init=False, repr=False)
@@ -473,6 +550,11 @@ class EventDescriptor:
             created_ts = parse_created(self.created)
             if self.protocol_version not in SUPPORTED_VERSIONS:
                 raise ValueError(f"unsupported protocolVersion {self.protocol_version!r}")
+            _check_signed(
+                self.protocol_version,
+                (self.author_signature, self.publisher_signature),
+                draft=True,
+            )
         except ValueError as exc:
             raise LocalProtocolError(f"invalid event descriptor: {exc}") from exc
         data = _encode(self.to_ipld())
@@ -480,7 +562,37 @@ class EventDescriptor:
         object.__setattr__(self, "_cid", compute_cid(data))
         object.__setattr__(self, "_created_ts", created_ts)
 
+    @property
+    def is_draft(self) -> bool:
+        """A 1.1.0 event not signed yet (never sent or stored)."""
+        return self.protocol_version == SIGNED_VERSION and self.publisher_signature is None
+
+    def with_signatures(self, *, author: bytes, publisher: bytes) -> EventDescriptor:
+        """This draft, signed (``LocalProtocolError`` if a signature is malformed)."""
+        return dataclasses.replace(self, author_signature=author, publisher_signature=publisher)
+
+    def signing_bytes(self) -> bytes:
+        """What the publisher signs: canonical dag-cbor without ``signatures``."""
+        if self.publisher_signature is None:
+            return self._data
+        return _encode(self._body())
+
+    def author_statement(self, tree: CID) -> bytes:
+        """What the author signs (see :func:`author_statement`)."""
+        return author_statement(
+            tree=tree, author=self.author, created=self.created, payload=self.payload
+        )
+
     def to_ipld(self) -> dict[str, Any]:
+        body = self._body()
+        if self.author_signature is not None and self.publisher_signature is not None:
+            body["signatures"] = {
+                "author": self.author_signature,
+                "publisher": self.publisher_signature,
+            }
+        return body
+
+    def _body(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "author": self.author,
@@ -507,12 +619,18 @@ class EventDescriptor:
     def decode(cls, data: bytes, *, expected_cid: CID | None = None) -> EventDescriptor:
         """Decode strictly (see the module docstring); only :class:`DescriptorError`."""
         obj = _decode_map(data)
-        _check_version(obj.get("metadata"))
+        version = _check_version(obj.get("metadata"))
         try:
-            top = _exact_keys(
-                obj, {"topic", "author", "publisher", "parent", "payload", "metadata"}, "event"
-            )
+            keys = {"topic", "author", "publisher", "parent", "payload", "metadata"}
+            if version == SIGNED_VERSION:
+                keys.add("signatures")
+            top = _exact_keys(obj, keys, "event")
             meta = _exact_keys(top["metadata"], {"created", "protocolVersion"}, "metadata")
+            sigs: dict[str, Any] = {"author": None, "publisher": None}
+            if version == SIGNED_VERSION:
+                sigs = _exact_keys(top["signatures"], {"author", "publisher"}, "signatures")
+                _signature(sigs["author"], "signatures.author")
+                _signature(sigs["publisher"], "signatures.publisher")
             desc = cls(
                 topic=top["topic"],
                 author=top["author"],
@@ -521,6 +639,8 @@ class EventDescriptor:
                 payload=top["payload"],
                 created=meta["created"],
                 protocol_version=meta["protocolVersion"],
+                author_signature=sigs["author"],
+                publisher_signature=sigs["publisher"],
             )
         except (ValueError, LocalProtocolError, TypeError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc
@@ -533,6 +653,17 @@ class EventDescriptor:
 
     def __hash__(self) -> int:
         return hash(self._cid)
+
+
+def author_statement(*, tree: CID, author: str, created: str, payload: bytes) -> bytes:
+    """What an event's author signs: ``{"tree", "author", "created", "payload"}``.
+
+    ``tree`` is the topic's *first version* (the tree key): a requester signs this
+    before it knows which node will publish, under which topic version and with
+    which ``parent`` (LAST_SEEN) — those the publisher's signature covers. The key
+    set differs from both descriptors', so no signature can be taken for another.
+    """
+    return _encode({"tree": tree, "author": author, "created": created, "payload": payload})
 
 
 _D = TypeVar("_D", TopicDescriptor, EventDescriptor)

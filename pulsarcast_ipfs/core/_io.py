@@ -23,10 +23,13 @@ __all__ = [
     "DisconnectPeer",
     "FetchBlock",
     "HistoryPage",
+    "OperationDone",
     "Output",
+    "Pending",
     "PublishResult",
     "Role",
     "SendRpc",
+    "SignRequest",
     "StoreBlock",
     "TopicState",
     "TopicUpdated",
@@ -100,7 +103,54 @@ class DisconnectPeer:
     until: float
 
 
-Output = SendRpc | StoreBlock | FetchBlock | Deliver | TopicUpdated | DisconnectPeer | MetricRecord
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignRequest:
+    """Sign ``data`` with this node's own key, Kubo ``key/sign`` format (docs/security.md).
+
+    Answer with ``node.signed(now, request_id, signature)`` (the 64 signature bytes),
+    or ``node.sign_failed(now, request_id, reason)``. Only emitted when
+    ``NodeConfig.require_signatures`` is on.
+    """
+
+    request_id: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pending:
+    """What an API command returns while it waits for signatures.
+
+    It finishes with an :class:`OperationDone` output carrying the same ``op``.
+    """
+
+    op: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationDone:
+    """An API command that returned :class:`Pending` has finished.
+
+    ``result``: what the command returns when signatures are off (a topic CID for
+    ``create_topic``/``update_topic``, a :class:`PublishResult` for ``publish``);
+    ``None`` with ``error`` when it failed (signing failed, the topic went away).
+    """
+
+    op: str
+    result: CID | PublishResult | None
+    error: str | None
+
+
+Output = (
+    SendRpc
+    | StoreBlock
+    | FetchBlock
+    | Deliver
+    | TopicUpdated
+    | DisconnectPeer
+    | SignRequest
+    | OperationDone
+    | MetricRecord
+)
 """Anything :meth:`PulsarcastNode.take_outputs` returns."""
 
 

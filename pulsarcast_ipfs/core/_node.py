@@ -61,10 +61,10 @@ tree neighbours close the gaps that a lost leaf event leaves in the DAG.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from multiformats import CID
 
@@ -88,12 +88,15 @@ from ._codec import (
 from ._config import NodeConfig
 from ._descriptors import (
     MAX_PAYLOAD_SIZE,
+    PROTOCOL_VERSION,
+    SIGNED_VERSION,
     EventDescriptor,
     EventLinking,
     PeerPolicy,
     TopicDescriptor,
     TopicOptions,
     _canonical_peer,
+    author_statement,
     cid_str,
     decode_cached,
     format_created,
@@ -109,16 +112,25 @@ from ._io import (
     DisconnectPeer,
     FetchBlock,
     HistoryPage,
+    OperationDone,
     Output,
+    Pending,
     PublishResult,
     Role,
     SendRpc,
+    SignRequest,
     StoreBlock,
     TopicState,
     TopicUpdated,
 )
+from ._signing import verify_signature
 
 __all__ = ["PulsarcastNode"]
+
+_R = TypeVar("_R")
+_Steps = Generator[dict[str, bytes], dict[str, bytes], _R]
+"""An operation that may wait for signatures: it yields ``{label: data to sign}``
+and is resumed with ``{label: signature}`` (docs/security.md "Signatures")."""
 
 _MAX_VERSIONS = 256
 _MAX_UNSENT = 256
@@ -200,6 +212,20 @@ class _Request:
     attempts: int
     due: float
     via: str | None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Op:
+    """An operation waiting in the signing queue (one runs at a time, FIFO)."""
+
+    id: str
+    steps: _Steps[Any]
+    public: bool
+    """An API command: finish with an ``OperationDone`` output."""
+    on_fail: Callable[[float, str], None] | None = None
+    waiting: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # sign id -> label, data
+    got: dict[str, bytes] = field(default_factory=dict)
+    started: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -297,6 +323,12 @@ class PulsarcastNode:
             "event": (c.event_rate, c.event_burst),
             "request": (c.request_rate, c.request_burst),
         }
+        self._verified = _LRU(4096)  # CIDs of topic versions whose signature checked out
+        self._ops: deque[_Op] = deque()
+        self._sign_waits: dict[str, _Op] = {}
+        self._signing_requests: set[str] = set()  # requests to publish being signed
+        self._op_now = now
+        self._op_seq = 0
         self._seq = 0
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
@@ -583,6 +615,149 @@ class PulsarcastNode:
         """Peers ignored for flooding, with the time until which they are."""
         return dict(self._banned)
 
+    # ------------------------------------------------------------ signatures
+
+    @property
+    def _version(self) -> str:
+        """The ``protocolVersion`` this node writes."""
+        return SIGNED_VERSION if self.config.require_signatures else PROTOCOL_VERSION
+
+    def _run(self, now: float, steps: _Steps[_R], *, public: bool = True) -> _R | Pending:
+        """Run an operation: at once when signatures are off, else through the queue.
+
+        Signing operations run one at a time, in order, so a node's own events
+        chain (LAST_SEEN) exactly as they would without signatures.
+        """
+        if not self.config.require_signatures:
+            self._op_now = now
+            try:
+                steps.send(None)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                result: _R = stop.value
+                return result
+            steps.close()
+            raise AssertionError("an operation asked for a signature with signatures off")
+        self._op_seq += 1
+        op = _Op(id=f"op-{self._op_seq}", steps=steps, public=public)
+        self._ops.append(op)
+        self._advance(now)
+        return Pending(op=op.id)
+
+    def _advance(self, now: float, value: dict[str, bytes] | None = None) -> None:
+        """Start or resume the operation at the head of the queue, then the next ones."""
+        while self._ops:
+            op = self._ops[0]
+            if op.started and value is None:
+                return  # still waiting for its signatures
+            op.started = True
+            self._op_now = now
+            try:
+                want = op.steps.send(value)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                self._finish(now, op, stop.value, None)
+                value = None
+                continue
+            except LocalProtocolError as exc:
+                self._finish(now, op, None, str(exc))
+                value = None
+                continue
+            op.waiting.clear()
+            op.got.clear()
+            for label, data in want.items():
+                self._op_seq += 1
+                rid = f"sign-{self._op_seq}"
+                op.waiting[rid] = (label, data)
+                self._sign_waits[rid] = op
+                self._emit(SignRequest(request_id=rid, data=data))
+            return
+
+    def _finish(self, now: float, op: _Op, result: Any, error: str | None) -> None:
+        if self._ops and self._ops[0] is op:
+            self._ops.popleft()
+        for rid in op.waiting:
+            self._sign_waits.pop(rid, None)
+        op.waiting.clear()
+        if op.public:
+            self._emit(OperationDone(op=op.id, result=result, error=error))
+        if error is not None and op.on_fail is not None:
+            op.on_fail(now, error)
+
+    def signed(self, now: float, request_id: str, signature: bytes) -> None:
+        """The answer to a :class:`SignRequest`: this node's signature over its ``data``.
+
+        A signature that does not verify against this node's peer ID (the driver
+        signed with another key) fails the operation, as :meth:`sign_failed` does.
+        """
+        op = self._sign_waits.pop(request_id, None)
+        if op is None:
+            return  # its operation failed meanwhile (another signature of it failed)
+        label, data = op.waiting.pop(request_id)
+        if not isinstance(signature, bytes) or not verify_signature(self.peer_id, data, signature):
+            self._abort(now, op, f"the signature for {request_id} is not {self.peer_id}'s")
+            return
+        op.got[label] = signature
+        if not op.waiting:
+            self._advance(now, dict(op.got))
+
+    def sign_failed(self, now: float, request_id: str, reason: str) -> None:
+        """The driver could not sign (Kubo down, no Ed25519 key): the operation fails."""
+        op = self._sign_waits.pop(request_id, None)
+        if op is None:
+            return
+        op.waiting.pop(request_id, None)
+        self._abort(now, op, f"signing failed: {reason}")
+
+    def _abort(self, now: float, op: _Op, error: str) -> None:
+        op.steps.close()
+        self._finish(now, op, None, error)
+        self._advance(now)
+
+    @property
+    def pending_signatures(self) -> int:
+        """Operations waiting for (or queued behind) signatures."""
+        return len(self._ops)
+
+    def _signed_topic(self, draft: TopicDescriptor) -> _Steps[TopicDescriptor]:
+        if not draft.is_draft:
+            return draft
+        sigs = yield {"topic": draft.signing_bytes()}
+        return draft.with_signature(sigs["topic"])
+
+    def _signed_event(
+        self, draft: EventDescriptor, tree: CID, author_signature: bytes | None = None
+    ) -> _Steps[EventDescriptor]:
+        if not draft.is_draft:
+            return draft
+        want = {"publisher": draft.signing_bytes()}
+        if author_signature is None:
+            want["author"] = draft.author_statement(tree)
+        sigs = yield want
+        author = author_signature if author_signature is not None else sigs["author"]
+        return draft.with_signatures(author=author, publisher=sigs["publisher"])
+
+    def _topic_refused(self, desc: TopicDescriptor) -> str | None:
+        """Why a topic version from outside is refused (``unsigned``, ``bad_signature``)."""
+        if desc.protocol_version == PROTOCOL_VERSION:
+            return "unsigned" if self.config.require_signatures else None
+        if desc.cid in self._verified:
+            return None
+        assert desc.signature is not None
+        if not verify_signature(desc.author, desc.signing_bytes(), desc.signature):
+            return "bad_signature"
+        self._verified.put(desc.cid)
+        return None
+
+    def _event_refused(self, tree: _Tree, ev: EventDescriptor) -> str | None:
+        """Why an event is refused: unsigned, or a signature that does not check out."""
+        if ev.protocol_version == PROTOCOL_VERSION:
+            return "unsigned" if self.config.require_signatures else None
+        assert ev.publisher_signature is not None and ev.author_signature is not None
+        if not verify_signature(ev.publisher, ev.signing_bytes(), ev.publisher_signature):
+            return "bad_signature"
+        if not verify_signature(ev.author, ev.author_statement(tree.key), ev.author_signature):
+            return "bad_signature"
+        return None
+
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
         """An RPC from the authenticated ``peer`` (§6)."""
         if peer == self.peer_id:
@@ -633,6 +808,11 @@ class PulsarcastNode:
             self._drop(now, "invalid", peer=peer)
             return
         tree = self._trees.get(rpc.topic)
+        refused = self._topic_refused(root) if tree is None else None
+        if refused is not None:
+            self._drop(now, refused, topic=root.name, peer=peer)
+            self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
+            return
         if tree is None:
             if len(self._trees) >= self.config.max_topics:
                 self._drop(now, "too_many_topics", peer=peer)
@@ -703,7 +883,8 @@ class PulsarcastNode:
 
     def _version_for(
         self, now: float, tree: _Tree, version: CID, block: bytes | None
-    ) -> TopicDescriptor | None:
+    ) -> TopicDescriptor | str | None:
+        """The topic version an event names; a drop reason if its block is refused."""
         desc = tree.versions.get(version)
         if desc is not None:
             return desc
@@ -715,6 +896,9 @@ class PulsarcastNode:
             return None
         if desc.name != tree.name or desc.author != tree.author:
             return None
+        refused = self._topic_refused(desc)
+        if refused is not None:
+            return refused
         self._learn_version(now, tree, desc)
         return desc
 
@@ -750,6 +934,9 @@ class PulsarcastNode:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
             return True
         version = self._version_for(now, tree, ev.topic, block)
+        if isinstance(version, str):
+            self._drop(now, version, topic=tree.name, event=cid_str(cid), peer=sender)
+            return False
         if version is None:
             if block is None and ev.topic not in self._fetches and len(self._stash) < _MAX_STASH:
                 # A recovered event naming a topic version we do not know: fetch it first.
@@ -761,6 +948,11 @@ class PulsarcastNode:
         if not version.may_publish(ev.publisher):
             # §8: forwarders check that the publisher is allowed by that topic version.
             self._drop(now, "not_allowed", topic=tree.name, event=cid_str(cid), peer=sender)
+            return False
+        refused = self._event_refused(tree, ev)
+        if refused is not None:
+            # docs/security.md: unsigned, forged or tampered events stop at the first hop.
+            self._drop(now, refused, topic=tree.name, event=cid_str(cid), peer=sender)
             return False
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
@@ -884,6 +1076,10 @@ class PulsarcastNode:
             desc = TopicDescriptor.decode(ev.payload)
         except DescriptorError:
             self._drop(now, "invalid", topic=meta.name, event=cid_str(ev.cid))
+            return
+        refused = self._topic_refused(desc) if ev.author != self.peer_id else None
+        if refused is not None:
+            self._drop(now, refused, topic=meta.name, event=cid_str(ev.cid))
             return
         for key in list(meta.followers):
             tree = self._trees.get(key)
@@ -1040,7 +1236,12 @@ class PulsarcastNode:
         if f.kind == "topic":
             try:
                 desc = TopicDescriptor.decode(data, expected_cid=cid)
+                refused = self._topic_refused(desc)
             except DescriptorError:
+                refused = "invalid"
+            if refused is not None:
+                if refused != "invalid":
+                    self._drop(now, refused, event=cid_str(cid))
                 f.attempts = self.config.fetch_attempts
                 self._fetches[cid] = f
                 self._fetch_failed(now, cid, f)
@@ -1257,90 +1458,139 @@ class PulsarcastNode:
         *,
         options: TopicOptions | None = None,
         parent: CID | None = None,
-    ) -> CID:
-        """Algorithm 1: create a topic (with its meta topic), or a sub-topic of ``parent``."""
+    ) -> CID | Pending:
+        """Algorithm 1: create a topic (with its meta topic), or a sub-topic of ``parent``.
+
+        Returns the topic's CID; with ``require_signatures``, :class:`Pending` (the
+        CID comes in an :class:`OperationDone` once the descriptors are signed).
+        """
         if not isinstance(name, str) or not name:
             raise LocalProtocolError("a topic name must be a non-empty string")
+        if options is not None and not isinstance(options, TopicOptions):
+            raise LocalProtocolError("options must be TopicOptions")
         if parent is not None:
             ptree = self._tree_for(parent)
             if ptree.author != self.peer_id:
                 raise LocalProtocolError("only the author of a topic may create its sub-topics")
             if name == ptree.name:
                 return self.update_topic(now, parent, options=options or ptree.latest.options)
-            meta_cid = ptree.latest.meta
-            assert meta_cid is not None
-            meta_tree = self._trees[meta_cid]
-            topic = TopicDescriptor.new(
+            return self._run(now, self._create_sub_topic(ptree.key, name, options))
+        return self._run(now, self._create_topic(name, options))
+
+    def _create_topic(self, name: str, options: TopicOptions | None) -> _Steps[CID]:
+        meta = yield from self._signed_topic(
+            TopicDescriptor.new(
+                name=f"meta-{name}",
+                author=self.peer_id,
+                now=self._op_now,
+                options=TopicOptions(allowed_publishers=PeerPolicy(enabled=True)),  # author only
+                protocol_version=self._version,
+            )
+        )
+        topic = yield from self._signed_topic(
+            TopicDescriptor.new(
                 name=name,
                 author=self.peer_id,
-                now=now,
+                now=self._op_now,
                 options=options,
-                parent=ptree.latest.cid,
-                links={"meta": meta_cid},
+                links={"meta": meta.cid},
+                protocol_version=self._version,
             )
-            self._store_topic(topic)
-            tree = self._new_tree(now, topic)
-            self._subscribe_tree(now, tree)
-            self._publish_meta(now, meta_tree, topic)
-            # The parent gets a new version that links the sub-topic in its "#" map.
-            links = dict(ptree.latest.links)
-            links[name] = topic.cid
-            self._new_version(now, ptree, ptree.latest.options, links)
-            return topic.cid
-        meta = TopicDescriptor.new(
-            name=f"meta-{name}",
-            author=self.peer_id,
-            now=now,
-            options=TopicOptions(allowed_publishers=PeerPolicy(enabled=True)),  # author only
         )
+        now = self._op_now
         self._store_topic(meta)
-        topic = TopicDescriptor.new(
-            name=name, author=self.peer_id, now=now, options=options, links={"meta": meta.cid}
-        )
         self._store_topic(topic)
         meta_tree = self._new_tree(now, meta)
         tree = self._new_tree(now, topic)
         self._subscribe_tree(now, tree)
-        self._publish_meta(now, meta_tree, topic)
+        yield from self._publish_meta(meta_tree.key, topic)
         return topic.cid
 
-    def _publish_meta(self, now: float, meta_tree: _Tree, topic: TopicDescriptor) -> None:
-        ev = EventDescriptor(
+    def _create_sub_topic(
+        self, parent_key: CID, name: str, options: TopicOptions | None
+    ) -> _Steps[CID]:
+        ptree = self._trees.get(parent_key)
+        if ptree is None:
+            raise UnknownTopic(f"unknown topic {parent_key}")
+        meta_cid = ptree.latest.meta
+        assert meta_cid is not None
+        topic = yield from self._signed_topic(
+            TopicDescriptor.new(
+                name=name,
+                author=self.peer_id,
+                now=self._op_now,
+                options=options,
+                parent=ptree.latest.cid,
+                links={"meta": meta_cid},
+                protocol_version=self._version,
+            )
+        )
+        self._store_topic(topic)
+        tree = self._new_tree(self._op_now, topic)
+        self._subscribe_tree(self._op_now, tree)
+        yield from self._publish_meta(meta_cid, topic)
+        # The parent gets a new version that links the sub-topic in its "#" map.
+        links = dict(ptree.latest.links)
+        links[name] = topic.cid
+        yield from self._new_version(parent_key, ptree.latest.options, links)
+        return topic.cid
+
+    def _publish_meta(self, meta_key: CID, topic: TopicDescriptor) -> _Steps[None]:
+        meta_tree = self._trees.get(meta_key)
+        if meta_tree is None:
+            return
+        draft = EventDescriptor(
             topic=meta_tree.latest.cid,
             author=self.peer_id,
             publisher=self.peer_id,
             parent=meta_tree.last_seen,
             payload=topic.encode(),
-            created=format_created(now),
+            created=format_created(self._op_now),
+            protocol_version=self._version,
         )
-        self._publish_event(now, meta_tree, ev, via="direct", inject_id=None)
+        ev = yield from self._signed_event(draft, meta_key)
+        if meta_key in self._trees:
+            self._publish_event(self._op_now, meta_tree, ev, via="direct", inject_id=None)
 
-    def _new_version(
-        self, now: float, tree: _Tree, options: TopicOptions, links: dict[str, CID]
-    ) -> TopicDescriptor:
-        desc = TopicDescriptor.new(
-            name=tree.name,
-            author=self.peer_id,
-            now=now,
-            options=options,
-            parent=tree.latest.cid,
-            links=links,
+    def _new_version(self, key: CID, options: TopicOptions, links: dict[str, CID]) -> _Steps[CID]:
+        tree = self._trees.get(key)
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {key}")
+        desc = yield from self._signed_topic(
+            TopicDescriptor.new(
+                name=tree.name,
+                author=self.peer_id,
+                now=self._op_now,
+                options=options,
+                parent=tree.latest.cid,
+                links=links,
+                protocol_version=self._version,
+            )
         )
         self._store_topic(desc)
-        self._learn_version(now, tree, desc)
+        self._learn_version(self._op_now, tree, desc)
         meta_cid = tree.root.meta
         if meta_cid is not None and meta_cid in self._trees:
-            self._publish_meta(now, self._trees[meta_cid], desc)
-        return desc
+            yield from self._publish_meta(meta_cid, desc)
+        return desc.cid
 
-    def update_topic(self, now: float, topic_cid: CID, *, options: TopicOptions) -> CID:
-        """§5 Updating: a new version (``parent`` = the latest), published on the meta topic."""
+    def update_topic(self, now: float, topic_cid: CID, *, options: TopicOptions) -> CID | Pending:
+        """§5 Updating: a new version (``parent`` = the latest), published on the meta topic.
+
+        Returns the new version's CID, or :class:`Pending` (``require_signatures``).
+        """
         tree = self._tree_for(topic_cid)
         if tree.author != self.peer_id:
             raise LocalProtocolError("only the author of a topic may update it")
         if not isinstance(options, TopicOptions):
             raise LocalProtocolError("options must be TopicOptions")
-        return self._new_version(now, tree, options, dict(tree.latest.links)).cid
+        return self._run(now, self._new_update(tree.key, options))
+
+    def _new_update(self, key: CID, options: TopicOptions) -> _Steps[CID]:
+        tree = self._trees.get(key)
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {key}")
+        return (yield from self._new_version(key, options, dict(tree.latest.links)))
 
     def subscribe(self, now: float, topic_cid: CID, *, since: float | None = None) -> None:
         """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
@@ -1415,8 +1665,12 @@ class PulsarcastNode:
         *,
         parent: CID | None = None,
         inject_id: str | None = None,
-    ) -> PublishResult:
-        """Algorithms 3 and 4: publish here if allowed, else request an allowed node to."""
+    ) -> PublishResult | Pending:
+        """Algorithms 3 and 4: publish here if allowed, else request an allowed node to.
+
+        With ``require_signatures`` this returns :class:`Pending`; the
+        :class:`PublishResult` comes in an :class:`OperationDone` once signed.
+        """
         tree = self._tree_for(topic_cid)
         if not isinstance(payload, bytes):
             raise LocalProtocolError("payload must be bytes")
@@ -1440,19 +1694,39 @@ class PulsarcastNode:
             inject_id=inject_id,
             size=len(payload),
         )
+        return self._run(now, self._publish(tree.key, payload, parent, inject_id))
+
+    def _publish(
+        self, key: CID, payload: bytes, parent: CID | None, inject_id: str
+    ) -> _Steps[PublishResult]:
+        tree = self._trees.get(key)
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {key}")
+        version = tree.latest
+        created = format_created(self._op_now)
         if version.may_publish(self.peer_id):
-            ev = EventDescriptor(
+            draft = EventDescriptor(
                 topic=version.cid,
                 author=self.peer_id,
                 publisher=self.peer_id,
                 parent=parent if version.event_linking == EventLinking.CUSTOM else tree.last_seen,
                 payload=payload,
-                created=format_created(now),
+                created=created,
+                protocol_version=self._version,
             )
-            cid = self._publish_event(now, tree, ev, via="direct", inject_id=inject_id)
+            ev = yield from self._signed_event(draft, key)
+            if key not in self._trees:
+                raise UnknownTopic(f"topic {tree.name!r} was left while signing")
+            cid = self._publish_event(self._op_now, tree, ev, via="direct", inject_id=inject_id)
             return PublishResult(
                 status="published", event_cid=cid, request_id=None, inject_id=inject_id
             )
+        signature: bytes | None = None
+        if self.config.require_signatures:
+            statement = author_statement(
+                tree=key, author=self.peer_id, created=created, payload=payload
+            )
+            signature = (yield {"author": statement})["author"]
         request_id = f"{self.peer_id}/{self._rng.getrandbits(64):016x}"
         rpc = RequestToPublish(
             topic=tree.key,
@@ -1461,8 +1735,9 @@ class PulsarcastNode:
             author=self.peer_id,
             payload=payload,
             parent=parent,
-            created=format_created(now),
+            created=created,
             inject_id=inject_id,
+            signature=signature,
         )
         req = _Request(
             tree=tree.key,
@@ -1470,11 +1745,11 @@ class PulsarcastNode:
             author=tree.author,
             rpc=rpc,
             attempts=0,
-            due=now,
+            due=self._op_now,
             via=None,
         )
         self._requests[request_id] = req
-        self._send_request(now, req)
+        self._send_request(self._op_now, req)
         return PublishResult(
             status="requested", event_cid=None, request_id=request_id, inject_id=inject_id
         )
@@ -1570,53 +1845,12 @@ class PulsarcastNode:
                 root.name,
             )
             return
+        if rpc.request_id in self._signing_requests:
+            return  # a retry while the publisher's signature is on its way
         tree = self._trees.get(rpc.topic)
         version = tree.latest if tree is not None else root
         if version.may_publish(self.peer_id):
-            # The first allowed node: check the REQUESTER against the whitelist (§8).
-            if not version.may_request(rpc.author):
-                self._drop(now, "not_allowed", topic=root.name, peer=rpc.author)
-                self._send(
-                    now,
-                    rpc.author,
-                    RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=False),
-                    root.name,
-                )
-                return
-            if tree is None:
-                tree = self._new_tree(now, root)
-            parent = tree.last_seen
-            if version.event_linking == EventLinking.CUSTOM:
-                parent = rpc.parent
-                if (
-                    parent is not None
-                    and parent not in self._seen
-                    and self._events.get(parent) is None
-                ):
-                    self._drop(now, "unknown_parent", topic=root.name, peer=rpc.author)
-                    self._send(
-                        now,
-                        rpc.author,
-                        RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=False),
-                        root.name,
-                    )
-                    return
-            ev = EventDescriptor(
-                topic=version.cid,
-                author=rpc.author,
-                publisher=self.peer_id,
-                parent=parent,
-                payload=rpc.payload,
-                created=rpc.created,
-            )
-            cid = self._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
-            self._published_requests.put(rpc.request_id, cid)
-            self._send(
-                now,
-                rpc.author,
-                RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=True, event=cid),
-                root.name,
-            )
+            self._publish_requested(now, peer, rpc, root, tree, version)
             return
         # Not allowed here: pass it one step up (parent, else towards the author).
         hop = tree.parent if tree is not None and tree.parent is not None else None
@@ -1631,6 +1865,99 @@ class PulsarcastNode:
             self._drop(now, "no_route", topic=root.name, peer=rpc.author)
             return
         self._send(now, hop, rpc, root.name)
+
+    def _refuse_request(self, now: float, rpc: RequestToPublish, name: str, reason: str) -> None:
+        self._drop(now, reason, topic=name, peer=rpc.author)
+        self._send(
+            now,
+            rpc.author,
+            RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=False),
+            name,
+        )
+
+    def _publish_requested(
+        self,
+        now: float,
+        peer: str,
+        rpc: RequestToPublish,
+        root: TopicDescriptor,
+        tree: _Tree | None,
+        version: TopicDescriptor,
+    ) -> None:
+        """Algorithm 4 at the first allowed node: check the requester, then publish."""
+        # The first allowed node: check the REQUESTER against the whitelist (§8).
+        if not version.may_request(rpc.author):
+            self._refuse_request(now, rpc, root.name, "not_allowed")
+            return
+        refused = self._topic_refused(root) if tree is None else None
+        if refused is None:
+            refused = self._request_refused(rpc)
+        if refused is not None:
+            self._refuse_request(now, rpc, root.name, refused)
+            return
+        if tree is None:
+            tree = self._new_tree(now, root)
+        parent = tree.last_seen
+        if version.event_linking == EventLinking.CUSTOM:
+            parent = rpc.parent
+            if parent is not None and parent not in self._seen and self._events.get(parent) is None:
+                self._refuse_request(now, rpc, root.name, "unknown_parent")
+                return
+        # Under signatures the event carries the requester's own signature, checked
+        # above and again at every hop; the publisher adds its own over everything.
+        signed = self.config.require_signatures and rpc.signature is not None
+        draft = EventDescriptor(
+            topic=version.cid,
+            author=rpc.author,
+            publisher=self.peer_id,
+            parent=parent,
+            payload=rpc.payload,
+            created=rpc.created,
+            protocol_version=SIGNED_VERSION if signed else PROTOCOL_VERSION,
+        )
+        self._signing_requests.add(rpc.request_id)
+
+        def failed(now: float, error: str) -> None:
+            self._signing_requests.discard(rpc.request_id)
+            self._refuse_request(now, rpc, root.name, "sign_failed")
+
+        steps = self._publish_for(tree.key, rpc, root.name, draft)
+        if not self.config.require_signatures:
+            self._run(now, steps)
+            return
+        self._op_seq += 1
+        self._ops.append(_Op(id=f"op-{self._op_seq}", steps=steps, public=False, on_fail=failed))
+        self._advance(now)
+
+    def _request_refused(self, rpc: RequestToPublish) -> str | None:
+        """``unsigned`` / ``bad_signature`` for the requester's author signature."""
+        if rpc.signature is None:
+            return "unsigned" if self.config.require_signatures else None
+        statement = author_statement(
+            tree=rpc.topic, author=rpc.author, created=rpc.created, payload=rpc.payload
+        )
+        if not verify_signature(rpc.author, statement, rpc.signature):
+            return "bad_signature"
+        return None
+
+    def _publish_for(
+        self, key: CID, rpc: RequestToPublish, name: str, draft: EventDescriptor
+    ) -> _Steps[None]:
+        ev = yield from self._signed_event(draft, key, rpc.signature)
+        self._signing_requests.discard(rpc.request_id)
+        tree = self._trees.get(key)
+        if tree is None:
+            self._refuse_request(self._op_now, rpc, name, "unknown_topic")
+            return
+        now = self._op_now
+        cid = self._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
+        self._published_requests.put(rpc.request_id, cid)
+        self._send(
+            now,
+            rpc.author,
+            RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=True, event=cid),
+            name,
+        )
 
     def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None:
         req = self._requests.pop(rpc.request_id, None)

@@ -11,6 +11,7 @@ This is a test helper, not the simulator (``pulsarcast_ipfs.sim``).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections.abc import Callable
@@ -24,16 +25,33 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import FrameDecoder, Rpc
 from ._config import NodeConfig
-from ._io import Deliver, FetchBlock, SendRpc, StoreBlock, TopicUpdated
+from ._errors import LocalProtocolError
+from ._io import (
+    Deliver,
+    FetchBlock,
+    OperationDone,
+    Pending,
+    SendRpc,
+    SignRequest,
+    StoreBlock,
+    TopicUpdated,
+)
 from ._node import PulsarcastNode
+from ._signing import Ed25519Signer
 
-__all__ = ["CoreNet", "kademlia_table", "make_peer_ids"]
+__all__ = ["CoreNet", "kademlia_table", "make_peer_ids", "make_signers"]
 
 
 def make_peer_ids(count: int, *, seed: int = 0) -> list[str]:
     """``count`` distinct, valid (sha2-256 multihash) peer IDs, deterministic in ``seed``."""
     rng = random.Random(seed)
     return [peer_id_from_bytes(b"\x12\x20" + rng.randbytes(32)) for _ in range(count)]
+
+
+def make_signers(count: int, *, seed: int = 0) -> list[Ed25519Signer]:
+    """``count`` Ed25519 identities (``.peer_id``, ``.sign``), deterministic in ``seed``."""
+    rng = random.Random(f"ed25519/{seed}")
+    return [Ed25519Signer(rng.randbytes(32)) for _ in range(count)]
 
 
 def kademlia_table(peer: str, others: list[str], bucket_size: int) -> list[str]:
@@ -73,6 +91,7 @@ class CoreNet:
         bucket_size: int | None = None,
         start: float = 1_767_225_600.0,
         unreachable_after: float | None = 1.0,
+        signatures: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
         self.now = start
@@ -81,7 +100,18 @@ class CoreNet:
         self.fetch_latency = fetch_latency
         self.wire = wire
         self.unreachable_after = unreachable_after
-        self.peers = make_peer_ids(count, seed=seed)
+        self.signers: dict[str, Ed25519Signer] = {}
+        """Ed25519 identities (``signatures=True``): nodes sign with these, in place of Kubo."""
+        if signatures:
+            signers = make_signers(count, seed=seed)
+            self.peers = [s.peer_id for s in signers]
+            self.signers = {s.peer_id: s for s in signers}
+            base = config if config is not None else NodeConfig()
+            config = dataclasses.replace(base, require_signatures=True)
+        else:
+            self.peers = make_peer_ids(count, seed=seed)
+        self.done: dict[str, OperationDone] = {}
+        """Finished signing operations by op id."""
         self.nodes: dict[str, PulsarcastNode] = {}
         self.logs: dict[str, _NodeLog] = {}
         self.store: dict[CID, bytes] = {}
@@ -117,8 +147,21 @@ class CoreNet:
         """Carry out the outputs of ``peer`` and (re)arm its timer."""
         node = self.nodes[peer]
         log = self.logs[peer]
-        for out in node.take_outputs():
-            if isinstance(out, SendRpc):
+        outs = node.take_outputs()
+        while outs:
+            self._carry_out(peer, node, log, outs)
+            outs = node.take_outputs()  # signatures answered at once make more
+        t = node.get_timer()
+        if t is not None:
+            self._push(max(t, self.now), "timer", peer, t)
+
+    def _carry_out(self, peer: str, node: PulsarcastNode, log: _NodeLog, outs: list[Any]) -> None:
+        for out in outs:
+            if isinstance(out, SignRequest):
+                node.signed(self.now, out.request_id, self.signers[peer].sign(out.data))
+            elif isinstance(out, OperationDone):
+                self.done[out.op] = out
+            elif isinstance(out, SendRpc):
                 log.sent.append(out)
                 self.messages += 1
                 if out.peer in self.crashed or out.peer not in self.nodes:
@@ -143,9 +186,6 @@ class CoreNet:
                 log.updates.append(out)
             elif isinstance(out, MetricRecord):
                 log.records.append(out)
-        t = node.get_timer()
-        if t is not None:
-            self._push(max(t, self.now), "timer", peer, t)
 
     def _decode(self, data: bytes) -> Rpc:
         rpcs = FrameDecoder().feed(data)
@@ -196,9 +236,20 @@ class CoreNet:
     # ------------------------------------------------------------- driving
 
     def call(self, peer: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call an API command of ``peer``'s node at the current time."""
+        """Call an API command of ``peer``'s node at the current time.
+
+        A :class:`Pending` result (signatures) is answered here at once and replaced
+        by what the finished operation returned (``LocalProtocolError`` if it failed).
+        """
         result = getattr(self.nodes[peer], method)(self.now, *args, **kwargs)
         self._after(peer)
+        if isinstance(result, Pending):
+            done = self.done.get(result.op)
+            if done is None:
+                raise LocalProtocolError(f"operation {result.op} did not finish")
+            if done.error is not None:
+                raise LocalProtocolError(done.error)
+            return done.result
         return result
 
     def crash(self, peer: str) -> None:

@@ -404,6 +404,15 @@ class KuboClient:
                 if "failed to find any peer in table" in extra:
                     raise KuboNotFound(extra, endpoint="routing/provide")
 
+    async def provide_once(self, cid: str | CID) -> None:
+        """``provide/once``: queue ``cid`` for one announcement by Kubo's provider.
+
+        Returns once queued. Unlike ``routing/provide`` it does not add a synchronous
+        DHT lookup of its own on top of the provider's (about half the DHT bytes).
+        """
+        text = _check_cid(cid, "provide/once")
+        await self._ndjson("provide/once", [("arg", text)], max_wait=self.config.routing_timeout)
+
     async def find_providers(
         self, cid: str | CID, *, count: int = 20, max_wait: float | None = None
     ) -> tuple[PeerAddrs, ...]:

@@ -69,13 +69,17 @@ from multiformats import CID
 from pulsarcast_ipfs.core import (
     Deliver,
     DisconnectPeer,
+    Ed25519Signer,
     EventLinking,
     FetchBlock,
     LocalProtocolError,
     NodeConfig,
+    OperationDone,
     PeerPolicy,
+    Pending,
     PulsarcastNode,
     SendRpc,
+    SignRequest,
     StoreBlock,
     TopicOptions,
     TopicUpdated,
@@ -172,6 +176,9 @@ class SimConfig:
     run: str = "sim"
     rpc_records: bool = True
     """Let the nodes emit ``rpc_sent`` / ``rpc_received`` records (off: smaller files)."""
+    signatures: bool = True
+    """Signed descriptors (protocolVersion 1.1.0): nodes get Ed25519 keys from the seed
+    and sign at once; off: unsigned 1.0.0 (cheaper, for scale runs)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -257,7 +264,15 @@ class Simulation:
             nodes=c.nodes, topics=c.topics, events=c.events, seed=c.seed
         )
         n = c.nodes
-        self.peer_ids = make_peer_ids(substream(c.seed, "peer-ids"), n)
+        self.signers: dict[str, Ed25519Signer] = {}
+        if c.signatures:
+            key_rng = substream(c.seed, "ed25519-keys")
+            signers = [Ed25519Signer(key_rng.randbytes(32)) for _ in range(n)]
+            self.signers = {s.peer_id: s for s in signers}
+            self.peer_ids = [s.peer_id for s in signers]
+        else:
+            self.peer_ids = make_peer_ids(substream(c.seed, "peer-ids"), n)
+        self._done: dict[str, OperationDone] = {}
         self.index = {p: i for i, p in enumerate(self.peer_ids)}
         self.tables = RoutingTables(self.peer_ids, k=c.k, rng=substream(c.seed, "k-buckets"))
         self.heap = EventHeap(start=T0)
@@ -296,6 +311,8 @@ class Simulation:
             TopicUpdated: self._on_topic_updated,
             DisconnectPeer: self._on_disconnect,
             MetricRecord: self._on_record,
+            SignRequest: self._on_sign,
+            OperationDone: self._on_done,
         }
         self.crash_plan: list[tuple[float, list[int]]] = []
         self.heap_events = 0
@@ -311,7 +328,9 @@ class Simulation:
     # -- set-up -----------------------------------------------------------------------
 
     def _real_node(self, peer_id: str, rng: Random, now: float) -> PulsarcastNode:
-        cfg = NodeConfig(rpc_records=self.config.rpc_records)
+        cfg = NodeConfig(
+            rpc_records=self.config.rpc_records, require_signatures=self.config.signatures
+        )
         return PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
 
     def _topic_options(self, creator: int) -> TopicOptions:
@@ -339,10 +358,14 @@ class Simulation:
             self._make_node(i, t0)
         for ti, t in enumerate(self.scaled.topics):
             node = self.nodes[t.creator]
-            self.topic_cids[ti] = node.create_topic(
-                t0, t.name, options=self._topic_options(t.creator)
-            )
+            cid = node.create_topic(t0, t.name, options=self._topic_options(t.creator))
             self._drain(t.creator)
+            if isinstance(cid, Pending):  # signed: answered at once by _on_sign
+                done = self._done.pop(cid.op)
+                if not isinstance(done.result, CID):
+                    raise SimulationError(f"creating topic {t.name!r} failed: {done.error}")
+                cid = done.result
+            self.topic_cids[ti] = cid
         sub_rng = substream(c.seed, "subscribe")
         for i, subs in enumerate(self.scaled.subscriptions):
             for name in subs:
@@ -461,11 +484,14 @@ class Simulation:
     def _drain(self, i: int) -> None:
         node = self.nodes[i]
         handlers = self._handlers
-        for out in node.take_outputs():
-            handler = handlers.get(type(out))
-            if handler is None:
-                raise SimulationError(f"unknown core output {type(out).__name__}")
-            handler(i, out)
+        outs = node.take_outputs()
+        while outs:
+            for out in outs:
+                handler = handlers.get(type(out))
+                if handler is None:
+                    raise SimulationError(f"unknown core output {type(out).__name__}")
+                handler(i, out)
+            outs = node.take_outputs()  # answered signatures resume the node
         t = node.get_timer()
         if t != self.armed[i]:
             self.armed[i] = t
@@ -473,6 +499,17 @@ class Simulation:
             if t is not None:
                 now = self.heap.now
                 self.heap.push(t if t > now else now, _TIMER, i, self.timer_version[i])
+
+    def _on_sign(self, i: int, out: SignRequest) -> None:
+        """Sign at once, as Kubo ``key/sign`` would (docs/security.md "Signatures")."""
+        peer = self.peer_ids[i]
+        self.nodes[i].signed(self.heap.now, out.request_id, self.signers[peer].sign(out.data))
+
+    def _on_done(self, i: int, out: OperationDone) -> None:
+        if out.error is not None:
+            raise SimulationError(f"node {i}: an operation failed: {out.error}")
+        if self.heap.now <= T0:
+            self._done[out.op] = out  # topic creation (set-up) reads its CID
 
     def _fire_timer(self, i: int, version: int) -> None:
         if version != self.timer_version[i] or self.nodes[i] is None:

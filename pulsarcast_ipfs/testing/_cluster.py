@@ -4,7 +4,10 @@ Each node is a stock Kubo daemon with its own repo, configured as PROTOCOL.md §
 asks for a private cluster on loopback: ``ipfs init --profile=test``, a DHT server
 (``Routing.Type=dhtserver``) with ``Routing.LoopbackAddressesOnLanDHT=true``, no
 bootstrap peers, ``Experimental.Libp2pStreamMounting=true``,
-``Provide.DHT.SweepEnabled=false``, Kubo's pubsub only when asked for (baselines).
+``Provide.DHT.SweepEnabled=false``, ``Provide.Strategy=pinned`` (a pinned block is
+announced by the periodic reprovide, not once per ``block/put``: the sidecar
+announces the blocks its node creates itself, docs/sidecar.md "Providing"), Kubo's
+pubsub only when asked for (baselines).
 API and swarm listen on free loopback ports; the gateway is off.
 
 With ``toxiproxy=True`` one ``toxiproxy-server`` runs for the cluster and every
@@ -275,6 +278,7 @@ def kubo_settings(
         "Routing.Type": "dhtserver",
         "Routing.LoopbackAddressesOnLanDHT": True,
         "Provide.DHT.SweepEnabled": False,
+        "Provide.Strategy": "pinned",
         "Experimental.Libp2pStreamMounting": stream_mounting,
         "Pubsub.Enabled": pubsub_router is not None,
         "Pubsub.Router": pubsub_router or "",

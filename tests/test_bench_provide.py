@@ -1,0 +1,48 @@
+"""Who announces an event block (docs/sidecar.md "Providing", issue 6).
+
+The cluster's Kubo nodes run ``Provide.Strategy=pinned``: nothing is announced on
+``block/put``; the block's publisher pins it and announces it with ``provide/once``
+(Kubo's reprovider re-announces pinned blocks later); a relay or subscriber keeps
+its copy unpinned. Checked on real daemons as the sidecar does it: the publisher is
+found as a provider, a node that only stored the block is not, and its copy is
+still served over bitswap.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import dag_cbor
+import pytest
+
+from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
+
+pytestmark = [pytest.mark.anyio, pytest.mark.kubo, pytest.mark.cluster]
+
+
+async def test_only_the_author_announces_a_pinned_event_block() -> None:
+    block = dag_cbor.encode({"payload": os.urandom(64), "n": 1})
+    async with LocalCluster(config=ClusterConfig(nodes=3)) as cluster:
+        author, subscriber, reader = cluster.nodes
+        async with (
+            author.client() as a,
+            subscriber.client() as s,
+            reader.client(routing_timeout=20.0) as r,
+        ):
+            # The subscriber stores first, so its provider has had the longest
+            # time to announce, were it going to.
+            cid = await s.block_put(block, pin=False)
+            assert await a.block_put(block, pin=True) == cid
+            await a.provide_once(cid)
+            found: set[str] = set()
+            with anyio.move_on_after(30):
+                while author.peer_id not in found:
+                    found = {p.peer_id for p in await r.find_providers(cid, count=20)}
+                    if author.peer_id not in found:
+                        await anyio.sleep(0.5)
+            assert author.peer_id in found, "the author's provide/once was never found"
+            assert subscriber.peer_id not in found
+            # The subscriber's copy is served over bitswap, even with the publisher gone.
+            await cluster.kill(author.index)
+            assert await r.block_get(cid, max_wait=20) == block
