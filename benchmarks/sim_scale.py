@@ -9,7 +9,9 @@ memory (max RSS), heap events and publish calls per wall second, tree depth
     .venv/bin/python benchmarks/sim_scale.py --nodes 2000 --events 2000 --out runs/scale
 
 Records are not written unless ``--out`` is given (they would be ~100 GB at
-full scale); ``rpc_sent`` / ``rpc_received`` records are off unless ``--rpc-records``.
+full scale); ``rpc_sent`` / ``rpc_received`` records are off unless ``--rpc-records``; signatures
+(``SimConfig.signatures``: Ed25519 signing and a verification per hop) are off unless
+``--signatures`` — the scale figures are for unsigned 1.0.0 descriptors.
 
 Progress (every 30 s, on stderr) and the result give the wall time per publish call
 measured since publication started and the wall time this projects for
@@ -40,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", default="50ms")
     p.add_argument("--grace", default="30s")
     p.add_argument("--rpc-records", action="store_true")
+    p.add_argument(
+        "--signatures",
+        action="store_true",
+        help="signed (1.1.0) descriptors, verified at every hop (off: unsigned 1.0.0)",
+    )
     p.add_argument("--out", default=None, help="write records.jsonl.gz and summary.json here")
     p.add_argument(
         "--project", type=int, default=100_000, help="project the wall time for this many calls"
@@ -55,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         latency=parse_latency(args.latency),
         grace=parse_duration(args.grace),
         rpc_records=args.rpc_records,
+        signatures=args.signatures,
         run=f"sim-scale-{args.nodes}-{args.events}",
     )
     wall0 = time.perf_counter()
@@ -92,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - wall0
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log2n = math.log2(args.nodes)
-    print(f"nodes                     {args.nodes:,}")
+    signed = "on" if args.signatures else "off"
+    print(f"nodes                     {args.nodes:,} (signatures {signed})")
     print(f"publish calls             {args.events:,} (published {s.events_published:,})")
     print(f"deliveries                {s.deliveries:,} (coverage {s.coverage_published:.4%})")
     print(f"duplicates                {s.duplicates:,}")
