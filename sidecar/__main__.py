@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--kubo-pid", type=int, help="Kubo's pid, for its resource samples")
     p.add_argument("--ping-interval", type=float, help="tree keep-alive interval (seconds)")
+    p.add_argument(
+        "--require-signatures",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sign what this node authors and publishes, and drop unsigned, forged or "
+        "tampered events at this hop (default: on; off only for a network of "
+        "1.0.0 peers)",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 

@@ -539,6 +539,9 @@ class _Api:
             "pulsarcast_frames_in_total": float(d.transport.frames_in),
             "pulsarcast_frames_out_total": float(d.transport.frames_out),
             "pulsarcast_bad_frames_total": float(d.transport.bad_frames),
+            "pulsarcast_signatures_total": float(d.signatures),
+            "pulsarcast_sign_failures_total": float(d.sign_failures),
+            "pulsarcast_sign_seconds_total": float(d.sign_seconds),
             "pulsarcast_peers_disconnected_total": float(d.transport.disconnects),
             "pulsarcast_connections_refused_total": float(d.transport.refused),
         }

@@ -4,11 +4,13 @@
 client), in order, by one writer task. Who announces (docs/sidecar.md "Providing"):
 
 * a block this node created itself (``provide=True``: events, topics of its own
-  API commands; or an event whose ``publisher`` / a topic whose ``author`` is this
-  node, e.g. an event published for a requester, §6) is put with ``pin=true``
-  and announced at once with ``provide/once`` from a separate background queue,
-  so dissemination never waits for the DHT (§5, §8); with ``Provide.Strategy=pinned`` Kubo's own reprovider then announces
-  it again every ``Provide.DHT.Interval``, with or without the sidecar;
+  API commands; or an event whose ``publisher`` / a topic whose ``author`` is
+  this node, e.g. an event published for a requester, §6) is put, pinned
+  *directly* (not recursively: that would pin, fetch and reprovide the whole
+  parent chain) and announced at once with ``provide/once`` from a separate
+  background queue, so dissemination never waits for the DHT (§5, §8); with
+  ``Provide.Strategy=pinned`` Kubo's own reprovider then announces it again
+  every ``Provide.DHT.Interval``, with or without the sidecar;
 * a block received while forwarding, delivering or repairing a gap is put
   *unpinned*: kept in this node's blockstore and served over bitswap, but never
   announced, because under Kubo's ``pinned`` (and ``roots``, ``all``) strategy
@@ -91,8 +93,8 @@ class BlockStore:
 
     def _created_here(self, data: bytes) -> bool:
         """Is this an event published (topic authored) by this node? (§5, "Providing")."""
-        if not self.peer_id:
-            return False
+        if not self.peer_id or self.peer_id.encode() not in data:
+            return False  # cheap: the peer ID is a text string in the dag-cbor bytes
         try:
             doc = dag_cbor.decode(data)
         except Exception:  # not ours to judge here; the core already checked it
@@ -109,7 +111,12 @@ class BlockStore:
                 await self._put_wake.wait()
             cid, data, provide = self._puts[0]
             try:
-                await self.kubo.block_put(data, pin=provide)
+                await self.kubo.block_put(data, pin=False)
+                if provide:
+                    # A direct pin: ``block/put --pin`` pins recursively, i.e. the whole
+                    # parent chain, which Kubo then fetches if missing and reprovides
+                    # with every one of this node's own events.
+                    await self.kubo.pin_add(cid, recursive=False)
                 self.stored += 1
             except KuboUnavailable as exc:
                 # Kubo is down (restarting): keep the block queued, in order, and retry;

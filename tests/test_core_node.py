@@ -362,6 +362,25 @@ def test_last_seen_linking() -> None:
         net.call(author, "publish", topic, b"3", parent=r1.event_cid)
 
 
+def test_last_seen_keeps_the_newest_when_events_arrive_out_of_order() -> None:
+    """An event that arrives after its own child (a HEADS fetch, another path) does
+    not move LAST_SEEN back: history still starts at the newest event."""
+    net, topic, author, members = setup(3)
+    sub = members[0]
+    net.drop_if = lambda s, r, rpc: r == sub and isinstance(rpc, Event)
+    e1, e2 = (net.call(author, "publish", topic, b"%d" % i).event_cid for i in (1, 2))
+    net.run_for(0.5)
+    net.drop_if = None
+    net.inject(author, sub, Event(topic=topic, event=net.store[e2]))
+    net.inject(author, sub, Event(topic=topic, event=net.store[e1]))
+    net.run_for(2)
+    assert {e for t, e, _ in net.logs[sub].delivered if t == topic} == {e1, e2}
+    page = net.nodes[sub].history(topic, limit=10)
+    assert [c for c, _ in page.events] == [e2, e1]
+    r3 = net.call(sub, "publish", topic, b"3")
+    assert EventDescriptor.decode(net.store[r3.event_cid]).parent == e2
+
+
 def test_s8_custom_linking_works() -> None:
     opts = TopicOptions(event_linking=EventLinking.CUSTOM)
     net, topic, author, members = setup(3, options=opts)

@@ -446,6 +446,61 @@ def test_a_failed_or_wrong_signature_fails_the_operation_with_a_clear_error() ->
     assert node.history(topic).events == ()  # nothing was published
 
 
+def _fail_at(node: PulsarcastNode, key: Ed25519Signer, now: float, k: int) -> OperationDone:
+    """Answer the operation's signature requests, failing the ``k``-th one."""
+    seen = 0
+    effects: list[object] = []
+    for _ in range(20):
+        outs = node.take_outputs()
+        effects += [o for o in outs if not isinstance(o, (SignRequest, OperationDone))]
+        for out in outs:
+            if isinstance(out, OperationDone):
+                assert out.error is None or not effects, effects  # a failure did nothing
+                return out
+            if isinstance(out, SignRequest):
+                if seen == k:
+                    node.sign_failed(now, out.request_id, "Kubo is unavailable")
+                else:
+                    node.signed(now, out.request_id, key.sign(out.data))
+                seen += 1
+    raise AssertionError("the operation never finished")
+
+
+@pytest.mark.parametrize("operation", ["create", "sub_topic", "update"])
+def test_a_signing_failure_part_way_changes_nothing(operation: str) -> None:
+    """Every signature an operation needs is made before any state changes: failing
+    any one of them leaves no topic without its announcement, no sub-topic missing
+    from its parent's links, no half-made version."""
+    steps = 0
+    while True:
+        node, key = _lone()
+        assert isinstance(node.create_topic(T0, "t"), Pending)
+        (done,) = _answer(node, key, T0)
+        topic = done.result
+        assert isinstance(topic, CID)
+        before_memory = node.memory_usage
+        before_state = node.topic_state(topic)
+        if operation == "create":
+            pending = node.create_topic(T0 + 1, "other")
+        elif operation == "sub_topic":
+            pending = node.create_topic(T0 + 1, "child", parent=topic)
+        else:
+            pending = node.update_topic(
+                T0 + 1, topic, options=TopicOptions(allowed_publishers=PeerPolicy(enabled=True))
+            )
+        assert isinstance(pending, Pending)
+        result = _fail_at(node, key, T0 + 1, steps)
+        if result.error is None:
+            break  # ``steps`` signatures were all it needed
+        assert result.error == "signing failed: Kubo is unavailable"
+        assert node.memory_usage == before_memory
+        assert node.topic_state(topic) == before_state
+        assert node.pending_signatures == 0
+        steps += 1
+    # signatures: a topic version 1, an announcement 2 (author and publisher)
+    assert steps == {"create": 4, "sub_topic": 6, "update": 3}[operation]
+
+
 def test_descriptor_shapes_per_version() -> None:
     key = make_signers(1, seed=4)[0]
     draft = TopicDescriptor.new(

@@ -365,11 +365,14 @@ async def test_independent_client_reads_descriptor(sc: LocalSidecarCluster) -> N
         r = await http.post("/api/v0/dag/get", params={"arg": topic})
         assert r.status_code == 200, r.text
         doc = r.json()
-    assert set(doc) == {"name", "author", "parent", "#", "metadata"}
+    # Signed (protocolVersion 1.1.0, the sidecar's default): Kubo's dag/get shows the
+    # author's signature as a dag-json bytes object.
+    assert set(doc) == {"name", "author", "parent", "#", "metadata", "signature"}
+    assert set(doc["signature"]) == {"/"} and set(doc["signature"]["/"]) == {"bytes"}
     assert doc["name"] == "plain" and doc["author"] == sc.cluster[0].peer_id
     assert doc["parent"] is None and set(doc["#"]["meta"]) == {"/"}
     md = doc["metadata"]
-    assert md["protocolVersion"] == "1.0.0" and md["eventLinking"] == "LAST_SEEN"
+    assert md["protocolVersion"] == "1.1.0" and md["eventLinking"] == "LAST_SEEN"
     assert md["allowedPublishers"] == {"enabled": False, "peers": []}
     assert set(md["requestToPublish"]) == {"enabled", "peers"} and "created" in md
 

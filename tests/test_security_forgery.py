@@ -276,8 +276,15 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
         assert not cids & {str(d["cid"]) for d in await deliveries()}
         # Never forwarded: sidecar 0 (the root, sidecar 1's only neighbour) did not
         # hear of them either.
-        d0 = _dropped((await api0.get("/metrics")).text)
+        m0 = (await api0.get("/metrics")).text
+        d0 = _dropped(m0)
         assert d0.get("unsigned", 0) == 0 and d0.get("bad_signature", 0) == 0
+        # sidecar 0 signed the topic and the event through Kubo key/sign
+        gauges = dict(
+            line.split(" ", 1) for line in m0.splitlines() if line and not line.startswith("#")
+        )
+        assert float(gauges["pulsarcast_signatures_total"]) >= 2
+        assert float(gauges["pulsarcast_sign_failures_total"]) == 0
 
 
 def _free_port() -> int:

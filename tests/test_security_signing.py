@@ -68,3 +68,14 @@ async def test_kubo_key_sign_verifies_from_the_peer_id(kubo: tuple[KuboClient, s
         key.verify(signed.signature, DATA)
     # And Kubo accepts what the pure signer would produce for its own key format.
     assert await client.key_verify(DATA, signed.signature)
+
+
+def test_sidecar_requires_signatures_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sidecar.__main__ import config_from_args
+
+    monkeypatch.delenv("PULSARCAST_REQUIRE_SIGNATURES", raising=False)
+    assert config_from_args([]).require_signatures is True
+    assert config_from_args(["--no-require-signatures"]).require_signatures is False
+    monkeypatch.setenv("PULSARCAST_REQUIRE_SIGNATURES", "false")
+    assert config_from_args([]).require_signatures is False
+    assert config_from_args(["--require-signatures"]).require_signatures is True  # flags win

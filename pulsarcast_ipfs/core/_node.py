@@ -135,6 +135,7 @@ and is resumed with ``{label: signature}`` (docs/security.md "Signatures")."""
 _MAX_VERSIONS = 256
 _MAX_UNSENT = 256
 _MAX_STASH = 256
+_ANCESTOR_WALK = 32  # how far LAST_SEEN looks back for an event that arrives late
 
 _Prepared = tuple[tuple[CID, ...], list[tuple[Rpc, bytes]]]
 """HEADS ready to send: the CIDs advertised (``heads_sent``), then each frame."""
@@ -972,10 +973,28 @@ class PulsarcastNode:
             tree.older[old] = ts
             if len(tree.older) > self.config.history_size:
                 tree.older.popitem(last=False)
-        # LAST_SEEN: the most recent event seen; an older one found by gap repair is not.
-        if live or tree.last_seen is None or created >= tree.last_seen_ts:
+        # LAST_SEEN: the most recent event seen; an older one found by gap repair is
+        # not, nor a live one that arrives after its own descendant (out of order).
+        if tree.last_seen is None or (
+            (live or created >= tree.last_seen_ts) and not self._is_ancestor(cid, tree.last_seen)
+        ):
             tree.last_seen = cid
             tree.last_seen_ts = created
+
+    def _is_ancestor(self, cid: CID, of: CID) -> bool:
+        """Whether ``cid`` is on the cached parent chain of ``of`` (a bounded walk)."""
+        mine = self._events.get(cid)
+        if mine is not None and mine[1].parent == of:
+            return False  # the usual case: ``cid`` follows ``of``
+        cur: CID | None = of
+        for _ in range(_ANCESTOR_WALK):
+            entry = self._events.get(cur) if cur is not None else None
+            if entry is None:
+                return False
+            cur = entry[1].parent
+            if cur == cid:
+                return True
+        return False
 
     def _forward(
         self, now: float, tree: _Tree, cid: CID, *, exclude: str | None, only: str | None = None
@@ -1477,6 +1496,10 @@ class PulsarcastNode:
             return self._run(now, self._create_sub_topic(ptree.key, name, options))
         return self._run(now, self._create_topic(name, options))
 
+    # Every signature an operation needs is made before the operation changes any
+    # state: a signing failure part-way leaves the node as it was (no topic
+    # without its announcement, no sub-topic missing from its parent's links).
+
     def _create_topic(self, name: str, options: TopicOptions | None) -> _Steps[CID]:
         meta = yield from self._signed_topic(
             TopicDescriptor.new(
@@ -1497,13 +1520,14 @@ class PulsarcastNode:
                 protocol_version=self._version,
             )
         )
+        announce = yield from self._signed_event(self._meta_draft(meta.cid, None, topic), meta.cid)
         now = self._op_now
         self._store_topic(meta)
         self._store_topic(topic)
         meta_tree = self._new_tree(now, meta)
         tree = self._new_tree(now, topic)
         self._subscribe_tree(now, tree)
-        yield from self._publish_meta(meta_tree.key, topic)
+        self._publish_event(now, meta_tree, announce, via="direct", inject_id=None)
         return topic.cid
 
     def _create_sub_topic(
@@ -1525,54 +1549,76 @@ class PulsarcastNode:
                 protocol_version=self._version,
             )
         )
-        self._store_topic(topic)
-        tree = self._new_tree(self._op_now, topic)
-        self._subscribe_tree(self._op_now, tree)
-        yield from self._publish_meta(meta_cid, topic)
+        first = yield from self._signed_announcement(meta_cid, topic, None)
         # The parent gets a new version that links the sub-topic in its "#" map.
         links = dict(ptree.latest.links)
         links[name] = topic.cid
-        yield from self._new_version(parent_key, ptree.latest.options, links)
+        version = yield from self._signed_version(parent_key, ptree.latest.options, links)
+        second = yield from self._signed_announcement(ptree.root.meta, version, first)
+        now = self._op_now
+        self._store_topic(topic)
+        tree = self._new_tree(now, topic)
+        self._subscribe_tree(now, tree)
+        self._announce(meta_cid, first)
+        self._apply_version(parent_key, version)
+        self._announce(ptree.root.meta, second)
         return topic.cid
 
-    def _publish_meta(self, meta_key: CID, topic: TopicDescriptor) -> _Steps[None]:
-        meta_tree = self._trees.get(meta_key)
-        if meta_tree is None:
-            return
-        draft = EventDescriptor(
-            topic=meta_tree.latest.cid,
+    def _meta_draft(
+        self, meta_version: CID, parent: CID | None, topic: TopicDescriptor
+    ) -> EventDescriptor:
+        """The meta-topic event that announces ``topic`` (a new topic or version)."""
+        return EventDescriptor(
+            topic=meta_version,
             author=self.peer_id,
             publisher=self.peer_id,
-            parent=meta_tree.last_seen,
+            parent=parent,
             payload=topic.encode(),
             created=format_created(self._op_now),
             protocol_version=self._version,
         )
-        ev = yield from self._signed_event(draft, meta_key)
-        if meta_key in self._trees:
+
+    def _signed_announcement(
+        self, meta_key: CID | None, topic: TopicDescriptor, after: EventDescriptor | None
+    ) -> _Steps[EventDescriptor | None]:
+        """Sign the meta-topic event for ``topic`` (``None``: no meta tree here);
+        it follows ``after`` (an announcement not yet published) or LAST_SEEN."""
+        meta_tree = self._trees.get(meta_key) if meta_key is not None else None
+        if meta_tree is None:
+            return None
+        parent = after.cid if after is not None else meta_tree.last_seen
+        draft = self._meta_draft(meta_tree.latest.cid, parent, topic)
+        return (yield from self._signed_event(draft, meta_tree.key))
+
+    def _announce(self, meta_key: CID | None, ev: EventDescriptor | None) -> None:
+        meta_tree = self._trees.get(meta_key) if meta_key is not None else None
+        if ev is not None and meta_tree is not None:
             self._publish_event(self._op_now, meta_tree, ev, via="direct", inject_id=None)
 
-    def _new_version(self, key: CID, options: TopicOptions, links: dict[str, CID]) -> _Steps[CID]:
+    def _signed_version(
+        self, key: CID, options: TopicOptions, links: dict[str, CID]
+    ) -> _Steps[TopicDescriptor]:
         tree = self._trees.get(key)
         if tree is None:
             raise UnknownTopic(f"unknown topic {key}")
-        desc = yield from self._signed_topic(
-            TopicDescriptor.new(
-                name=tree.name,
-                author=self.peer_id,
-                now=self._op_now,
-                options=options,
-                parent=tree.latest.cid,
-                links=links,
-                protocol_version=self._version,
+        return (
+            yield from self._signed_topic(
+                TopicDescriptor.new(
+                    name=tree.name,
+                    author=self.peer_id,
+                    now=self._op_now,
+                    options=options,
+                    parent=tree.latest.cid,
+                    links=links,
+                    protocol_version=self._version,
+                )
             )
         )
+
+    def _apply_version(self, key: CID, desc: TopicDescriptor) -> None:
+        tree = self._trees[key]
         self._store_topic(desc)
         self._learn_version(self._op_now, tree, desc)
-        meta_cid = tree.root.meta
-        if meta_cid is not None and meta_cid in self._trees:
-            yield from self._publish_meta(meta_cid, desc)
-        return desc.cid
 
     def update_topic(self, now: float, topic_cid: CID, *, options: TopicOptions) -> CID | Pending:
         """§5 Updating: a new version (``parent`` = the latest), published on the meta topic.
@@ -1590,7 +1636,11 @@ class PulsarcastNode:
         tree = self._trees.get(key)
         if tree is None:
             raise UnknownTopic(f"unknown topic {key}")
-        return (yield from self._new_version(key, options, dict(tree.latest.links)))
+        version = yield from self._signed_version(key, options, dict(tree.latest.links))
+        announce = yield from self._signed_announcement(tree.root.meta, version, None)
+        self._apply_version(key, version)
+        self._announce(tree.root.meta, announce)
+        return version.cid
 
     def subscribe(self, now: float, topic_cid: CID, *, since: float | None = None) -> None:
         """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
