@@ -9,7 +9,15 @@ memory (max RSS), heap events and publish calls per wall second, tree depth
     .venv/bin/python benchmarks/sim_scale.py --nodes 2000 --events 2000 --out runs/scale
 
 Records are not written unless ``--out`` is given (they would be ~100 GB at
-full scale); ``rpc_sent`` / ``rpc_received`` records are off unless ``--rpc-records``.
+full scale); ``rpc_sent`` / ``rpc_received`` records are off unless ``--rpc-records``; signatures
+(``SimConfig.signatures``: Ed25519 signing and a verification per hop) are off unless
+``--signatures`` — the scale figures are for unsigned 1.0.0 descriptors.
+
+Progress (every 30 s, on stderr) and the result give the wall time per publish call
+measured since publication started and the wall time this projects for
+``--project`` calls (default 100,000), so a run too large for the machine can be
+cut short and still say what the full run would cost. docs/simulator.md ("Scale")
+has the figures measured and the profile behind them.
 """
 
 from __future__ import annotations
@@ -34,7 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", default="50ms")
     p.add_argument("--grace", default="30s")
     p.add_argument("--rpc-records", action="store_true")
+    p.add_argument(
+        "--signatures",
+        action="store_true",
+        help="signed (1.1.0) descriptors, verified at every hop (off: unsigned 1.0.0)",
+    )
     p.add_argument("--out", default=None, help="write records.jsonl.gz and summary.json here")
+    p.add_argument(
+        "--project", type=int, default=100_000, help="project the wall time for this many calls"
+    )
     args = p.parse_args(argv)
 
     config = SimConfig(
@@ -46,31 +62,46 @@ def main(argv: list[str] | None = None) -> int:
         latency=parse_latency(args.latency),
         grace=parse_duration(args.grace),
         rpc_records=args.rpc_records,
+        signatures=args.signatures,
         run=f"sim-scale-{args.nodes}-{args.events}",
     )
     wall0 = time.perf_counter()
     last = [wall0]
+    first_call: list[float] = []  # wall time of the first publish call seen
+    last_call: list[float] = []  # ... and of the last
+    sims: list[Simulation] = []
 
     def progress(vt: float, calls: int, heap: int) -> None:
         now = time.perf_counter()
+        if calls and not first_call:
+            first_call.append(now)
+        if calls >= args.events and not last_call:
+            last_call.append(now)
         if now - last[0] >= 30:
             last[0] = now
-            print(
+            line = (
                 f"  [{now - wall0:7.0f} s] t={vt:8.1f} s virtual, {calls:,} calls, "
-                f"{heap:,} heap events",
-                file=sys.stderr,
-                flush=True,
+                f"{heap:,} heap events, {sims[0].stats.deliveries:,} deliveries"
             )
+            if first_call and calls:
+                per_call = (now - first_call[0]) / calls
+                line += (
+                    f", {per_call:.2f} s/call since the first "
+                    f"(projects {per_call * args.project / 3600:,.1f} h for {args.project:,})"
+                )
+            print(line, file=sys.stderr, flush=True)
 
     sim = Simulation(
         config, out=Path(args.out) if args.out else None, gzip_records=True, progress=progress
     )
+    sims.append(sim)
     setup = time.perf_counter() - wall0
     s = sim.run()
     wall = time.perf_counter() - wall0
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log2n = math.log2(args.nodes)
-    print(f"nodes                     {args.nodes:,}")
+    signed = "on" if args.signatures else "off"
+    print(f"nodes                     {args.nodes:,} (signatures {signed})")
     print(f"publish calls             {args.events:,} (published {s.events_published:,})")
     print(f"deliveries                {s.deliveries:,} (coverage {s.coverage_published:.4%})")
     print(f"duplicates                {s.duplicates:,}")
@@ -84,6 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tree depth max / mean     {s.tree_depth_max} / {s.tree_depth_mean:.2f}")
     print(f"max fan-out vs log2(N)    {s.fanout_max} vs {log2n:.1f}")
     print(f"latency p50 / p99         {s.latency_p50} / {s.latency_p99} s")
+    if first_call and last_call and args.events:
+        pub_wall = last_call[0] - first_call[0]
+        per_call = pub_wall / args.events
+        print(f"start-up (to 1st call)    {first_call[0] - wall0:,.1f} s")
+        print(f"publication               {pub_wall:,.1f} s ({per_call:.3f} s per call)")
+        print(f"grace                     {wall0 + wall - last_call[0]:,.1f} s")
+        print(
+            f"deliveries per call       {s.deliveries / args.events:,.0f}; "
+            f"wall per delivery {pub_wall / max(1, s.deliveries) * 1e6:,.1f} µs"
+        )
+        print(
+            f"projected for {args.project:,} calls: "
+            f"{(first_call[0] - wall0 + per_call * args.project) / 3600:,.1f} h"
+        )
     return 0
 
 

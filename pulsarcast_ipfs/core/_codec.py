@@ -28,6 +28,7 @@ the dissemination tree across updates)::
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Final
 
@@ -280,13 +281,18 @@ class Heads(_Message):
         _cid(self.topic, "topic")
         if not isinstance(self.heads, tuple) or len(self.heads) > MAX_HEADS:
             raise _bad(f"heads: expected at most {MAX_HEADS} entries")
+        is_link = _dagcbor.is_dag_cbor_sha256_link
+        isfinite = math.isfinite
         for entry in self.heads:
-            if not isinstance(entry, tuple) or len(entry) != 2:
-                raise _bad("heads: entries are [CID, created]")
-            _cid(entry[0], "heads[].cid")
-            ts = entry[1]
-            if not isinstance(ts, float) or not math.isfinite(ts):
-                raise _bad("heads[].created: expected a finite float")
+            if type(entry) is not tuple or len(entry) != 2:
+                if not isinstance(entry, tuple) or len(entry) != 2:
+                    raise _bad("heads: entries are [CID, created]")
+            cid, ts = entry
+            if not is_link(cid):
+                _cid(cid, "heads[].cid")  # raises with the reason
+            if type(ts) is not float or not isfinite(ts):
+                if not isinstance(ts, float) or not isfinite(ts):
+                    raise _bad("heads[].created: expected a finite float")
 
 
 Rpc = Join | JoinAck | Leave | Event | RequestToPublish | RequestAck | Ping | Pong | Heads
@@ -298,9 +304,78 @@ _BY_OP: Final[dict[str, type[_Message]]] = {
 }
 
 
+def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
+    """The map header and, in canonical key order, each key's bytes and field name."""
+    keys: list[tuple[bytes, str | None]] = [(b"op", None)]
+    keys += [(cls._wire.get(f.name, f.name).encode(), f.name) for f in fields(cls)]  # type: ignore[arg-type]
+    keys.sort(key=lambda kv: (len(kv[0]), kv[0]))
+    head = bytearray()
+    _dagcbor._head(5, len(keys), head)
+    items = []
+    for kb, name in keys:
+        enc = bytearray()
+        _dagcbor._head(3, len(kb), enc)
+        enc += kb
+        if name is None:
+            _dagcbor._enc(cls.op, enc, 1)
+        items.append((bytes(enc), name))
+    return bytes(head), tuple(items)
+
+
+_PLANS: Final = {
+    cls: _plan(cls)
+    for cls in (Join, JoinAck, Leave, Event, RequestToPublish, RequestAck, Ping, Pong, Heads)
+}
+
+
+_HEADS_MEMO_SIZE: Final = 65536
+_heads_memo: dict[CID, tuple[float, bytes]] = {}
+
+
+def _encode_heads(heads: tuple[tuple[CID, float], ...], out: bytearray) -> None:
+    # [[link, float64], ...]: what _dagcbor._enc writes for this shape, without its
+    # per-item type dispatch (HEADS carry up to MAX_HEADS entries, sent on every edge).
+    # An entry's bytes are memoised by CID (with its timestamp): the same CIDs are
+    # advertised on every edge, round after round.
+    _dagcbor._head(4, len(heads), out)
+    memo = _heads_memo
+    for cid, ts in heads:
+        hit = memo.get(cid)
+        if hit is not None and hit[0] == ts and ts != 0.0:  # (0.0 == -0.0, not same bytes)
+            out += hit[1]
+            continue
+        raw = _dagcbor._cid_bytes(cid)
+        entry = bytearray(b"\x82\xd8\x2a")
+        _dagcbor._head(2, len(raw) + 1, entry)
+        entry += b"\x00"
+        entry += raw
+        entry += b"\xfb"
+        entry += struct.pack(">d", ts)
+        if len(memo) >= _HEADS_MEMO_SIZE:
+            del memo[next(iter(memo))]
+        memo[cid] = (ts, bytes(entry))
+        out += entry
+
+
 def encode_rpc(rpc: Rpc) -> bytes:
-    """The dag-cbor body of one message (no length prefix)."""
-    return _dagcbor.encode(rpc.to_ipld())
+    """The dag-cbor body of one message (no length prefix).
+
+    Same bytes as ``_dagcbor.encode(rpc.to_ipld())`` (tests/test_sim_fastpath.py
+    checks it): the map header, key order and ``op`` bytes of each message type are
+    computed once; values are encoded by the dag-cbor encoder. Messages are
+    validated on construction, so the values are encodable.
+    """
+    head, items = _PLANS[type(rpc)]
+    out = bytearray(head)
+    enc = _dagcbor._enc
+    for kb, name in items:
+        out += kb
+        if name is not None:
+            if name == "heads":
+                _encode_heads(rpc.heads, out)  # type: ignore[union-attr]
+            else:
+                enc(getattr(rpc, name), out, 1)
+    return bytes(out)
 
 
 def _varint(n: int) -> bytes:
@@ -318,7 +393,8 @@ def _varint(n: int) -> bytes:
 def encode_frame(rpc: Rpc) -> bytes:
     """One frame: unsigned-varint body length, then the dag-cbor body (§6)."""
     body = encode_rpc(rpc)
-    return _varint(len(body)) + body
+    n = len(body)
+    return (bytes((n,)) if n < 0x80 else _varint(n)) + body
 
 
 def decode_rpc(body: bytes) -> Rpc:

@@ -685,3 +685,30 @@ def decode_descriptor(
     if "topic" in obj:
         return EventDescriptor.decode(data, expected_cid=expected_cid)
     return TopicDescriptor.decode(data, expected_cid=expected_cid)
+
+
+_DECODE_CACHE_SIZE: Final = 8192
+_decoded: dict[bytes, TopicDescriptor | EventDescriptor] = {}
+
+
+def decode_cached(cls: type[_D], data: bytes, *, expected_cid: CID | None = None) -> _D:
+    """``cls.decode(data, expected_cid=...)``, memoised by the exact bytes (bounded).
+
+    A descriptor, its validity and its CID are functions of its bytes alone (§3: the
+    CID is recomputed from the bytes, never trusted), so a block already decoded —
+    the same event arriving at many nodes of one process, or a JOIN's topic block —
+    is decoded, validated and hashed once. ``expected_cid`` is still checked on every
+    call; invalid bytes are not remembered (they raise every time). Descriptors are
+    immutable, so sharing one object is safe.
+    """
+    if type(data) is not bytes:
+        return cls.decode(data, expected_cid=expected_cid)
+    desc = _decoded.get(data)
+    if type(desc) is not cls:
+        desc = cls.decode(data)
+        if len(_decoded) >= _DECODE_CACHE_SIZE:
+            del _decoded[next(iter(_decoded))]
+        _decoded[data] = desc
+    if expected_cid is not None and desc.cid != expected_cid:
+        raise DescriptorError(f"descriptor CID {desc.cid} does not match expected {expected_cid}")
+    return desc

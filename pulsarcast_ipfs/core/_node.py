@@ -98,6 +98,7 @@ from ._descriptors import (
     _canonical_peer,
     author_statement,
     cid_str,
+    decode_cached,
     format_created,
 )
 from ._errors import (
@@ -135,6 +136,9 @@ _MAX_VERSIONS = 256
 _MAX_UNSENT = 256
 _MAX_STASH = 256
 _ANCESTOR_WALK = 32  # how far LAST_SEEN looks back for an event that arrives late
+
+_Prepared = tuple[tuple[CID, ...], list[tuple[Rpc, bytes]]]
+"""HEADS ready to send: the CIDs advertised (``heads_sent``), then each frame."""
 
 
 class _LRU:
@@ -315,6 +319,11 @@ class PulsarcastNode:
         self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
         self._banned: dict[str, float] = {}  # peer -> until
+        self._limits = {
+            "join": (c.join_rate, c.join_burst),
+            "event": (c.event_rate, c.event_burst),
+            "request": (c.request_rate, c.request_burst),
+        }
         self._verified = _LRU(4096)  # CIDs of topic versions whose signature checked out
         self._ops: deque[_Op] = deque()
         self._sign_waits: dict[str, _Op] = {}
@@ -334,8 +343,12 @@ class PulsarcastNode:
     def _record(self, now: float, kind: RecordKind, **fields: Any) -> None:
         self._emit(MetricRecord(kind=kind, ts=now, node=self.peer_id, fields=fields))
 
-    def _send(self, now: float, peer: str, rpc: Rpc, topic: str | None) -> None:
-        data = encode_frame(rpc)
+    def _send(
+        self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
+    ) -> None:
+        """Queue ``rpc`` for ``peer``; ``data``: its frame, when already encoded."""
+        if data is None:
+            data = encode_frame(rpc)
         self._emit(SendRpc(peer=peer, rpc=rpc, data=data))
         if self.config.rpc_records:
             self._record(
@@ -377,11 +390,20 @@ class PulsarcastNode:
         skip = set(exclude)
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
+        target = tree.author_pos
+        if not suspects and (self._banned or self._suspect):
+            for peer, pos in self._known.items():
+                if peer in skip or self._is_suspect(now, peer):
+                    continue
+                d = pos ^ target
+                if d < mine and (best is None or (d, peer) < best):
+                    best = (d, peer)
+            return None if best is None else best[1]
+        # Nobody is suspect or banned (or suspects count): only the distance matters,
+        # and the skip set is consulted for the candidates that would win.
         for peer, pos in self._known.items():
-            if peer in skip or (not suspects and self._is_suspect(now, peer)):
-                continue
-            d = pos ^ tree.author_pos
-            if d < mine and (best is None or (d, peer) < best):
+            d = pos ^ target
+            if d < mine and (best is None or (d, peer) < best) and peer not in skip:
                 best = (d, peer)
         return None if best is None else best[1]
 
@@ -567,11 +589,7 @@ class PulsarcastNode:
         if cls is None:
             return True
         c = self.config
-        rate, burst = {
-            "join": (c.join_rate, c.join_burst),
-            "event": (c.event_rate, c.event_burst),
-            "request": (c.request_rate, c.request_burst),
-        }[cls]
+        rate, burst = self._limits[cls]
         key = (peer, cls)
         bucket: _Bucket | None = self._buckets.get(key)
         if bucket is None:
@@ -786,7 +804,7 @@ class PulsarcastNode:
     def _on_join(self, now: float, peer: str, rpc: Join) -> None:
         """Algorithm 2, receiving side: adopt the sender as a child, join upward if needed."""
         try:
-            root = TopicDescriptor.decode(rpc.descriptor, expected_cid=rpc.topic)
+            root = decode_cached(TopicDescriptor, rpc.descriptor, expected_cid=rpc.topic)
         except DescriptorError:
             self._drop(now, "invalid", peer=peer)
             return
@@ -874,7 +892,7 @@ class PulsarcastNode:
         if block is None:
             return None
         try:
-            desc = TopicDescriptor.decode(block, expected_cid=version)
+            desc = decode_cached(TopicDescriptor, block, expected_cid=version)
         except DescriptorError:
             return None
         if desc.name != tree.name or desc.author != tree.author:
@@ -895,7 +913,7 @@ class PulsarcastNode:
             # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
             self._send(now, peer, Leave(topic=tree.key), tree.name)
         try:
-            ev = EventDescriptor.decode(rpc.event)
+            ev = decode_cached(EventDescriptor, rpc.event)
         except DescriptorError:
             self._drop(now, "invalid", topic=tree.name, peer=peer)
             return
@@ -991,9 +1009,10 @@ class PulsarcastNode:
             block = desc.encode() if desc is not None else None
         rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block)
         targets = [only] if only is not None else tree.neighbours()
+        data = encode_frame(rpc)  # one frame for every neighbour
         for peer in targets:
             if peer != exclude:
-                self._send(now, peer, rpc, tree.name)
+                self._send(now, peer, rpc, tree.name, data)
 
     def _offer(self, now: float, tree: _Tree, cid: CID, recovered: bool) -> None:
         """Deliver ``cid`` once, after its parent (causal order), or park it (gap repair)."""
@@ -1119,23 +1138,40 @@ class PulsarcastNode:
     def _heads(self, tree: _Tree) -> tuple[tuple[CID, float], ...]:
         return tuple((cid, ts) for cid, ts in reversed(tree.recent.items()))
 
-    def _send_heads(self, now: float, tree: _Tree, peer: str) -> None:
+    def _heads_message(self, tree: _Tree) -> _Prepared:
+        """The HEADS of ``tree`` now, encoded once for every neighbour it goes to."""
         heads = self._heads(tree)
-        tree.heads_sent[peer] = tuple(c for c, _ in heads)
-        self._send(now, peer, Heads(topic=tree.key, heads=heads), tree.name)
+        rpc = Heads(topic=tree.key, heads=heads)
+        return tuple(c for c, _ in heads), [(rpc, encode_frame(rpc))]
 
-    def _send_history(self, now: float, tree: _Tree, peer: str) -> None:
+    def _history_message(self, tree: _Tree) -> _Prepared:
+        """HEADS then the older CIDs in frames of ``heads_size`` (see :meth:`_send_history`)."""
+        ids, frames = self._heads_message(tree)
+        older = tuple((cid, ts) for cid, ts in reversed(tree.older.items()))
+        step = min(self.config.heads_size, MAX_HEADS)
+        for i in range(0, len(older), step):
+            rpc = Heads(topic=tree.key, heads=older[i : i + step])
+            frames.append((rpc, encode_frame(rpc)))
+        return ids, frames
+
+    def _send_heads(
+        self, now: float, tree: _Tree, peer: str, prepared: _Prepared | None = None
+    ) -> None:
+        ids, frames = prepared if prepared is not None else self._heads_message(tree)
+        tree.heads_sent[peer] = ids
+        for rpc, data in frames:
+            self._send(now, peer, rpc, tree.name, data)
+
+    def _send_history(
+        self, now: float, tree: _Tree, peer: str, prepared: _Prepared | None = None
+    ) -> None:
         """HEADS, then the older event CIDs too, in HEADS frames of at most ``heads_size``.
 
         Sent on every new edge and on refresh rounds: a neighbour that missed events
         while partitioned (a crash, a lost EVENT followed by more than ``heads_size``
         newer events) learns them even when they are no longer among the newest.
         """
-        self._send_heads(now, tree, peer)
-        older = tuple((cid, ts) for cid, ts in reversed(tree.older.items()))
-        step = min(self.config.heads_size, MAX_HEADS)
-        for i in range(0, len(older), step):
-            self._send(now, peer, Heads(topic=tree.key, heads=older[i : i + step]), tree.name)
+        self._send_heads(now, tree, peer, prepared or self._history_message(tree))
 
     def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
         tree = self._trees.get(rpc.topic)
@@ -1236,7 +1272,7 @@ class PulsarcastNode:
             self._continue_resolutions(now)
             return
         try:
-            ev = EventDescriptor.decode(data, expected_cid=cid)
+            ev = decode_cached(EventDescriptor, data, expected_cid=cid)
         except DescriptorError:
             self._drop(now, "invalid", event=cid_str(cid))
             self._release(now, cid)
@@ -1310,20 +1346,27 @@ class PulsarcastNode:
 
     def get_timer(self) -> float | None:
         """The next deadline (seconds since the epoch), or ``None`` if there is none."""
-        deadlines: list[float] = []
+        # The minimum over every deadline, without building a list (called after each input).
+        best: float | None = None
         if self._trees:
-            deadlines.append(self._ping_at)
-            deadlines.append(self._heads_at)
-        for tree in self._trees.values():
-            if tree.join is not None:
-                deadlines.append(tree.join.deadline)
-            if tree.recheck_at is not None:
-                deadlines.append(tree.recheck_at)
-            if tree.heads_due is not None:
-                deadlines.append(tree.heads_due)
-        deadlines.extend(f.due for f in self._fetches.values())
-        deadlines.extend(r.due for r in self._requests.values())
-        return min(deadlines) if deadlines else None
+            best = self._ping_at if self._ping_at <= self._heads_at else self._heads_at
+            for tree in self._trees.values():
+                join = tree.join
+                if join is not None and join.deadline < best:
+                    best = join.deadline
+                at = tree.recheck_at
+                if at is not None and at < best:
+                    best = at
+                at = tree.heads_due
+                if at is not None and at < best:
+                    best = at
+        for f in self._fetches.values():
+            if best is None or f.due < best:
+                best = f.due
+        for r in self._requests.values():
+            if best is None or r.due < best:
+                best = r.due
+        return best
 
     def handle_timer(self, now: float) -> None:
         """Serve every deadline that is due at ``now``."""
@@ -1357,9 +1400,11 @@ class PulsarcastNode:
             if tree.heads_due is not None and tree.heads_due <= now:
                 tree.heads_due = None
                 current = tuple(reversed(tree.recent))
+                prepared: _Prepared | None = None
                 for peer in tree.neighbours():
                     if tree.heads_sent.get(peer) != current:
-                        self._send_heads(now, tree, peer)
+                        prepared = prepared or self._heads_message(tree)
+                        self._send_heads(now, tree, peer, prepared)
         for cid, f in list(self._fetches.items()):
             if f.due > now:
                 continue
@@ -1409,11 +1454,15 @@ class PulsarcastNode:
             if not tree.recent:
                 continue
             current = tuple(reversed(tree.recent))
+            # Built on first use, then the same frames go to every neighbour.
+            prepared: _Prepared | None = None
             for peer in tree.neighbours():
                 if refresh:
-                    self._send_history(now, tree, peer)
+                    prepared = prepared or self._history_message(tree)
+                    self._send_history(now, tree, peer, prepared)
                 elif tree.heads_sent.get(peer) != current:
-                    self._send_heads(now, tree, peer)
+                    prepared = prepared or self._heads_message(tree)
+                    self._send_heads(now, tree, peer, prepared)
 
     # ------------------------------------------------------------ API commands
 

@@ -83,6 +83,7 @@ from pulsarcast_ipfs.core import (
     StoreBlock,
     TopicOptions,
     TopicUpdated,
+    cid_str,
 )
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.sim._engine import EventHeap, SimulationError, substream
@@ -221,6 +222,11 @@ class _RecordSink:
         else:
             self._text = path.open("w", encoding="utf-8", newline="\n")
 
+    @property
+    def active(self) -> bool:
+        """Whether lines are kept (``False``: no ``out`` directory, nothing to format)."""
+        return self._text is not None
+
     def write(self, line: str) -> None:
         if self._text is not None:
             self._text.write(line)
@@ -294,7 +300,9 @@ class Simulation:
         self._pending_unreachable: set[int] = set()
         self._pending_fetch: set[tuple[int, int, CID]] = set()
         self.blocks: dict[CID, bytes] = {}
-        self.holders: dict[CID, set[int]] = {}
+        self.holders: dict[CID, bytearray] = {}
+        """CID -> bitmap of the nodes holding the block (bit ``i`` of byte ``i >> 3``)."""
+        self._nbytes = (n + 7) // 8
         self._handlers: dict[type, Callable[[int, Any], None]] = {
             SendRpc: self._on_send,
             StoreBlock: self._on_store,
@@ -633,20 +641,31 @@ class Simulation:
         self._link_last[key] = t
         self.heap.push(t, _RPC, dst, (src, self.incarnation[dst], len(out.data)), out.rpc)
 
+    def holds(self, i: int, cid: CID) -> bool:
+        """Whether node ``i``'s block store has ``cid``."""
+        bits = self.holders.get(cid)
+        return bits is not None and bool(bits[i >> 3] >> (i & 7) & 1)
+
     def _on_store(self, i: int, out: Any) -> None:
         cid = out.cid
-        if cid not in self.blocks:
+        bits = self.holders.get(cid)
+        if bits is None:
             self.blocks[cid] = out.data
-            self.holders[cid] = {i}
-        else:
-            self.holders[cid].add(i)
+            bits = self.holders[cid] = bytearray(self._nbytes)
+        bits[i >> 3] |= 1 << (i & 7)
 
     def _available(self, cid: CID) -> bool:
-        holders = self.holders.get(cid)
-        if not holders:
+        bits = self.holders.get(cid)
+        if bits is None:
             return False
         alive = self.alive
-        return any(alive[p] for p in holders)
+        for byte_index, byte in enumerate(bits):
+            if byte:
+                base = byte_index << 3
+                for bit in range(8):
+                    if byte >> bit & 1 and alive[base + bit]:
+                        return True
+        return False
 
     def _on_fetch(self, i: int, out: Any) -> None:
         cid = out.cid
@@ -655,8 +674,7 @@ class Simulation:
             return  # one want per (node, CID) in flight, as bitswap coalesces them
         self._pending_fetch.add(key)
         now = self.heap.now
-        holders = self.holders.get(cid)
-        if holders is not None and i in holders:
+        if self.holds(i, cid):
             delay = 0.0
         else:
             sample = self.config.latency.sample
@@ -669,8 +687,7 @@ class Simulation:
         if not self.alive[i] or self.incarnation[i] != inc:
             self._pending_fetch.discard((i, inc, cid))
             return
-        holders = self.holders.get(cid)
-        if holders is not None and i in holders:
+        if self.holds(i, cid):
             data: bytes | None = self.blocks[cid]
         elif self._available(cid):
             data = self.blocks[cid]
@@ -684,7 +701,7 @@ class Simulation:
         self._drain(i)
 
     def _on_deliver(self, i: int, out: Any) -> None:
-        self.stats.on_deliver(i, cid_text(out.event_cid), bool(out.recovered))
+        self.stats.on_deliver(i, cid_str(out.event_cid), bool(out.recovered))
 
     def _on_topic_updated(self, i: int, out: Any) -> None:
         pass
@@ -703,8 +720,10 @@ class Simulation:
 
     def _write(self, rec: MetricRecord) -> None:
         self.stats.on_record(rec)
-        assert self._sink is not None
-        self._sink.write(rec.to_json(run=self.config.run, system="sim", validate=False))
+        sink = self._sink
+        assert sink is not None
+        if sink.active:  # without an output directory nothing is formatted
+            sink.write(rec.to_json(run=self.config.run, system="sim", validate=False))
 
     # -- faults -----------------------------------------------------------------------
 
