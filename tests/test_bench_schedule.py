@@ -159,7 +159,10 @@ def _write_run(d: Path) -> None:
                 "rss_bytes": 100 * 2**20,
                 "bw_total_in": 0,
                 "bw_total_out": 0,
-                "bw_protocols": {"/meshsub/1.3.0": {"in": 0, "out": 0}},
+                "bw_protocols": {
+                    "/meshsub/1.3.0": {"in": 0, "out": 0},
+                    "/ipfs/lan/kad/1.0.0": {"in": 0, "out": 0},
+                },
             },
             ts=0.0,
         )
@@ -171,7 +174,10 @@ def _write_run(d: Path) -> None:
                 "rss_bytes": (200 + i) * 2**20,
                 "bw_total_in": bi,
                 "bw_total_out": bo,
-                "bw_protocols": {"/meshsub/1.3.0": {"in": bi // 2, "out": bo // 2}},
+                "bw_protocols": {
+                    "/meshsub/1.3.0": {"in": bi // 2, "out": bo // 2},
+                    "/ipfs/lan/kad/1.0.0": {"in": bi // 4, "out": bo // 4},
+                },
             },
             ts=100.0,
         )
@@ -226,3 +232,30 @@ def test_summary_flags_a_node_without_records_and_tables_protocols(tmp_path: Pat
     by_proto = protocol_table([s])
     assert "`/meshsub/1.3.0`" in by_proto
     assert "| gossipsub | normal | 0.00 | 0.00 |" in by_proto  # 4,500 B, 2,250 B
+
+
+def test_summary_counts_bytes_from_the_runners_sample_series(tmp_path: Path) -> None:
+    """A sidecar's own Kubo samples (its protocol only, on its own schedule) must
+    not move the window the bytes are counted over."""
+    d = tmp_path / "gossipsub-normal"
+    _write_run(d)
+    side = RecordWriter(d / "sidecar-A.jsonl", run="r", system="gossipsub", node="A")
+    side.write(
+        RecordKind.RESOURCE_SAMPLE,
+        {
+            "process": "kubo",
+            "cpu_seconds": 0.5,
+            "rss_bytes": 2**20,
+            "bw_total_in": 10**6,
+            "bw_total_out": 10**6,
+            "bw_protocols": {"/x/pulsarcast/1.0.0": {"in": 10**6, "out": 10**6}},
+        },
+        ts=200.0,
+    )
+    side.close()
+    s = summarise_run(d)
+    assert s.wire_bytes == 4500
+    assert s.wire_bytes_by_protocol == {
+        "/ipfs/lan/kad/1.0.0": pytest.approx(1125),
+        "/meshsub/1.3.0": pytest.approx(2250),
+    }

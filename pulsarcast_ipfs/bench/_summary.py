@@ -262,6 +262,11 @@ def summarise_run(run_dir: Path) -> RunSummary:
     for (node, process), recs in samples.items():
         recs.sort(key=lambda r: r["ts"])
         bw = [r for r in recs if "bw_total_in" in r]
+        # A Pulsarcast sidecar also samples its Kubo, with its own protocol only and
+        # from an earlier start: count bytes from the one series with every protocol
+        # (the runner's), so that all systems are measured over the same window.
+        widest = max((len(r.get("bw_protocols") or {}) for r in bw), default=0)
+        bw = [r for r in bw if len(r.get("bw_protocols") or {}) == widest]
         if process == "kubo" and len(bw) >= 2:
             have_bw = True
             wire_in += bw[-1]["bw_total_in"] - bw[0]["bw_total_in"]
