@@ -168,7 +168,11 @@ async def test_pubsub_round_trip(kubo_pair: LocalCluster) -> None:
             await b.pubsub_pub(topic, b"hello \x00 bytes")
             with anyio.fail_after(20):
                 message = await sub_a.__anext__()
-        assert topic not in await a.pubsub_ls()
+
+        async def unsubscribed() -> bool:  # Kubo drops it once it sees the stream closed
+            return topic not in await a.pubsub_ls()
+
+        await wait_until(unsubscribed, deadline=10, what="Kubo to drop the subscription")
     assert message.data == b"hello \x00 bytes"
     assert message.from_peer == kubo_pair[1].peer_id
     assert message.topics == (topic,)
