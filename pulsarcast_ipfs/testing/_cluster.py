@@ -29,6 +29,7 @@ and the tail of its log.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import json
@@ -224,10 +225,23 @@ def _sweep_stale_dirs(parent: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=4096)
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port not handed out recently by this process.
+
+    Ports are chosen before the processes bind them, so two picks in a row may
+    get the same free port from the kernel; the second process would then fail
+    to bind while requests meant for it reached the first.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 def _log_tail(path: Path, lines: int = 20) -> str:

@@ -193,9 +193,19 @@ class LocalSidecarCluster:
                         raise ClusterError(
                             f"sidecar{index} exited during start-up:\n{sc.log_tail()}"
                         )
-                    with contextlib.suppress(httpx.HTTPError):
+                    with contextlib.suppress(httpx.HTTPError, ValueError):
                         if (await http.get("/health", timeout=2)).status_code == 200:
-                            return
+                            # the sidecar of this node, not another on the same port
+                            r = await http.get("/v1/status", timeout=5)
+                            if r.status_code == 401:
+                                return  # a token-protected API: nothing else answers with it
+                            status = r.json()
+                            if status.get("peer_id") == sc.kubo.peer_id:
+                                return
+                            raise ClusterError(
+                                f"sidecar{index}: port {sc.api_port} answers for "
+                                f"{status.get('peer_id')}, not {sc.kubo.peer_id}"
+                            )
                     await anyio.sleep(0.1)
         if scope.cancelled_caught:
             raise ClusterError(f"sidecar{index} not healthy in time:\n{sc.log_tail()}")
