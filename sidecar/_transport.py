@@ -48,11 +48,23 @@ _MAX_BACKOFF = 5.0
 log = logging.getLogger("pulsarcast.sidecar.transport")
 
 
+_HANDED_OUT: deque[int] = deque(maxlen=4096)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free loopback port for Kubo to listen on, not handed out recently.
+
+    The port is free when chosen but only bound later (by Kubo's ``p2p forward``);
+    the kernel readily returns the same port to the next probe, so two forwards
+    set up at once would otherwise be given one port and the second would fail.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 @dataclass(slots=True, kw_only=True)

@@ -180,3 +180,13 @@ def test_openapi_lists_exactly_the_documented_endpoints() -> None:
     served = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
     assert documented and served == documented
     assert spec["openapi"].startswith("3.1")
+
+
+def test_forward_ports_are_never_handed_out_twice() -> None:
+    """Kubo binds a forward's port only after the sidecar chose it; the kernel
+    readily returns the same free port to the next probe, so two forwards set up
+    at once were given one port (the second failed: a first dial lost)."""
+    from sidecar._transport import free_port
+
+    ports = [free_port() for _ in range(2000)]
+    assert len(set(ports)) == len(ports)
