@@ -33,6 +33,7 @@ from pulsarcast_ipfs.core import (
     RequestToPublish,
     SendRpc,
     SignRequest,
+    StoreBlock,
     TopicDescriptor,
     TopicOptions,
     author_statement,
@@ -499,6 +500,67 @@ def test_a_signing_failure_part_way_changes_nothing(operation: str) -> None:
         steps += 1
     # signatures: a topic version 1, an announcement 2 (author and publisher)
     assert steps == {"create": 4, "sub_topic": 6, "update": 3}[operation]
+
+
+def test_requests_queued_behind_signatures_still_make_one_chain() -> None:
+    """Two requests to publish that arrive while the author's signatures are pending
+    are published one after the other: the second's parent is the first (LAST_SEEN
+    read when the publication runs, not when the request came)."""
+    node, key = _lone()
+    opts = TopicOptions(
+        allowed_publishers=PeerPolicy(enabled=True), request_to_publish=PeerPolicy(enabled=True)
+    )
+    assert isinstance(node.create_topic(T0, "ordered", options=opts), Pending)
+    blocks: dict[CID, bytes] = {}
+
+    def settle(now: float) -> list[OperationDone]:
+        done: list[OperationDone] = []
+        for _ in range(50):
+            outs = node.take_outputs()
+            if not outs:
+                break
+            for out in outs:
+                if isinstance(out, SignRequest):
+                    node.signed(now, out.request_id, key.sign(out.data))
+                elif isinstance(out, OperationDone):
+                    done.append(out)
+                elif isinstance(out, StoreBlock):
+                    blocks[out.cid] = out.data
+        return done
+
+    (done,) = settle(T0)
+    topic = done.result
+    assert isinstance(topic, CID)
+    requesters = make_signers(3, seed=21)[1:]
+    for i, r in enumerate(requesters):
+        created = format_created(T0 + 1)
+        payload = b"request %d" % i
+        statement = author_statement(tree=topic, author=r.peer_id, created=created, payload=payload)
+        node.receive_rpc(
+            T0 + 1,
+            r.peer_id,
+            RequestToPublish(
+                topic=topic,
+                descriptor=blocks[topic],
+                request_id=f"{r.peer_id}/{i}",
+                author=r.peer_id,
+                payload=payload,
+                parent=None,
+                created=created,
+                signature=r.sign(statement),
+            ),
+        )
+    assert node.pending_signatures == 2  # both waiting, nothing published yet
+    settle(T0 + 2)
+    events = [
+        ev
+        for data in blocks.values()
+        if isinstance(ev := decode_descriptor(data), EventDescriptor) and ev.topic == topic
+    ]
+    assert sorted(ev.author for ev in events) == sorted(r.peer_id for r in requesters)
+    first, second = sorted(events, key=lambda ev: ev.parent is not None)
+    assert first.parent is None and second.parent == first.cid
+    assert [c for c, _ in node.history(topic).events] == [second.cid, first.cid]
 
 
 def test_descriptor_shapes_per_version() -> None:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from multiformats import CID
@@ -1971,7 +1971,8 @@ class PulsarcastNode:
             self._signing_requests.discard(rpc.request_id)
             self._refuse_request(now, rpc, root.name, "sign_failed")
 
-        steps = self._publish_for(tree.key, rpc, root.name, draft)
+        relink = version.event_linking != EventLinking.CUSTOM
+        steps = self._publish_for(tree.key, rpc, root.name, draft, relink=relink)
         if not self.config.require_signatures:
             self._run(now, steps)
             return
@@ -1991,8 +1992,14 @@ class PulsarcastNode:
         return None
 
     def _publish_for(
-        self, key: CID, rpc: RequestToPublish, name: str, draft: EventDescriptor
+        self, key: CID, rpc: RequestToPublish, name: str, draft: EventDescriptor, *, relink: bool
     ) -> _Steps[None]:
+        if relink:
+            # LAST_SEEN is read when the operation runs, not when the request came:
+            # requests queued behind another's signatures must not share a parent.
+            current = self._trees.get(key)
+            if current is not None and current.last_seen != draft.parent:
+                draft = replace(draft, parent=current.last_seen)
         ev = yield from self._signed_event(draft, key, rpc.signature)
         self._signing_requests.discard(rpc.request_id)
         tree = self._trees.get(key)
