@@ -259,3 +259,45 @@ def test_summary_counts_bytes_from_the_runners_sample_series(tmp_path: Path) -> 
         "/ipfs/lan/kad/1.0.0": pytest.approx(1125),
         "/meshsub/1.3.0": pytest.approx(2250),
     }
+
+
+def _ordered_run(d: Path, parents: dict[str, str | None], order: dict[str, list[str]]) -> None:
+    d.mkdir()
+    (d / "run.json").write_text(
+        json.dumps(
+            {"system": "pulsarcast-ordered", "condition": "normal", "nodes": 2, "topics": ["t"]}
+        )
+    )
+    w = {
+        n: RecordWriter(d / f"node-{n}.jsonl", run="r", system="pulsarcast-ordered", node=n)
+        for n in order
+    }
+    for n in order:
+        w[n].write(RecordKind.SUBSCRIBED, {"topic": "t"}, ts=1.0)
+    for i, (ev, parent) in enumerate(parents.items()):
+        w["A"].write(
+            RecordKind.EVENT_PUBLISHED, {"topic": "t", "event": ev, "parent": parent}, ts=10.0 + i
+        )
+    for n, seq in order.items():
+        for i, ev in enumerate(seq):
+            w[n].write(
+                RecordKind.EVENT_DELIVERED,
+                {"topic": "t", "event": ev, "latency": 0.01, "recovered": False},
+                ts=20.0 + i,
+            )
+    for x in w.values():
+        x.close()
+
+
+def test_summary_checks_one_chain_per_topic(tmp_path: Path) -> None:
+    chain = {"e1": None, "e2": "e1", "e3": "e2"}
+    _ordered_run(tmp_path / "a", chain, {"A": ["e1", "e2", "e3"], "B": ["e1", "e3", "e2"]})
+    s = summarise_run(tmp_path / "a")
+    assert (s.chain_forks, s.chain_out_of_order, s.chain_sequences) == (0, 1, 2)
+    assert "0 forked events, 1 of 2 subscribers' sequences out of chain order" in (
+        markdown_table([s])
+    )
+    forked = {"e1": None, "e2": "e1", "e3": "e1"}  # two events on one parent
+    _ordered_run(tmp_path / "b", forked, {"A": ["e1", "e2", "e3"], "B": ["e1", "e3", "e2"]})
+    s = summarise_run(tmp_path / "b")
+    assert (s.chain_forks, s.chain_sequences) == (1, 0)  # no chain order to check

@@ -107,6 +107,15 @@ class RunSummary:
     kubo_version: str | None = None
     status: str | None = None
     topics: tuple[TopicCoverage, ...] = ()
+    chain_forks: int = 0
+    """Published events of a workload topic whose parent is also another event's
+    parent (or a second event without a known parent): 0 when every topic's events
+    form one chain, as ``pulsarcast-ordered`` promises."""
+    chain_out_of_order: int = 0
+    """Subscribers' per-topic delivery sequences that do not follow the chain's
+    order (counted only for topics whose events form one chain)."""
+    chain_sequences: int = 0
+    """Per-(subscriber, topic) delivery sequences checked for chain order."""
     expected_scheduled: int | None = None
     """The runner's own count (``run.json``): the schedule's subscriptions × events.
     More than ``expected_injected`` when a node wrote no ``subscribed`` records
@@ -180,6 +189,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
     rpc_recv: dict[str, int] = defaultdict(int)
     samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     nodes: set[str] = set()
+    parents: dict[str, str | None] = {}
     records = rejected = 0
     system = str(meta.get("system", ""))
     for rec in iter_records(run_dir):
@@ -201,6 +211,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
             prev = published.get(rec["event"])
             if prev is None or ts < prev[1]:
                 published[rec["event"]] = (rec["topic"], ts)
+            parents[rec["event"]] = rec.get("parent")
         elif kind == "event_delivered":
             key = (node, rec["event"])
             copies += 1
@@ -251,6 +262,10 @@ def summarise_run(run_dir: Path) -> RunSummary:
         )
         for name, c in sorted(per_topic.items())
         if name in workload_topics or not workload_topics
+    )
+
+    forks, out_of_order, sequences = _chain_check(
+        published, parents, delivered, workload_topics or set(per_topic)
     )
 
     # resources
@@ -314,10 +329,53 @@ def summarise_run(run_dir: Path) -> RunSummary:
         kubo_version=meta.get("kubo_version"),
         status=meta.get("status"),
         topics=topics,
+        chain_forks=forks,
+        chain_out_of_order=out_of_order,
+        chain_sequences=sequences,
         expected_scheduled=(
             int(meta["expected_deliveries"]) if "expected_deliveries" in meta else None
         ),
     )
+
+
+def _chain_check(
+    published: dict[str, tuple[str, float]],
+    parents: dict[str, str | None],
+    delivered: dict[tuple[str, str], tuple[float, float]],
+    topics: set[str],
+) -> tuple[int, int, int]:
+    """``(forks, out-of-order sequences, sequences checked)``; see :class:`RunSummary`."""
+    events: dict[str, list[str]] = defaultdict(list)
+    for event, (topic, _t) in published.items():
+        if topic in topics:
+            events[topic].append(event)
+    forks = 0
+    order: dict[str, dict[str, int]] = {}
+    for topic, evs in events.items():
+        children: dict[str | None, list[str]] = defaultdict(list)
+        for e in evs:
+            p = parents.get(e)
+            children[p if p in published else None].append(e)
+        topic_forks = sum(len(c) - 1 for c in children.values() if len(c) > 1)
+        forks += topic_forks
+        if topic_forks:
+            continue
+        chain: list[str] = []
+        nxt = children.get(None, [])
+        while nxt:
+            chain.append(nxt[0])
+            nxt = children.get(nxt[0], [])
+        order[topic] = {e: i for i, e in enumerate(chain)}
+    seqs: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+    for (node, event), (ts, _lat) in delivered.items():
+        pub = published.get(event)
+        if pub is not None and pub[0] in order and event in order[pub[0]]:
+            seqs[(node, pub[0])].append((ts, order[pub[0]][event]))
+    bad = 0
+    for seq in seqs.values():
+        idx = [i for _ts, i in sorted(seq)]
+        bad += idx != sorted(idx)
+    return forks, bad, len(seqs)
 
 
 def summarise_set(out: Path) -> list[RunSummary]:
@@ -373,6 +431,13 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
         f"{_p(s.received / s.expected_scheduled)}"
         for s in summaries
         if s.expected_scheduled and s.expected_scheduled > s.expected_injected
+    ]
+    notes += [
+        f"* {s.system} / {s.condition}: one chain per topic — {s.chain_forks} forked "
+        f"events, {s.chain_out_of_order} of {s.chain_sequences} subscribers' sequences "
+        "out of chain order"
+        for s in summaries
+        if s.system.endswith("-ordered")
     ]
     text = head + "\n".join(rows) + "\n"
     if notes:
