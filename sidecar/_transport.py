@@ -44,6 +44,8 @@ PROTOCOL = "/x/pulsarcast/1.0.0"
 _YOUNG = 1.0
 """A connection that breaks within this many seconds re-sends what it carried."""
 _MAX_BACKOFF = 5.0
+_MAX_PEER_LINE = 256
+"""Longest peer-ID line (``report-peer-id``) accepted before the frames."""
 
 log = logging.getLogger("pulsarcast.sidecar.transport")
 
@@ -172,11 +174,13 @@ class Transport:
         async with stream:
             buf = b""
             try:
-                while b"\n" not in buf:
-                    buf += await stream.receive()
-                    if len(buf) > 256:
+                # Kubo writes the peer-ID line first; the sender's first frames may
+                # come in the same read, so only the bytes before a newline count.
+                while b"\n" not in buf[: _MAX_PEER_LINE + 1]:
+                    if len(buf) > _MAX_PEER_LINE:
                         log.warning("incoming connection without a peer-ID line: closed")
                         return
+                    buf += await stream.receive()
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 return
             line, rest = buf.split(b"\n", 1)

@@ -190,3 +190,47 @@ def test_forward_ports_are_never_handed_out_twice() -> None:
 
     ports = [free_port() for _ in range(2000)]
     assert len(set(ports)) == len(ports)
+
+
+@pytest.mark.anyio
+async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
+    """Kubo writes the ``report-peer-id`` line, then relays the sender's bytes: both
+    can come in one read. More than 256 bytes in that read used to be taken for a
+    missing peer-ID line and the connection was closed (its events lost)."""
+    import anyio
+    from anyio.abc import SocketAttribute
+
+    from pulsarcast_ipfs.core import Ping, Rpc, encode_frame
+    from pulsarcast_ipfs.core.testing import make_peer_ids
+    from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+    from sidecar._transport import Transport
+
+    got: list[tuple[str, Rpc]] = []
+    all_in = anyio.Event()
+
+    def on_rpc(p: str, rpc: Rpc) -> None:
+        got.append((p, rpc))
+        if len(got) == 60:
+            all_in.set()
+
+    peer = make_peer_ids(1)[0]
+    frames = b"".join(encode_frame(Ping(nonce=i)) for i in range(60))
+    assert len(frames) > 256
+    async with KuboClient(config=KuboConfig()) as kubo:
+        transport = Transport(
+            kubo=kubo,
+            port=0,
+            on_rpc=on_rpc,
+            on_unreachable=lambda p: None,
+            max_frame_size=1 << 20,
+        )
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, transport._handle)
+            port = listener.extra(SocketAttribute.local_port)
+            async with await anyio.connect_tcp("127.0.0.1", port) as s:
+                await s.send(peer.encode() + b"\n" + frames)  # one write, one read
+                with anyio.fail_after(10):
+                    await all_in.wait()
+            tg.cancel_scope.cancel()
+    assert [(p, getattr(r, "nonce", None)) for p, r in got] == [(peer, i) for i in range(60)]
