@@ -137,6 +137,19 @@ _MAX_UNSENT = 256
 _MAX_STASH = 256
 _ANCESTOR_WALK = 32  # how far LAST_SEEN looks back for an event that arrives late
 
+
+def _in_force(until: dict[str, float], peer: str, now: float) -> bool:
+    """Whether ``peer``'s entry in an expiring table (suspects, bans) still holds;
+    an expired entry is removed."""
+    end = until.get(peer)
+    if end is None:
+        return False
+    if end <= now:
+        del until[peer]
+        return False
+    return True
+
+
 _Prepared = tuple[tuple[CID, ...], list[tuple[Rpc, bytes]]]
 """HEADS ready to send: the CIDs advertised (``heads_sent``), then each frame."""
 
@@ -369,15 +382,7 @@ class PulsarcastNode:
         return self._pos ^ tree.author_pos
 
     def _is_suspect(self, now: float, peer: str) -> bool:
-        if self._is_banned(now, peer):
-            return True
-        until = self._suspect.get(peer)
-        if until is None:
-            return False
-        if until <= now:
-            del self._suspect[peer]
-            return False
-        return True
+        return self._is_banned(now, peer) or _in_force(self._suspect, peer, now)
 
     def _next_hop(
         self, now: float, tree: _Tree, exclude: Iterable[str] = (), *, suspects: bool = False
@@ -569,13 +574,7 @@ class PulsarcastNode:
     # ------------------------------------------------------- flood protection
 
     def _is_banned(self, now: float, peer: str) -> bool:
-        until = self._banned.get(peer)
-        if until is None:
-            return False
-        if until <= now:
-            del self._banned[peer]
-            return False
-        return True
+        return _in_force(self._banned, peer, now)
 
     def _admit(self, now: float, peer: str, rpc: Rpc) -> bool:
         """Per-peer token buckets for JOIN, EVENT/HEADS and REQUEST_TO_PUBLISH.

@@ -12,6 +12,7 @@ private key (the simulator's nodes, tests). Pure: no I/O, no clock, no global ra
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 from cryptography.exceptions import InvalidSignature
@@ -55,12 +56,18 @@ def peer_public_key(peer: str) -> bytes:
     return raw[6:]
 
 
+@functools.lru_cache(maxsize=4096)
+def _public_key(peer: str) -> Ed25519PublicKey:
+    """The key object of ``peer`` (memoised: every hop verifies the same few peers)."""
+    return Ed25519PublicKey.from_public_bytes(peer_public_key(peer))
+
+
 def verify_signature(peer: str, data: bytes, signature: bytes) -> bool:
     """Whether ``signature`` is ``peer``'s Kubo ``key/sign`` signature over ``data``."""
     if not isinstance(signature, bytes) or len(signature) != 64:
         return False
     try:
-        key = Ed25519PublicKey.from_public_bytes(peer_public_key(peer))
+        key = _public_key(peer)
     except (SignatureError, ValueError):
         return False
     try:
