@@ -292,8 +292,7 @@ class _Api:
         options = parse_options(body)
         cid = await self.d.complete(
             self.d.call(
-                lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid),
-                local=True,
+                lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid)
             )
         )
         root = self.d.known_root(cid) or cid
@@ -324,7 +323,7 @@ class _Api:
         self.tree_key(cid)
         options = parse_options(body)
         new = await self.d.complete(
-            self.d.call(lambda now: self.d.node.update_topic(now, cid, options=options), local=True)
+            self.d.call(lambda now: self.d.node.update_topic(now, cid, options=options))
         )
         self.d.persist()
         desc = self.d.local_topic(new) or await self.topic_descriptor(new)
@@ -397,8 +396,7 @@ class _Api:
                 self.d.call(
                     lambda now: self.d.node.publish(
                         now, cid, payload, parent=parent, inject_id=inject_id
-                    ),
-                    local=True,
+                    )
                 )
             )
         except NotAllowedToPublish as exc:

@@ -148,19 +148,16 @@ class Driver:
 
     # -- feeding the core ------------------------------------------------------------
 
-    def call(self, fn: Callable[[float], T], *, local: bool = False) -> T:
+    def call(self, fn: Callable[[float], T]) -> T:
         """Run one input on the node with ``now = time.time()``, then carry out its outputs.
 
         Exceptions from the node (``LocalProtocolError``) propagate after the outputs
-        it queued before raising were carried out. ``local``: an API command of this
-        node's application; the blocks it creates are pinned and announced in the DHT
-        (blocks stored while forwarding are kept unpinned and not announced: one
-        announcement per event, by its publisher; docs/sidecar.md "Providing").
+        it queued before raising were carried out.
         """
         try:
             return fn(time.time())
         finally:
-            self._pump(provide=local)
+            self._pump()
 
     async def complete(self, value: T | Pending) -> T:
         """The result of an API command: ``value``, or, for :class:`Pending`, what the
@@ -209,7 +206,7 @@ class Driver:
                 await self._progress.wait()
         return predicate()
 
-    def _pump(self, *, provide: bool = False) -> None:
+    def _pump(self) -> None:
         progress, self._progress = self._progress, anyio.Event()
         progress.set()
         for out in self.node.take_outputs():
@@ -221,7 +218,9 @@ class Driver:
                 self.blocks[out.cid] = out.data
                 if len(self.blocks) > 4096:
                     self.blocks.popitem(last=False)
-                self.store.store(out.cid, out.data, provide=provide)
+                # the core says whose block it is: only our own are pinned and
+                # announced (docs/sidecar.md "Providing")
+                self.store.store(out.cid, out.data, provide=out.own)
             elif isinstance(out, FetchBlock):
                 self.store.fetch(out.cid, self._on_fetched)
             elif isinstance(out, Deliver):
@@ -352,7 +351,6 @@ class Driver:
         async with self.kubo:
             ident = await self.kubo.id()
             self.peer_id = ident.peer_id
-            self.store.peer_id = ident.peer_id  # its own blocks are pinned and announced
             try:
                 self.kubo_version = (await self.kubo.version()).version
             except KuboError:

@@ -3,9 +3,9 @@
 ``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CID checked by the
 client), in order, by one writer task. Who announces (docs/sidecar.md "Providing"):
 
-* a block this node created itself (``provide=True``: events, topics of its own
-  API commands; or an event whose ``publisher`` / a topic whose ``author`` is
-  this node, e.g. an event published for a requester, §6) is put, pinned
+* a block this node created itself (``provide=True``, from the core's
+  ``StoreBlock.own``: a topic version it authored, an event it published, also
+  for a requester, §6) is put, pinned
   *directly* (not recursively: that would pin, fetch and reprovide the whole
   parent chain) and announced at once with ``provide/once`` from a separate
   background queue, so dissemination never waits for the DHT (§5, §8); with
@@ -28,7 +28,6 @@ from collections.abc import Callable
 
 import anyio
 import anyio.abc
-import dag_cbor
 from multiformats import CID
 
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboUnavailable
@@ -55,8 +54,6 @@ class BlockStore:
         self._provides: deque[CID] = deque()
         self._provide_wake = anyio.Event()
         self._stored: set[CID] = set()
-        self.peer_id = ""
-        """This node's peer ID (set by the driver once Kubo answered ``id``)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self.stored = 0
         self.provided = 0
@@ -77,7 +74,7 @@ class BlockStore:
     def pending(self) -> int:
         return len(self._puts)
 
-    def store(self, cid: CID, data: bytes, *, provide: bool = True) -> None:
+    def store(self, cid: CID, data: bytes, *, provide: bool) -> None:
         """Queue a block for ``block/put`` (never blocks).
 
         ``provide``: this node's own block, pinned and announced; otherwise kept unpinned
@@ -88,21 +85,8 @@ class BlockStore:
         self._stored.add(cid)
         if len(self._stored) > 200_000:
             self._stored.clear()
-        self._puts.append((cid, data, provide or self._created_here(data)))
+        self._puts.append((cid, data, provide))
         self._put_wake.set()
-
-    def _created_here(self, data: bytes) -> bool:
-        """Is this an event published (topic authored) by this node? (§5, "Providing")."""
-        if not self.peer_id or self.peer_id.encode() not in data:
-            return False  # cheap: the peer ID is a text string in the dag-cbor bytes
-        try:
-            doc = dag_cbor.decode(data)
-        except Exception:  # not ours to judge here; the core already checked it
-            return False
-        if not isinstance(doc, dict):
-            return False
-        maker = doc.get("publisher", doc.get("author"))
-        return maker == self.peer_id
 
     async def _put_loop(self) -> None:
         while True:

@@ -381,6 +381,24 @@ def test_last_seen_keeps_the_newest_when_events_arrive_out_of_order() -> None:
     assert EventDescriptor.decode(net.store[r3.event_cid]).parent == e2
 
 
+def test_only_blocks_this_node_made_are_marked_own() -> None:
+    """The driver pins and announces ``own`` blocks only (docs/sidecar.md "Providing"):
+    the author's topic and events, the publisher's event made for a requester; never
+    a forwarded or delivered copy."""
+    net, topic, author, members = setup(6, options=ONLY_AUTHOR_RTP)
+    direct = net.call(author, "publish", topic, b"by the author").event_cid
+    asked = net.call(members[0], "publish", topic, b"requested")
+    assert asked.status == "requested"
+    net.run_for(3)
+    made = {b.cid for b in net.logs[author].stored if b.own}
+    assert {topic, direct} <= made
+    for_requester = [b for b in net.logs[author].stored if b"requested" in b.data]
+    assert for_requester and all(b.own for b in for_requester)  # published here
+    for p in members:
+        copies = [b for b in net.logs[p].stored if b.cid == direct or b"requested" in b.data]
+        assert len(copies) >= 2 and not any(b.own for b in copies)
+
+
 def test_s8_custom_linking_works() -> None:
     opts = TopicOptions(event_linking=EventLinking.CUSTOM)
     net, topic, author, members = setup(3, options=opts)

@@ -53,13 +53,18 @@ class SendRpc:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreBlock:
-    """Store these exact bytes as a dag-cbor block, pin it, provide it in the background.
+    """Store these exact bytes as a dag-cbor block (PROTOCOL.md §5 "Persistence").
 
-    Fire-and-forget: the core never waits for it (PROTOCOL.md §5 "Persistence", §8).
+    Fire-and-forget: the core never waits for it (§8). ``own``: a block this node
+    made (a topic version it authored, an event it published, also for a
+    requester): the driver pins and announces it; other blocks (forwarded,
+    delivered, recovered) are kept without pinning or announcing them
+    (docs/sidecar.md "Providing").
     """
 
     cid: CID
     data: bytes
+    own: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

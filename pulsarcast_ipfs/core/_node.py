@@ -956,7 +956,7 @@ class PulsarcastNode:
             return False
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
-        self._emit(StoreBlock(cid=cid, data=ev.encode()))
+        self._emit(StoreBlock(cid=cid, data=ev.encode(), own=ev.publisher == self.peer_id))
         self._note_recent(tree, cid, ev.created_ts, live=not recovered)
         self._forward(now, tree, cid, exclude=sender)
         self._offer(now, tree, cid, recovered)
@@ -1467,7 +1467,7 @@ class PulsarcastNode:
 
     def _store_topic(self, desc: TopicDescriptor) -> None:
         self._topic_blocks.put(desc.cid, desc)
-        self._emit(StoreBlock(cid=desc.cid, data=desc.encode()))
+        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=True))
 
     def create_topic(
         self,
@@ -1836,7 +1836,7 @@ class PulsarcastNode:
         cid = ev.cid
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
-        self._emit(StoreBlock(cid=cid, data=ev.encode()))
+        self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
         self._note_recent(tree, cid, ev.created_ts, live=True)
         self._record(
             now,

@@ -72,6 +72,7 @@ class _NodeLog:
     updates: list[TopicUpdated] = field(default_factory=list)
     records: list[MetricRecord] = field(default_factory=list)
     sent: list[SendRpc] = field(default_factory=list)
+    stored: list[StoreBlock] = field(default_factory=list)
 
 
 class CoreNet:
@@ -177,6 +178,7 @@ class CoreNet:
                 self._push(self.now + delay, "rpc", out.peer, (peer, out.rpc, out.data))
             elif isinstance(out, StoreBlock):
                 self.store[out.cid] = out.data
+                log.stored.append(out)
             elif isinstance(out, FetchBlock):
                 self.fetches += 1
                 self._push(self.now + self.fetch_latency, "block", peer, out.cid)
