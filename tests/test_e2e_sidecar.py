@@ -90,6 +90,31 @@ async def subscribe_all(sc: LocalSidecarCluster, topic: str, nodes: list[int]) -
         raise AssertionError(f"not every subscriber joined: {trees}") from None
 
 
+async def topic_with_relay(
+    sc: LocalSidecarCluster, name: str, candidates: list[int]
+) -> tuple[int, str, list[int], int]:
+    """A topic whose tree has a relay: one author among ``candidates``, the others
+    subscribed. Peer IDs are fresh on every run, so with ``routing_k=1`` a given
+    author may still end up with a star (each subscriber happens to keep the author
+    itself in the author's k-bucket); then the next candidate authors a new topic.
+    Returns the author, the topic, its subscribers and a forwarding non-root node."""
+    shapes = []
+    for author in candidates:
+        subs = [i for i in candidates if i != author]
+        topic = await create(sc, author, f"{name}-{author}")
+        await subscribe_all(sc, topic, subs)
+        for i in SIDECARS:
+            if not sc[i].is_running():
+                continue
+            st = await topic_status(sc, i, topic)
+            if st and st["children"] and st["role"] != "root":
+                return author, topic, subs, i
+        shapes.append(author)
+        for i in subs:
+            await ok(sc, i, "POST", f"/v1/topics/{topic}/unsubscribe")
+    pytest.fail(f"every tree was a star (authors tried: {shapes}); routing_k=1 gives relays")
+
+
 async def topic_status(sc: LocalSidecarCluster, i: int, topic: str) -> dict[str, Any] | None:
     status = await ok(sc, i, "GET", "/v1/status")
     for t in status["topics"]:
@@ -131,15 +156,14 @@ def assert_exactly_once(got: dict[int, list[dict[str, Any]]], want: set[str]) ->
 
 
 async def test_exactly_once_with_relays_and_depth(sc: LocalSidecarCluster) -> None:
-    topic = await create(sc, 0, "bulk")
-    subscribers = [1, 2, 3, 4, 5, 6]
-    await subscribe_all(sc, topic, subscribers)
-    publishers = [0, 1, 2]
+    author, topic, subscribers, _ = await topic_with_relay(sc, "bulk", [0, 1, 2, 3, 4, 5, 6])
+    publishers = [author, *subscribers[:2]]
+    counts = {author: 67, subscribers[0]: 67, subscribers[1]: 66}
     want: set[str] = set()
 
     async def publish_from(i: int) -> None:
         async with sc.client(i) as c:
-            for n in range(200 // 3 + (1 if i == 0 else 0) + (1 if i == 1 else 0)):
+            for n in range(counts[i]):
                 r = await c.post(f"/v1/topics/{topic}/publish", json={"text": f"{i}:{n}"})
                 assert r.status_code == 200, r.text
                 assert r.json()["status"] == "published"
@@ -404,23 +428,13 @@ async def test_restarted_subscriber_recovers(sc: LocalSidecarCluster) -> None:
 
 
 async def test_relay_killed_mid_stream(sc: LocalSidecarCluster) -> None:
-    topic = await create(sc, 0, "failover")
-    subs = [1, 2, 3, 4, 6, 7]
-    await subscribe_all(sc, topic, subs)
-    relay = None
-    for i in subs:
-        st = await topic_status(sc, i, topic)
-        if st and st["children"] and st["role"] != "root":
-            relay = i
-            break
-    if relay is None:
-        pytest.fail("no forwarding node in the tree to kill (routing_k=1 should give one)")
+    author, topic, subs, relay = await topic_with_relay(sc, "failover", [0, 1, 2, 3, 4, 6, 7])
     want: list[str] = []
     for n in range(60):
         if n == 20:
             await sc.kill_sidecar(relay)
         want.append(
-            (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"f{n}"}))[
+            (await ok(sc, author, "POST", f"/v1/topics/{topic}/publish", json={"text": f"f{n}"}))[
                 "event"
             ]
         )
