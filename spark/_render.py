@@ -92,6 +92,18 @@ def _label(name: Any, width: int = 28) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _run_label(run: Row) -> str:
+    """A run's tick label: its name wrapped at hyphens (long names such as
+    ``bench-20n-v2-latency`` overlapped their neighbours), then the system."""
+    lines: list[str] = []
+    for part in re.split(r"(?<=-)", str(run["run"])):
+        if lines and len(lines[-1]) + len(part) <= 14:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join([*lines, str(run["system"])])
+
+
 def _topic_axes(plt: Any, rows: Sequence[Row], title: str) -> tuple[Any, Any, list[int]]:
     """A figure with one horizontal band per topic, the first topic on top."""
     y = list(range(len(rows)))
@@ -171,7 +183,7 @@ def _na(ax: Any, x: Sequence[int], values: Sequence[Any]) -> None:
 def plot_comparison(runs: Sequence[Row], path: Path) -> None:
     """Side by side per run: coverage, latency, RPCs sent per node, bytes."""
     plt = _plt()
-    labels = [f"{r['run']}\n{r['system']}" for r in runs]
+    labels = [_run_label(r) for r in runs]
     x = list(range(len(runs)))
     fig, axes = plt.subplots(2, 2, figsize=(max(8.0, 1.6 * len(runs) + 4), 8.0))
 
