@@ -498,7 +498,8 @@ def _markdown(
         out.append(
             "Workload topics only: "
             + ", ".join(
-                f"`{r['run']}` also published {int(r['meta_events'] or 0):,} topic descriptors "
+                f"`{r['run']}` ({r['system']}) also published "
+                f"{int(r['meta_events'] or 0):,} topic descriptors "
                 f"on {int(r['meta_topics']):,} meta topics"
                 for r in ctl
             )
