@@ -254,6 +254,7 @@ def plot_comparison(runs: Sequence[Row], path: Path) -> None:
         w,
         label="network out (stats/bw)",
     )
+    _na(ax, [i + w / 2 for i in x], [r["cluster_bytes_out"] for r in runs])
     ax.set_title("bytes (MiB, whole cluster)", pad=20)
     _legend_top(ax, 4)
     for row in axes:

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JavaNotFound", "SessionConfig", "find_java", "get_session"]
+__all__ = [
+    "JavaNotFound",
+    "SessionConfig",
+    "default_driver_memory",
+    "find_java",
+    "get_session",
+]
 
 
 class JavaNotFound(RuntimeError):
@@ -24,11 +30,29 @@ class SessionConfig:
 
     master: str | None = None
     """``None``: ``local[*]`` unless ``spark-submit --master`` already chose one."""
-    driver_memory: str = "2g"
+    driver_memory: str | None = None
+    """``None``: :func:`default_driver_memory` (a quarter of this machine's memory)."""
     shuffle_partitions: int | None = None
     """``None``: in local mode, one per core (small local shuffles are dominated
     by per-task cost); on a cluster, Spark's default."""
     app_name: str = "pulsarcast-report"
+
+
+def default_driver_memory(physical_bytes: int | None = None) -> str:
+    """A quarter of the machine's physical memory, 2 to 8 GiB, as a Spark size.
+
+    In local mode the driver's heap holds the cached records and every
+    aggregation buffer; 2 GiB ran out of heap on the 7.3 million records of two
+    1,000-node simulator runs, while a quarter of a laptop's memory leaves the rest
+    to the Python side and the OS page cache.
+    """
+    if physical_bytes is None:
+        try:
+            physical_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            physical_bytes = 8 * 2**30
+    gib = max(2, min(8, physical_bytes // 4 // 2**30))
+    return f"{gib}g"
 
 
 def find_java() -> str:
@@ -79,7 +103,8 @@ def get_session(config: SessionConfig | None = None) -> SparkSession:
     elif not submitted:
         builder = builder.master("local[*]")
     if not submitted:
-        builder = builder.config("spark.driver.memory", cfg.driver_memory)
+        memory = cfg.driver_memory or default_driver_memory()
+        builder = builder.config("spark.driver.memory", memory)
         parts = cfg.shuffle_partitions
         if parts is None:
             parts = _local_cores(cfg.master or "local[*]")

@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
             out=str(cfg.out / "report"),
             master=None,
             format="md",
-            driver_memory="2g",
+            driver_memory=None,
             exclude_publisher=False,
             bucket=cfg.sample_interval,
             report_dir=None,

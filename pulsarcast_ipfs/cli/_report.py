@@ -39,9 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="md", choices=["md"], help="report format (md)")
     p.add_argument(
         "--driver-memory",
-        default="2g",
+        default=None,
         metavar="SIZE",
-        help="driver memory when Spark is started here (default 2g)",
+        help="driver memory when Spark is started here, e.g. 4g (default: a quarter of "
+        "this machine's memory, 2g to 8g)",
     )
     p.add_argument(
         "--exclude-publisher",
@@ -80,6 +81,12 @@ def _err(msg: str) -> int:
     return 1
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether a Spark (Py4J) failure was the JVM running out of heap."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "OutOfMemoryError" in text or "Java heap space" in text
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the report job; 0 on success, 1 with a message on a clear error."""
     try:
@@ -112,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
         result = job.run_report(session, cfg, progress=job.default_progress)
     except job.ReportError as exc:
         return _err(str(exc))
+    except Exception as exc:
+        if _out_of_memory(exc):
+            return _err(
+                "Spark ran out of memory; give the driver more with --driver-memory "
+                "(e.g. --driver-memory 8g), or run the job on a cluster (docs/metrics.md)"
+            )
+        raise
     finally:
         if owned:
             session.stop()
