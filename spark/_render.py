@@ -173,7 +173,7 @@ def plot_coverage(topics: Sequence[Row], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def _na(ax: Any, x: Sequence[int], values: Sequence[Any]) -> None:
+def _na(ax: Any, x: Sequence[float], values: Sequence[Any]) -> None:
     """Mark the runs whose value is undefined, so an empty slot is not read as 0."""
     for xi, v in zip(x, values, strict=True):
         if v is None:
