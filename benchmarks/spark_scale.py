@@ -203,7 +203,11 @@ def main() -> None:
     )
     ap.add_argument("--records", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--workdir", default=None, help="where to write (default: a temp dir)")
-    ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument(
+        "--driver-memory",
+        default=job.default_driver_memory(),
+        help="default: the report's, a quarter of this machine's memory (2g to 8g)",
+    )
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="spark-scale-"))
     cfg = job.SessionConfig(driver_memory=args.driver_memory)

@@ -19,7 +19,13 @@ from spark._pipeline import (
     run_report,
 )
 from spark._schema import json_schema, load_json_schema, spark_schema
-from spark._session import JavaNotFound, SessionConfig, find_java, get_session
+from spark._session import (
+    JavaNotFound,
+    SessionConfig,
+    default_driver_memory,
+    find_java,
+    get_session,
+)
 
 __all__ = [
     "ALL",
@@ -33,6 +39,7 @@ __all__ = [
     "ReportResult",
     "SessionConfig",
     "check_inputs",
+    "default_driver_memory",
     "default_progress",
     "find_java",
     "get_session",
