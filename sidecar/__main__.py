@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tampered events at this hop (default: on; off only for a network of "
         "1.0.0 peers)",
     )
+    p.add_argument(
+        "--announce",
+        choices=["auto", "pin", "provide-once"],
+        help="how own blocks are announced in the DHT: pinning (Kubo's provider announces "
+        "them) or pinning plus provide/once; auto (default) reads Kubo's Provide.Strategy",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 

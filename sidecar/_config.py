@@ -17,6 +17,7 @@ from typing import Any
 __all__ = ["ConfigError", "SidecarConfig", "load_config", "parse_hostport"]
 
 ENV_PREFIX = "PULSARCAST_"
+ANNOUNCE_MODES = ("auto", "pin", "provide-once")
 
 
 class ConfigError(ValueError):
@@ -69,6 +70,13 @@ class SidecarConfig:
     connect_backoff: float = 0.2
     """First retry delay; doubled on every attempt (capped at 5 s)."""
     fetch_timeout: float = 10.0
+    announce: str = "auto"
+    """How this node's own blocks get into the DHT (PROTOCOL.md §5 "Persistence";
+    docs/sidecar.md "Providing"). ``pin``: pin them and let Kubo announce them, as
+    its ``Provide.Strategy`` ``pinned``, ``roots`` or ``all`` does at once;
+    ``provide-once``: pin them and also call ``provide/once`` (for strategies that
+    would not announce a pin, such as ``mfs``); ``auto``: read Kubo's
+    ``Provide.Strategy`` at start and choose (``provide-once`` if it cannot be read)."""
     delivery_log_max: int = 100_000
     """Deliveries kept in the persisted log (older ones are rotated out)."""
     ping_interval: float = 5.0
@@ -104,6 +112,10 @@ class SidecarConfig:
             raise ConfigError("resource_interval: must not be negative")
         if self.connect_attempts < 1 or self.max_body < 1024 or self.delivery_log_max < 10:
             raise ConfigError("connect_attempts, max_body or delivery_log_max too small")
+        if self.announce not in ANNOUNCE_MODES:
+            raise ConfigError(
+                f"announce: expected one of {', '.join(ANNOUNCE_MODES)}, got {self.announce!r}"
+            )
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level: unknown level {self.log_level!r}")
         host, _ = parse_hostport(self.api)

@@ -50,7 +50,7 @@ from ._config import SidecarConfig
 from ._metrics import MetricsWriter, resource_records
 from ._routing import known_peers
 from ._state import StateError, StateStore
-from ._store import BlockStore
+from ._store import BlockStore, kubo_announces_pins
 from ._transport import PROTOCOL, Transport
 
 __all__ = ["Driver", "SigningFailed", "event_json"]
@@ -342,6 +342,24 @@ class Driver:
         self.state.save()
         self._dirty = False
 
+    async def _choose_announce(self) -> None:
+        """Whether own blocks also need ``provide/once`` after pinning (``announce``)."""
+        mode = self.config.announce
+        if mode == "auto":
+            try:
+                strategy = await self.kubo.config_get("Provide.Strategy")
+            except KuboError as exc:
+                log.warning("cannot read Kubo's Provide.Strategy (%s): using provide/once", exc)
+                mode = "provide-once"
+            else:
+                mode = "pin" if kubo_announces_pins(strategy) else "provide-once"
+                log.info(
+                    "Kubo Provide.Strategy=%s: own blocks announced by %s",
+                    "(default all)" if strategy is None else strategy,
+                    "pinning" if mode == "pin" else "pinning and provide/once",
+                )
+        self.store.provide_once = mode == "provide-once"
+
     # -- running -----------------------------------------------------------------------
 
     async def run(
@@ -355,6 +373,7 @@ class Driver:
                 self.kubo_version = (await self.kubo.version()).version
             except KuboError:
                 self.kubo_version = ""
+            await self._choose_announce()
             self.state.load(self.peer_id)
             self.metrics.open(self.peer_id)
             self._node = PulsarcastNode(

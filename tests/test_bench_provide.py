@@ -46,3 +46,23 @@ async def test_only_the_author_announces_a_pinned_event_block() -> None:
             # The subscriber's copy is served over bitswap, even with the publisher gone.
             await cluster.kill(author.index)
             assert await r.block_get(cid, max_wait=20) == block
+
+
+async def test_a_direct_pin_is_announced_without_provide_once() -> None:
+    """Under ``Provide.Strategy=pinned`` Kubo announces a block as soon as it is pinned
+    directly, so the sidecar's ``announce = "auto"`` skips ``provide/once`` (which
+    would announce it a second time)."""
+    block = dag_cbor.encode({"payload": os.urandom(64), "n": 2})
+    async with LocalCluster(config=ClusterConfig(nodes=3)) as cluster:
+        author, _, reader = cluster.nodes
+        async with author.client() as a, reader.client(routing_timeout=20.0) as r:
+            assert await a.config_get("Provide.Strategy") == "pinned"
+            cid = await a.block_put(block, pin=False)
+            await a.pin_add(cid, recursive=False)
+            found: set[str] = set()
+            with anyio.move_on_after(30):
+                while author.peer_id not in found:
+                    found = {p.peer_id for p in await r.find_providers(cid, count=20)}
+                    if author.peer_id not in found:
+                        await anyio.sleep(0.5)
+            assert author.peer_id in found, "a direct pin was never announced"

@@ -19,6 +19,7 @@ from sidecar import (
     openapi_document,
 )
 from sidecar.__main__ import build_parser, config_from_args
+from sidecar._store import kubo_announces_pins
 
 PEERS = [
     "12D3KooWLUe8GDfnZQjtqGdY26g5TqQanqS9WPzoPW4Vr6cvZmHo",
@@ -63,6 +64,7 @@ def test_file_env_flags_precedence(tmp_path: Path) -> None:
         ({"kubo_api": "127.0.0.1:5001"}, {}, None, "http://"),
         ({}, {}, "[sidecar]\nbogus = 1\n", "unknown key 'bogus'"),
         ({}, {}, "not = [toml", "not valid TOML"),
+        ({}, {"PULSARCAST_ANNOUNCE": "sometimes"}, None, "announce: expected one of"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(
@@ -74,6 +76,32 @@ def test_bad_configuration_is_a_clear_error(
         file.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(fragment)):
         load_config(file=file, env=env, flags=flags)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "announces"),
+    [
+        (None, True),  # not set: Kubo's default, "all"
+        ("", True),
+        ("all", True),
+        ("pinned", True),
+        ("roots", True),
+        ("pinned+mfs", True),
+        ("pinned+unique", True),
+        ("mfs", False),
+        ("nonsense", False),
+        (42, False),
+    ],
+)
+def test_which_kubo_provide_strategies_announce_a_pin(strategy: object, announces: bool) -> None:
+    assert kubo_announces_pins(strategy) is announces
+
+
+def test_announce_setting_from_flags_and_environment() -> None:
+    assert load_config(env={}).announce == "auto"
+    assert load_config(env={"PULSARCAST_ANNOUNCE": "pin"}).announce == "pin"
+    cfg = config_from_args(["--announce", "provide-once"])
+    assert cfg.announce == "provide-once"
 
 
 def test_token_allows_non_loopback() -> None:

@@ -317,6 +317,17 @@ class KuboClient:
             golang=str(doc.get("Golang", "")),
         )
 
+    async def config_get(self, key: str) -> Any:
+        """``config KEY``: the value set in the daemon's configuration, or ``None``
+        when the key is not set there (Kubo then uses its built-in default)."""
+        try:
+            doc = await self._json("config", [("arg", key)])
+        except KuboNotFound:
+            return None
+        if doc.get("Key") != key or "Value" not in doc:
+            raise KuboProtocolError(f"unexpected answer {doc!r}", endpoint="config")
+        return doc["Value"]
+
     # -- blocks, DAG, pins ----------------------------------------------------------
 
     async def block_put(self, data: bytes, *, pin: bool = False) -> CID:
