@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from pulsarcast_ipfs.cli import main as cli_main
 from pulsarcast_ipfs.cli._report import _out_of_memory
 from spark._session import default_driver_memory
 
@@ -32,3 +35,13 @@ def test_out_of_memory_is_recognised_in_a_py4j_message() -> None:
     )
     assert _out_of_memory(RuntimeError("Java heap space"))
     assert not _out_of_memory(RuntimeError("Path does not exist: file:/nowhere"))
+
+
+def test_report_refuses_a_malformed_driver_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rc = cli_main(["report", str(run), "--out", str(tmp_path / "o"), "--driver-memory", "lots"])
+    assert rc == 1
+    assert "--driver-memory: expected a size such as 4g" in capsys.readouterr().err

@@ -6,6 +6,7 @@ Also the entry point of ``spark-submit spark/report_job.py``; see docs/metrics.m
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -95,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
         return _err(f"the report needs the 'spark' extra (pyspark, matplotlib): {exc}")
     if args.bucket <= 0:
         return _err("--bucket must be positive")
+    if args.driver_memory is not None and not re.fullmatch(
+        r"[1-9][0-9]*[kmgt]?", args.driver_memory.lower()
+    ):
+        return _err(
+            f"--driver-memory: expected a size such as 4g or 512m, got {args.driver_memory!r}"
+        )
     cfg = job.ReportConfig(
         run_dirs=tuple(args.run_dirs),
         out=args.out,
