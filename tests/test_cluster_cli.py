@@ -44,7 +44,8 @@ def test_cli_up_status_down_from_separate_processes(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stderr
         again = _cli("cluster", "--state-dir", state, "up", "-n", "3")
         assert again.returncode == 1 and "already running" in again.stderr
-        status = _cli("cluster", "--state-dir", state, "status", "--json")
+        # --state-dir before the action or after it, as with ipfs' global options
+        status = _cli("cluster", "status", "--json", "--state-dir", state)
         assert status.returncode == 0, status.stderr
         doc = json.loads(status.stdout)
         assert [n["name"] for n in doc["nodes"]] == ["node0", "node1", "node2"]
@@ -53,7 +54,7 @@ def test_cli_up_status_down_from_separate_processes(tmp_path: Path) -> None:
         pids = [n["pid"] for n in doc["nodes"]]
         assert all(_running(p) for p in pids)
     finally:
-        down = _cli("cluster", "--state-dir", state, "down")
+        down = _cli("cluster", "down", "--state-dir", state)
     assert down.returncode == 0, down.stderr
     assert not any(_running(p) for p in pids)
     assert not (tmp_path / "state" / "nodes").exists()

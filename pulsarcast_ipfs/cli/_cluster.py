@@ -29,15 +29,15 @@ def add_parser(sub: Any) -> None:
         help="start, inspect and stop a local Kubo cluster",
         description="A local cluster of Kubo daemons on loopback, connected into a LAN DHT.",
     )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help=f"where the cluster's state and repos live (default: {default_state_dir()})",
-    )
+    state_help = f"where the cluster's state and repos live (default: {default_state_dir()})"
+    p.add_argument("--state-dir", type=Path, default=None, help=state_help)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    # --state-dir is also taken after the action (`cluster up -n 3 --state-dir D`);
+    # SUPPRESS keeps an omitted one from overwriting the value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS, help=state_help)
 
-    up = actions.add_parser("up", help="start N Kubo daemons and connect them")
+    up = actions.add_parser("up", help="start N Kubo daemons and connect them", parents=[common])
     up.add_argument("-n", "--nodes", type=int, default=4, help="number of nodes (default 4)")
     up.add_argument(
         "--toxiproxy",
@@ -55,11 +55,13 @@ def add_parser(sub: Any) -> None:
     )
     up.set_defaults(handler=_up)
 
-    status = actions.add_parser("status", help="show the running cluster's nodes")
+    status = actions.add_parser("status", help="show the running cluster's nodes", parents=[common])
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
 
-    down = actions.add_parser("down", help="stop every daemon and remove the cluster's files")
+    down = actions.add_parser(
+        "down", help="stop every daemon and remove the cluster's files", parents=[common]
+    )
     down.set_defaults(handler=_down)
 
 
