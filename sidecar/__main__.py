@@ -12,7 +12,7 @@ import anyio
 
 from pulsarcast_ipfs.kubo import KuboError
 
-from ._config import ConfigError, SidecarConfig, load_config
+from ._config import ANNOUNCE_MODES, ConfigError, SidecarConfig, load_config
 from ._driver import Driver
 from ._state import StateError
 
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--announce",
-        choices=["auto", "pin", "provide-once"],
+        choices=ANNOUNCE_MODES,
         help="how own blocks are announced in the DHT: pinning (Kubo's provider announces "
         "them) or pinning plus provide/once; auto (default) reads Kubo's Provide.Strategy",
     )

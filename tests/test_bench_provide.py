@@ -15,10 +15,26 @@ import os
 import anyio
 import dag_cbor
 import pytest
+from multiformats import CID
 
+from pulsarcast_ipfs.kubo import KuboClient
 from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubo, pytest.mark.cluster]
+
+
+async def providers_once_found(
+    reader: KuboClient, cid: CID, peer: str, deadline: float = 30.0
+) -> set[str]:
+    """The providers ``reader`` finds for ``cid``, asking again until ``peer`` is among
+    them or ``deadline`` seconds have passed (the caller asserts on the result)."""
+    found: set[str] = set()
+    with anyio.move_on_after(deadline):
+        while peer not in found:
+            found = {p.peer_id for p in await reader.find_providers(cid, count=20)}
+            if peer not in found:
+                await anyio.sleep(0.5)
+    return found
 
 
 async def test_only_the_author_announces_a_pinned_event_block() -> None:
@@ -35,12 +51,7 @@ async def test_only_the_author_announces_a_pinned_event_block() -> None:
             cid = await s.block_put(block, pin=False)
             assert await a.block_put(block, pin=True) == cid
             await a.provide_once(cid)
-            found: set[str] = set()
-            with anyio.move_on_after(30):
-                while author.peer_id not in found:
-                    found = {p.peer_id for p in await r.find_providers(cid, count=20)}
-                    if author.peer_id not in found:
-                        await anyio.sleep(0.5)
+            found = await providers_once_found(r, cid, author.peer_id)
             assert author.peer_id in found, "the author's provide/once was never found"
             assert subscriber.peer_id not in found
             # The subscriber's copy is served over bitswap, even with the publisher gone.
@@ -59,10 +70,5 @@ async def test_a_direct_pin_is_announced_without_provide_once() -> None:
             assert await a.config_get("Provide.Strategy") == "pinned"
             cid = await a.block_put(block, pin=False)
             await a.pin_add(cid, recursive=False)
-            found: set[str] = set()
-            with anyio.move_on_after(30):
-                while author.peer_id not in found:
-                    found = {p.peer_id for p in await r.find_providers(cid, count=20)}
-                    if author.peer_id not in found:
-                        await anyio.sleep(0.5)
+            found = await providers_once_found(r, cid, author.peer_id)
             assert author.peer_id in found, "a direct pin was never announced"
