@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=10_000)
     p.add_argument("--events", type=int, default=100_000)
     p.add_argument("--topics", type=int, default=None)
+    p.add_argument(
+        "--communities",
+        type=int,
+        default=1,
+        help="copies of the workload's users with their own topics (Workload.scale)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--latency", default="50ms")
@@ -57,13 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes,
         events=args.events,
         topics=args.topics,
+        communities=args.communities,
         seed=args.seed,
         rate=args.rate,
         latency=parse_latency(args.latency),
         grace=parse_duration(args.grace),
         rpc_records=args.rpc_records,
         signatures=args.signatures,
-        run=f"sim-scale-{args.nodes}-{args.events}",
+        run=f"sim-scale-{args.nodes}-{args.events}-c{args.communities}",
     )
     wall0 = time.perf_counter()
     last = [wall0]
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     log2n = math.log2(args.nodes)
     signed = "on" if args.signatures else "off"
     print(f"nodes                     {args.nodes:,} (signatures {signed})")
+    print(f"topics                    {len(sim.topic_names):,} ({args.communities:,} communities)")
     print(f"publish calls             {args.events:,} (published {s.events_published:,})")
     print(f"deliveries                {s.deliveries:,} (coverage {s.coverage_published:.4%})")
     print(f"duplicates                {s.duplicates:,}")

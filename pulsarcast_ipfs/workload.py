@@ -33,6 +33,16 @@ what is wrong) into a :class:`Workload`. :meth:`Workload.scale` maps it onto
   times; the per-topic and per-user proportions are kept and so is the order.
   When a user's profile is on several nodes, its events go to those nodes in
   turn, starting at a seeded offset over a seeded permutation of the replicas.
+- ``C`` communities (default 1) split the network into ``C`` copies of the
+  workload's population that share one DHT but not their topics: node ``i``
+  (replica ``r = i div U`` of user ``i mod U``) is in community ``r mod C``;
+  each community has its own instance ``<name>/<c>`` of every kept topic,
+  created by the creator's replica in that community (node ``u + c U``); a
+  node subscribes to its profile's topics in its community, and an event goes
+  to the instance of the community of the replica that publishes it. Needs
+  ``N >= C U``. With ``C`` = 1 nothing is renamed. It keeps the per-topic
+  subscriber counts of the original ``U``-user population while ``N`` grows,
+  which is what large runs with many small trees need (``docs/simulator.md``).
 
 This module is pure (no clocks, no global random); payloads are derived from
 the record and the seed by :meth:`Publication.payload`.
@@ -184,14 +194,23 @@ class Workload:
         topics: int | None = None,
         events: int | None = None,
         seed: int = 0,
+        communities: int = 1,
     ) -> ScaledWorkload:
         """Map the workload onto ``nodes`` nodes, ``topics`` topics and ``events`` events.
 
-        ``None`` keeps all topics / all events of the kept topics. The rule is in
-        the module docstring; it is deterministic in ``seed``.
+        ``None`` keeps all topics / all events of the kept topics; ``communities``
+        copies of the population each get their own instance of every topic. The
+        rule is in the module docstring; it is deterministic in ``seed``.
         """
         if not isinstance(nodes, int) or nodes < 1:
             raise WorkloadError(f"nodes must be a positive integer, got {nodes!r}")
+        if not isinstance(communities, int) or communities < 1:
+            raise WorkloadError(f"communities must be a positive integer, got {communities!r}")
+        if communities > 1 and nodes < communities * len(self.users):
+            raise WorkloadError(
+                f"{communities} communities of {len(self.users)} users need at least "
+                f"{communities * len(self.users)} nodes, got {nodes}"
+            )
         n_topics = len(self.topics)
         if topics is None:
             topics = n_topics
@@ -234,33 +253,48 @@ class Workload:
             replicas.append(h)
             turn.append(rng.randrange(len(h)))
 
+        def community(node: int) -> int:
+            return (node // n_users) % communities
+
+        def instance(name: str, c: int) -> str:
+            return name if communities == 1 else f"{name}/{c}"
+
         subscriptions: list[tuple[str, ...]] = []
         for i in range(nodes):
             users_here = range(i, n_users, nodes) if nodes <= n_users else (i % n_users,)
             subs = {s for u in users_here for s in self.users[u].subscriptions}
-            subscriptions.append(tuple(t.name for t in kept if t.name in subs))
+            c = community(i)
+            subscriptions.append(tuple(instance(t.name, c) for t in kept if t.name in subs))
 
         pubs: list[Publication] = []
-        per_topic: dict[str, int] = {t.name: 0 for t in kept}
+        per_topic: dict[str, int] = {
+            instance(t.name, c): 0 for c in range(communities) for t in kept
+        }
         length = len(stream)
         for j in range(events):
             internal_id, user, ev = stream[j * length // events]
             reps = replicas[user]
             node = reps[turn[user] % len(reps)]
             turn[user] += 1
-            per_topic[ev.topic] += 1
+            topic = instance(ev.topic, community(node))
+            per_topic[topic] += 1
             pubs.append(
                 Publication(
                     seq=j,
                     node=node,
-                    topic=ev.topic,
+                    topic=topic,
                     inject_id=f"{j}-{internal_id}",
                     event=ev,
                     user=self.users[user].name,
                 )
             )
         scaled_topics = tuple(
-            ScaledTopic(name=t.name, creator=t.creator % nodes, events=per_topic[t.name])
+            ScaledTopic(
+                name=instance(t.name, c),
+                creator=t.creator % nodes + c * n_users,
+                events=per_topic[instance(t.name, c)],
+            )
+            for c in range(communities)
             for t in kept
         )
         return ScaledWorkload(

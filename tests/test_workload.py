@@ -143,6 +143,35 @@ def test_event_count_and_topic_selection(w25k: Workload) -> None:
     assert len(big.publications) == 40_000
 
 
+def test_communities_split_the_population_and_the_topics(w25k: Workload) -> None:
+    one = w25k.scale(nodes=1000, events=3000, seed=1)
+    s = w25k.scale(nodes=1000, events=3000, seed=1, communities=5)
+    assert len(s.topics) == 5 * 23
+    assert s.topics[0].name == "reddit.com/0" and s.topics[23].name == "reddit.com/1"
+    for c in range(5):
+        for t, orig in zip(s.topics[23 * c : 23 * (c + 1)], w25k.topics, strict=True):
+            assert t.name == f"{orig.name}/{c}"
+            # created by the creator's replica in community c
+            assert t.creator == orig.creator + 100 * c
+            assert (t.creator // 100) % 5 == c
+            # each community holds 2 replicas of every user: a fifth of the subscribers
+            assert len(s.subscribers(t.name)) == len(one.subscribers(orig.name)) // 5
+    # node i subscribes to its profile's topics in its own community
+    for i in (0, 123, 999):
+        c = (i // 100) % 5
+        assert set(s.subscriptions[i]) == {f"{t}/{c}" for t in one.subscriptions[i]}
+    # same events, same publishers; each goes to its publisher's community
+    assert [p.node for p in s.publications] == [p.node for p in one.publications]
+    for p, q in zip(s.publications, one.publications, strict=True):
+        assert p.topic == f"{q.topic}/{(p.node // 100) % 5}"
+        assert p.topic in s.subscriptions[p.node] or q.topic not in one.subscriptions[q.node]
+    counts = collections.Counter(p.topic for p in s.publications)
+    assert all(t.events == counts[t.name] for t in s.topics)
+    assert sum(t.events for t in s.topics) == 3000
+    # the default is one community, without renaming
+    assert w25k.scale(nodes=1000, events=3000, seed=1, communities=1) == one
+
+
 def test_scaling_is_deterministic_in_the_seed(w25k: Workload) -> None:
     a = w25k.scale(nodes=300, events=2000, seed=7)
     b = w25k.scale(nodes=300, events=2000, seed=7)
@@ -167,6 +196,8 @@ def test_payloads(w25k: Workload) -> None:
         ({"nodes": 0}, "nodes must be"),
         ({"nodes": 5, "topics": 24}, "topics must be between 1 and 23"),
         ({"nodes": 5, "events": -1}, "events must be"),
+        ({"nodes": 500, "communities": 0}, "communities must be a positive integer"),
+        ({"nodes": 499, "communities": 5}, "5 communities of 100 users need at least 500"),
     ],
 )
 def test_scale_errors(w25k: Workload, kwargs: dict[str, int], message: str) -> None:

@@ -35,6 +35,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--nodes", type=int, default=100, help="number of nodes (default 100)")
     p.add_argument("--topics", type=int, default=None, help="keep the T largest topics")
+    p.add_argument(
+        "--communities",
+        type=int,
+        default=1,
+        help="copies of the workload's users, each with its own instance of every topic "
+        "(default 1; needs NODES >= C x users)",
+    )
     p.add_argument("--events", type=int, default=None, help="publish calls (default: workload's)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument("--k", type=int, default=20, help="Kademlia bucket size (default 20)")
@@ -94,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         config = SimConfig(
             nodes=args.nodes,
             topics=args.topics,
+            communities=args.communities,
             events=args.events,
             seed=args.seed,
             k=args.k,
@@ -109,7 +117,13 @@ def _run(args: argparse.Namespace) -> int:
             run=args.run or f"sim-{args.seed}",
         )
         workload = load_workload(args.workload)
-        workload.scale(nodes=config.nodes, topics=config.topics, events=0, seed=config.seed)
+        workload.scale(
+            nodes=config.nodes,
+            topics=config.topics,
+            events=0,
+            seed=config.seed,
+            communities=config.communities,
+        )
     except (SpecError, WorkloadError) as exc:
         return _fail(str(exc))
     out = Path(args.out)

@@ -148,6 +148,9 @@ class SimConfig:
     nodes: int = 100
     topics: int | None = None
     """Keep the T largest topics of the workload (``None``: all)."""
+    communities: int = 1
+    """Copies of the workload's population, each with its own instance of every topic
+    (``Workload.scale``); needs ``nodes`` >= communities x users."""
     events: int | None = None
     """Publish calls (``None``: as many as the workload has)."""
     seed: int = 1
@@ -261,7 +264,11 @@ class Simulation:
         self._gzip = gzip_records
         wl = workload if workload is not None else load_workload(c.workload)
         self.scaled: ScaledWorkload = wl.scale(
-            nodes=c.nodes, topics=c.topics, events=c.events, seed=c.seed
+            nodes=c.nodes,
+            topics=c.topics,
+            events=c.events,
+            seed=c.seed,
+            communities=c.communities,
         )
         n = c.nodes
         self.signers: dict[str, Ed25519Signer] = {}
@@ -773,6 +780,7 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
     return {
         "nodes": c.nodes,
         "topics": c.topics,
+        "communities": c.communities,
         "events": c.events,
         "seed": c.seed,
         "k": c.k,
