@@ -483,6 +483,80 @@ def test_s8_keep_alive_detects_dead_parent_and_rejoins_keeping_subtree() -> None
             assert res.event_cid in net.delivered(p), p
 
 
+def _relay_below_author(net: CoreNet, topic: CID, author: str, members: list[str]) -> str:
+    """A member whose parent is a relay (not the author) that has a closer alternative."""
+    return next(
+        p
+        for p in members
+        if (parent := net.nodes[p].topic_state(topic).parent) not in (None, author)
+        and any(dist(q, author) < dist(p, author) for q in net.peers if q not in (p, parent))
+    )
+
+
+def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
+    # dead_after=10: within the 8 s below, only lag (not silence) can move anyone
+    cfg = NodeConfig(ping_interval=1.0, dead_after=10, slow_parent_after=0.5)
+    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
+    child = _relay_below_author(net, topic, author, members)
+    slow = net.nodes[child].topic_state(topic).parent
+    assert slow is not None
+    slow_kids = set(net.nodes[slow].topic_state(topic).children)
+    before = len(net.delivered(child))
+    # every message to and from the slow node now takes 1.5 s more: alive, but lagging
+    net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
+    net.run_for(8)
+    for kid in slow_kids:
+        st = net.nodes[kid].topic_state(topic)
+        assert st.joined and st.parent not in (None, slow), kid
+    assert child not in net.nodes[slow].topic_state(topic).children  # it was told (LEAVE)
+    assert net.nodes[slow].topic_state(topic).joined  # the slow node itself stays subscribed
+    res = net.call(author, "publish", topic, b"fast again")
+    net.run_for(0.5)  # well below the slow link's 1.5 s
+    for p in members:
+        if p != slow:
+            assert res.event_cid in net.delivered(p), p
+    net.run_for(5)
+    assert res.event_cid in net.delivered(slow)
+    for p in members:
+        got = net.delivered(p, topic)
+        assert len(got) == len(set(got)), f"{p} saw a duplicate"
+    assert len(net.delivered(child)) == before + 1
+
+
+def test_a_lost_ping_is_not_lag() -> None:
+    cfg = NodeConfig(ping_interval=1.0, slow_parent_after=0.5)
+    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
+    child = _relay_below_author(net, topic, author, members)
+    parent = net.nodes[child].topic_state(topic).parent
+    lost: list[str] = []
+
+    def lose_first_ping(a: str, b: str, rpc: object) -> bool:
+        if (a, b) == (child, parent) and type(rpc).__name__ == "Ping" and not lost:
+            lost.append(a)
+            return True
+        return False
+
+    net.drop_if = lose_first_ping
+    net.run_for(4)
+    assert lost, "no PING was sent"
+    assert net.nodes[child].topic_state(topic).parent == parent  # the probe was answered
+
+
+def test_lagging_parent_is_kept_when_nobody_is_closer() -> None:
+    cfg = NodeConfig(ping_interval=1.0, dead_after=10, slow_parent_after=0.5)
+    net, topic, author, members = setup(12, config=cfg)
+    closest = min(members, key=lambda p: dist(p, author))
+    assert net.nodes[closest].topic_state(topic).parent == author
+    net.extra_delay = lambda a, b: 1.5 if author in (a, b) else 0.0  # the root itself lags
+    net.run_for(8)
+    st = net.nodes[closest].topic_state(topic)
+    assert st.joined and st.parent == author and not st.acting_root  # no better place
+    res = net.call(author, "publish", topic, b"slow but whole")
+    net.run_for(6)
+    for p in members:
+        assert res.event_cid in net.delivered(p), p
+
+
 def test_s8_root_failover_and_reconvergence() -> None:
     cfg = NodeConfig(ping_interval=1.0, suspect_ttl=5.0, root_recheck_interval=2.0)
     net, topic, author, members = setup(30, bucket_size=2, config=cfg)

@@ -207,6 +207,21 @@ class _JoinAttempt:
 
 
 @dataclass(slots=True, kw_only=True)
+class _PingWait:
+    """PINGs to a parent not answered yet (lag detection, ``slow_parent_after``)."""
+
+    since: float
+    """When the oldest unanswered PING was sent."""
+    sent: dict[int, float]
+    """nonce -> when it was sent (bounded)."""
+    probe_due: float | None = None
+    """A probe PING went out after ``since`` overran; unanswered by then: lagging."""
+
+    def due(self, slow_after: float) -> float:
+        return self.probe_due if self.probe_due is not None else self.since + slow_after
+
+
+@dataclass(slots=True, kw_only=True)
 class _Fetch:
     kind: Literal["event", "topic", "history"]
     tree: CID | None
@@ -329,6 +344,8 @@ class PulsarcastNode:
         self._known: dict[str, int] = {}  # peer -> keyspace position
         self._suspect: dict[str, float] = {}
         self._last_heard: dict[str, float] = {}
+        self._pings: dict[str, _PingWait] = {}  # parent -> PINGs it has not answered
+        self._lag_at: float | None = None  # when the next _PingWait falls due (or earlier)
         self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
         self._banned: dict[str, float] = {}  # peer -> until
@@ -484,6 +501,10 @@ class PulsarcastNode:
 
     def _join_next(self, now: float, tree: _Tree, tried: set[str]) -> None:
         hop = self._next_hop(now, tree, tried)
+        if hop is None and tree.parent is not None:
+            # Moving away from a lagging parent, and nobody else took us: stay with it.
+            tree.join = None
+            return
         if hop is None:
             # No live peer strictly closer to the author: act as root (§6 root failover)
             # and look again later (the author may return, peers may appear).
@@ -527,6 +548,7 @@ class PulsarcastNode:
         """A neighbour is gone: drop it from every tree, re-join where it was the parent."""
         self._suspect[peer] = now + self.config.suspect_ttl
         self._last_heard.pop(peer, None)
+        self._pings.pop(peer, None)
         for tree in list(self._trees.values()):
             changed = False
             if peer in tree.children:
@@ -783,7 +805,7 @@ class PulsarcastNode:
         elif isinstance(rpc, Ping):
             self._send(now, peer, Pong(nonce=rpc.nonce), None)
         elif isinstance(rpc, Pong):
-            pass
+            self._on_pong(now, peer, rpc)
         elif isinstance(rpc, Heads):
             self._on_heads(now, peer, rpc)
         elif isinstance(rpc, Join):
@@ -1359,6 +1381,9 @@ class PulsarcastNode:
                 at = tree.heads_due
                 if at is not None and at < best:
                     best = at
+        at = self._lag_at
+        if at is not None and (best is None or at < best):
+            best = at
         for f in self._fetches.values():
             if best is None or f.due < best:
                 best = f.due
@@ -1377,6 +1402,8 @@ class PulsarcastNode:
             self._heads_at = now + c.heads_interval
             self._heads_tick += 1
             self._heads_round(now)
+        if self._lag_at is not None and now >= self._lag_at:
+            self._check_lag(now)
         for tree in list(self._trees.values()):
             if tree.key not in self._trees:
                 continue
@@ -1421,17 +1448,72 @@ class PulsarcastNode:
                 else:
                     self._send_request(now, req)
 
+    def _ping(self, now: float, peer: str) -> None:
+        nonce = self._rng.getrandbits(62)
+        wait = self._pings.get(peer)
+        if wait is None:
+            self._pings[peer] = _PingWait(since=now, sent={nonce: now})
+            due = now + self.config.slow_parent_after
+            if self._lag_at is None or due < self._lag_at:
+                self._lag_at = due
+        elif len(wait.sent) < 8:
+            wait.sent[nonce] = now
+        self._send(now, peer, Ping(nonce=nonce), None)
+
+    def _on_pong(self, now: float, peer: str, rpc: Pong) -> None:
+        wait = self._pings.get(peer)
+        sent = wait.sent.get(rpc.nonce) if wait is not None else None
+        if sent is None:
+            return
+        if now - sent > self.config.slow_parent_after:
+            self._parent_lagging(now, peer)
+        else:
+            del self._pings[peer]
+            if not self._pings:
+                self._lag_at = None
+
+    def _check_lag(self, now: float) -> None:
+        """PINGs overran: probe once (a lost message is not lag), then call it lag."""
+        slow_after = self.config.slow_parent_after
+        for peer, wait in list(self._pings.items()):
+            if wait.due(slow_after) > now:
+                continue
+            if wait.probe_due is None:
+                wait.probe_due = now + slow_after
+                self._ping(now, peer)
+            else:
+                self._parent_lagging(now, peer)
+        self._lag_at = min((w.due(slow_after) for w in self._pings.values()), default=None)
+
+    def _parent_lagging(self, now: float, peer: str) -> None:
+        """§6 repair for a parent that answers too late: join a closer peer if there is
+        one; the laggard stays the parent until the new one accepts (then LEAVE)."""
+        self._pings.pop(peer, None)
+        self._suspect[peer] = now + self.config.suspect_ttl
+        for tree in list(self._trees.values()):
+            if tree.parent != peer or tree.join is not None:
+                continue
+            hop = self._next_hop(now, tree, (peer,))
+            if hop is None:
+                continue  # nobody better: keep the slow parent
+            tree.join = _JoinAttempt(
+                peer=hop, deadline=now + self.config.join_timeout, tried={peer, hop}
+            )
+            self._send(now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name)
+
     def _keep_alive(self, now: float) -> None:
         """§6 keep-alive: children PING parents; silence means the neighbour is dead."""
         c = self.config
         parents = {t.parent for t in self._trees.values() if t.parent is not None}
         dead_parent = c.dead_after * c.ping_interval
+        for peer in [p for p in self._pings if p not in parents]:
+            del self._pings[peer]
         for peer in sorted(parents):
             heard = self._last_heard.setdefault(peer, now)
             if now - heard > dead_parent:
                 self._peer_failed(now, peer)
             else:
-                self._send(now, peer, Ping(nonce=self._rng.getrandbits(62)), None)
+                self._ping(now, peer)
         dead_child = 2 * c.dead_after * c.ping_interval
         for tree in list(self._trees.values()):
             gone = [

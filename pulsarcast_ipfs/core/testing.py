@@ -122,6 +122,10 @@ class CoreNet:
         self.lost = 0
         self.drop_if: Callable[[str, str, Rpc], bool] | None = None
         """Test hook: ``drop_if(sender, receiver, rpc)`` true loses that message."""
+        self.extra_delay: Callable[[str, str], float] | None = None
+        """Test hook: ``extra_delay(sender, receiver)`` seconds added to each message on
+        that link (a slow link); such links stay first in, first out."""
+        self._link_last: dict[tuple[str, str], float] = {}
         self._heap: list[tuple[float, int, str, str, Any]] = []
         self._seq = 0
         for i, peer in enumerate(self.peers):
@@ -174,8 +178,13 @@ class CoreNet:
                 ):
                     self.lost += 1
                     continue
-                delay = self.latency * (1.0 + self.rng.random())
-                self._push(self.now + delay, "rpc", out.peer, (peer, out.rpc, out.data))
+                at = self.now + self.latency * (1.0 + self.rng.random())
+                extra = self.extra_delay(peer, out.peer) if self.extra_delay else 0.0
+                if extra:
+                    link = (peer, out.peer)
+                    at = max(at + extra, self._link_last.get(link, at))
+                    self._link_last[link] = at
+                self._push(at, "rpc", out.peer, (peer, out.rpc, out.data))
             elif isinstance(out, StoreBlock):
                 self.store[out.cid] = out.data
                 log.stored.append(out)
