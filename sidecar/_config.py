@@ -82,6 +82,10 @@ class SidecarConfig:
     ping_interval: float = 5.0
     heads_interval: float = 5.0
     join_timeout: float = 2.0
+    slow_parent_after: float = 1.0
+    """A tree parent that answers PINGs later than this (after a probe) is left for
+    another peer closer to the topic's author, if there is one (a slow or
+    bandwidth-starved node must not hold back its subtree; docs/protocol-notes.md)."""
     log_level: str = "info"
     require_signatures: bool = True
     """Sign what this node authors and publishes with its own key through Kubo
@@ -105,6 +109,7 @@ class SidecarConfig:
             "ping_interval",
             "heads_interval",
             "join_timeout",
+            "slow_parent_after",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")

@@ -104,6 +104,7 @@ class Driver:
             ping_interval=config.ping_interval,
             heads_interval=config.heads_interval,
             join_timeout=config.join_timeout,
+            slow_parent_after=config.slow_parent_after,
             fetch_timeout=config.fetch_timeout + 5.0,
             require_signatures=config.require_signatures,
         )

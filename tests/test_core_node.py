@@ -523,6 +523,22 @@ def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
     assert len(net.delivered(child)) == before + 1
 
 
+def test_a_late_event_from_the_parent_probes_it_at_once() -> None:
+    # keep-alive PINGs are a minute apart: only the late events can reveal the lag
+    cfg = NodeConfig(ping_interval=60.0, dead_after=10, slow_parent_after=0.5)
+    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
+    child = _relay_below_author(net, topic, author, members)
+    slow = net.nodes[child].topic_state(topic).parent
+    assert slow is not None
+    net.extra_delay = lambda a, b: 1.0 if slow in (a, b) else 0.0
+    first = net.call(author, "publish", topic, b"one").event_cid
+    net.run_for(4)  # late event (~1 s) -> probe, unanswered 0.5 s -> JOIN elsewhere
+    assert net.nodes[child].topic_state(topic).parent not in (None, slow)
+    second = net.call(author, "publish", topic, b"two").event_cid
+    net.run_for(0.5)
+    assert [first, second] == net.delivered(child, topic)[-2:]
+
+
 def test_a_lost_ping_is_not_lag() -> None:
     cfg = NodeConfig(ping_interval=1.0, slow_parent_after=0.5)
     net, topic, author, members = setup(30, config=cfg, bucket_size=4)

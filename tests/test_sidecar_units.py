@@ -65,6 +65,7 @@ def test_file_env_flags_precedence(tmp_path: Path) -> None:
         ({}, {}, "[sidecar]\nbogus = 1\n", "unknown key 'bogus'"),
         ({}, {}, "not = [toml", "not valid TOML"),
         ({}, {"PULSARCAST_ANNOUNCE": "sometimes"}, None, "announce: expected one of"),
+        ({}, {"PULSARCAST_SLOW_PARENT_AFTER": "0"}, None, "slow_parent_after: must be positive"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(

@@ -19,12 +19,13 @@ class NodeConfig:
     dead_after: int = 3
     """A parent is dead after this many ping intervals without hearing from it;
     a child after twice as many (children ping, parents only answer)."""
-    slow_parent_after: float = 2.0
+    slow_parent_after: float = 1.0
     """A parent that leaves a PING unanswered this long, and then a probe PING as long
     again, or answers one later than this, is lagging (an overloaded or
     bandwidth-starved link): the child joins another peer closer to the author, if
     there is one, and leaves the laggard once accepted (§6 repair, make before break);
-    the laggard is avoided for ``suspect_ttl``."""
+    the laggard is avoided for ``suspect_ttl``. An event from the parent that arrives
+    more than this after its ``created`` time sends the probe at once."""
     join_timeout: float = 2.0
     """A JOIN not acknowledged in time is retried through the next closest peer (§5)."""
     root_recheck_interval: float = 10.0

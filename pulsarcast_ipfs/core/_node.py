@@ -345,6 +345,7 @@ class PulsarcastNode:
         self._suspect: dict[str, float] = {}
         self._last_heard: dict[str, float] = {}
         self._pings: dict[str, _PingWait] = {}  # parent -> PINGs it has not answered
+        self._next_probe: dict[str, float] = {}  # parent -> no late-event probe before
         self._lag_at: float | None = None  # when the next _PingWait falls due (or earlier)
         self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
@@ -938,6 +939,8 @@ class PulsarcastNode:
         except DescriptorError:
             self._drop(now, "invalid", topic=tree.name, peer=peer)
             return
+        if peer == tree.parent and now - ev.created_ts > self.config.slow_parent_after:
+            self._probe_parent(now, peer)  # a late event: is the parent lagging?
         self._accept_event(now, tree, ev, sender=peer, recovered=False, block=rpc.topic_block)
 
     def _accept_event(
@@ -1472,6 +1475,22 @@ class PulsarcastNode:
             if not self._pings:
                 self._lag_at = None
 
+    def _probe_parent(self, now: float, peer: str) -> None:
+        """An event came from ``peer`` later than ``slow_parent_after`` after it was
+        created: PING it now; unanswered in ``slow_parent_after``, it is lagging.
+        (Clock skew or an old event only costs a PING: at most one per interval.)"""
+        wait = self._pings.get(peer)
+        if (wait is not None and wait.probe_due is not None) or self._next_probe.get(
+            peer, now
+        ) > now:
+            return
+        slow_after = self.config.slow_parent_after
+        self._next_probe[peer] = now + slow_after
+        self._ping(now, peer)
+        due = self._pings[peer].probe_due = now + slow_after
+        if self._lag_at is None or due < self._lag_at:
+            self._lag_at = due
+
     def _check_lag(self, now: float) -> None:
         """PINGs overran: probe once (a lost message is not lag), then call it lag."""
         slow_after = self.config.slow_parent_after
@@ -1508,6 +1527,8 @@ class PulsarcastNode:
         dead_parent = c.dead_after * c.ping_interval
         for peer in [p for p in self._pings if p not in parents]:
             del self._pings[peer]
+        for peer in [p for p in self._next_probe if p not in parents]:
+            del self._next_probe[peer]
         for peer in sorted(parents):
             heard = self._last_heard.setdefault(peer, now)
             if now - heard > dead_parent:
