@@ -57,11 +57,14 @@ async def test_partition_of_a_third_healed(sc: LocalSidecarCluster) -> None:
 async def test_slow_subscriber_does_not_hurt_the_others(sc: LocalSidecarCluster) -> None:
     res = await scenario_slow_subscriber(sc)
     check(res)
-    without = res.figures["others_p50_without_limit_s"]
-    with_limit = res.figures["others_p50_with_limit_s"]
     # Generous (shared, loaded machine): the others must not be dragged down to the
-    # slow node's pace, which is seconds behind at 2 KB/s.
-    assert with_limit <= max(5 * without, without + 1.0), res.describe()
+    # slow node's pace, which is seconds behind at 2 KB/s — neither typically (p50)
+    # nor in the tail (p95: the slow node's children, when it is a relay, move to
+    # another parent within a couple of seconds instead of staying behind it).
+    for q in ("p50", "p95"):
+        without = res.figures[f"others_{q}_without_limit_s"]
+        with_limit = res.figures[f"others_{q}_with_limit_s"]
+        assert with_limit <= max(5 * without, without + 0.5), (q, res.describe())
 
 
 async def test_unwritable_state_dir(sc: LocalSidecarCluster) -> None:

@@ -25,7 +25,8 @@ class NodeConfig:
     bandwidth-starved link): the child joins another peer closer to the author, if
     there is one, and leaves the laggard once accepted (§6 repair, make before break);
     the laggard is avoided for ``suspect_ttl``. An event from the parent that arrives
-    more than this after its ``created`` time sends the probe at once."""
+    more than half this after its ``created`` time sends a probe at once, which waits
+    four smoothed round trips of that link (0.25 s at least, this at most)."""
     join_timeout: float = 2.0
     """A JOIN not acknowledged in time is retried through the next closest peer (§5)."""
     root_recheck_interval: float = 10.0

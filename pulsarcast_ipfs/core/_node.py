@@ -64,7 +64,7 @@ import random
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from multiformats import CID
 
@@ -204,6 +204,11 @@ class _JoinAttempt:
     peer: str
     deadline: float
     tried: set[str]
+
+
+_MIN_PROBE_WAIT: Final = 0.25
+"""Seconds a probe PING after a late event waits at least (however short the link's
+round trip): scheduling hiccups of a loaded machine are not lag."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -346,6 +351,7 @@ class PulsarcastNode:
         self._last_heard: dict[str, float] = {}
         self._pings: dict[str, _PingWait] = {}  # parent -> PINGs it has not answered
         self._next_probe: dict[str, float] = {}  # parent -> no late-event probe before
+        self._srtt: dict[str, float] = {}  # parent -> smoothed PING round trip (in time)
         self._lag_at: float | None = None  # when the next _PingWait falls due (or earlier)
         self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
@@ -939,7 +945,7 @@ class PulsarcastNode:
         except DescriptorError:
             self._drop(now, "invalid", topic=tree.name, peer=peer)
             return
-        if peer == tree.parent and now - ev.created_ts > self.config.slow_parent_after:
+        if peer == tree.parent and now - ev.created_ts > self.config.slow_parent_after / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         self._accept_event(now, tree, ev, sender=peer, recovered=False, block=rpc.topic_block)
 
@@ -1468,17 +1474,22 @@ class PulsarcastNode:
         sent = wait.sent.get(rpc.nonce) if wait is not None else None
         if sent is None:
             return
-        if now - sent > self.config.slow_parent_after:
+        rtt = now - sent
+        if rtt > self.config.slow_parent_after:
             self._parent_lagging(now, peer)
         else:
+            srtt = self._srtt.get(peer)
+            self._srtt[peer] = rtt if srtt is None else 0.875 * srtt + 0.125 * rtt
             del self._pings[peer]
             if not self._pings:
                 self._lag_at = None
 
     def _probe_parent(self, now: float, peer: str) -> None:
-        """An event came from ``peer`` later than ``slow_parent_after`` after it was
-        created: PING it now; unanswered in ``slow_parent_after``, it is lagging.
-        (Clock skew or an old event only costs a PING: at most one per interval.)"""
+        """An event came from ``peer`` more than half ``slow_parent_after`` after it was
+        created: PING it now. Unanswered within four smoothed round trips of that link
+        (at least ``_MIN_PROBE_WAIT``, at most ``slow_parent_after``), it is lagging:
+        its PONG waits behind the backlog that makes its events late. Clock skew or an
+        old event only costs a PING (at most one per ``slow_parent_after``)."""
         wait = self._pings.get(peer)
         if (wait is not None and wait.probe_due is not None) or self._next_probe.get(
             peer, now
@@ -1486,8 +1497,10 @@ class PulsarcastNode:
             return
         slow_after = self.config.slow_parent_after
         self._next_probe[peer] = now + slow_after
+        srtt = self._srtt.get(peer)
+        patience = slow_after if srtt is None else min(slow_after, max(_MIN_PROBE_WAIT, 4 * srtt))
         self._ping(now, peer)
-        due = self._pings[peer].probe_due = now + slow_after
+        due = self._pings[peer].probe_due = now + patience
         if self._lag_at is None or due < self._lag_at:
             self._lag_at = due
 
@@ -1527,8 +1540,9 @@ class PulsarcastNode:
         dead_parent = c.dead_after * c.ping_interval
         for peer in [p for p in self._pings if p not in parents]:
             del self._pings[peer]
-        for peer in [p for p in self._next_probe if p not in parents]:
-            del self._next_probe[peer]
+        for table in (self._next_probe, self._srtt):
+            for peer in [p for p in table if p not in parents]:
+                del table[peer]
         for peer in sorted(parents):
             heard = self._last_heard.setdefault(peer, now)
             if now - heard > dead_parent:
