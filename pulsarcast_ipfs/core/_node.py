@@ -886,11 +886,19 @@ class PulsarcastNode:
         tree.recheck_at = None
         self._last_heard[peer] = now
         self._tree_changed(now, tree)
-        if old_parent is not None and old_parent != peer:
-            self._send(now, old_parent, Leave(topic=tree.key), tree.name)
         # Events published while outside the tree, then HEADS (repair after (re)join).
         for cid in tree.unsent:
             self._forward(now, tree, cid, exclude=None, only=peer)
+        if old_parent is not None and old_parent != peer:
+            # Moved away from a lagging parent (make before break): what we sent it
+            # lately may still sit in its backlog; the new parent gets the last few
+            # seconds' events at once (it drops those it has) rather than by HEADS
+            # and block fetches.
+            self._send(now, old_parent, Leave(topic=tree.key), tree.name)
+            horizon = now - 4 * self.config.slow_parent_after
+            for cid, created in list(tree.recent.items()):
+                if created >= horizon and cid not in tree.unsent:
+                    self._forward(now, tree, cid, exclude=None, only=peer)
         tree.unsent.clear()
         self._send_history(now, tree, peer)
 
