@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -517,13 +517,20 @@ async def _throttle(sc: LocalSidecarCluster, i: int, kbps: int | None) -> None:
                     await kubo.swarm_connect(node.multiaddr)
 
 
+STEADY_AFTER: Final = 3.0
+"""Seconds after a node is slowed down from which the others' latency must be back to
+normal (its children notice the lag and move to another parent within ~2 s)."""
+
+
 async def scenario_slow_subscriber(
     sc: LocalSidecarCluster, *, tag: str = "", events: int = 150, kbps: int = 2
 ) -> FaultResult:
     """One subscriber bandwidth-limited to ``kbps`` KB/s (Toxiproxy bandwidth toxic, all
     its connections through its proxy): the others' delivery latency (p50, p95, and
     how many of their deliveries took over a second) is compared with a phase without
-    the limit, and nothing may be lost anywhere. The slow node is the relay with the
+    the limit — p95 also for the events published ``STEADY_AFTER`` seconds after the
+    limit, and how long after it the others still saw a delivery take over a second
+    (``others_hurt_for_s``) — and nothing may be lost anywhere. The slow node is the relay with the
     most children in the tree of the first phase (node 8 if every subscriber hangs
     off the root), so its children must see it lag and move (``slow_parent_after``);
     the tree before and after is in the notes."""
@@ -537,9 +544,11 @@ async def scenario_slow_subscriber(
     late: list[str] = []
     slow = 8
     others = [i for i in subs if i != slow]
+    t_limit = 0.0
     for phase in ("without", "with"):
         if phase == "with":
             await _throttle(sc, slow, kbps)
+            t_limit = time.time()
         pub = Publishing(sc, topic, interval=0.2)
         async with anyio.create_task_group() as tg:
             for i in (author, other_publisher):
@@ -563,6 +572,28 @@ async def scenario_slow_subscriber(
             statistics.quantiles(lat, n=20)[-1] if len(lat) > 2 else float("nan")
         )
         figures[f"others_over_1s_{phase}_limit"] = float(sum(x > 1.0 for x in lat))
+        if phase == "with":
+            # Once the slow relay's children have noticed and moved (the first seconds
+            # after the limit): the steady state, and how long the others were hurt.
+            steady = [
+                float(d["delivered_at"]) - _created_ts(d["created"])
+                for i in others
+                for d in got.get(i, [])
+                if d["cid"] in want and _created_ts(d["created"]) >= t_limit + STEADY_AFTER
+            ]
+            figures["others_p95_steady_with_limit_s"] = (
+                statistics.quantiles(steady, n=20)[-1] if len(steady) > 2 else float("nan")
+            )
+            figures["others_hurt_for_s"] = max(
+                (
+                    _created_ts(d["created"]) - t_limit
+                    for i in others
+                    for d in got.get(i, [])
+                    if d["cid"] in want
+                    and float(d["delivered_at"]) - _created_ts(d["created"]) > 1.0
+                ),
+                default=0.0,
+            )
         t_first = min(
             (_created_ts(d["created"]) for ds in got.values() for d in ds if d["cid"] in want),
             default=0.0,
