@@ -17,7 +17,8 @@ def test_help() -> None:
     exe = Path(sys.executable).parent / "pulsarcast"
     res = subprocess.run([str(exe), "sim", "--help"], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
-    for option in ("--nodes", "--topics", "--events", "--seed", "--latency", "--crash", "--out"):
+    options = ("--nodes", "--topics", "--communities", "--events", "--seed", "--crash", "--out")
+    for option in options:
         assert option in res.stdout
 
 
@@ -31,6 +32,8 @@ def test_help() -> None:
         (["--restart", "soon"], "invalid duration"),
         (["--topics", "99"], "topics must be between 1 and 23"),
         (["--nodes", "0"], "--nodes must be at least 1"),
+        (["--nodes", "150", "--communities", "2"], "2 communities of 100 users need at least 200"),
+        (["--communities", "0"], "communities must be a positive integer"),
         (["--workload", "/nonexistent/w.jsonl"], "cannot read workload"),
     ],
 )
@@ -72,3 +75,29 @@ def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         rec = json.loads(line)
         validate_record(rec)
         assert rec["system"] == "sim" and rec["run"] == "sim-4"
+
+
+def test_communities_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(
+        [
+            "sim",
+            "--nodes", "200",
+            "--communities", "2",
+            "--topics", "2",
+            "--events", "40",
+            "--grace", "15s",
+            "--no-progress",
+            "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["communities"] == 2
+    assert summary["coverage_published"] == 1.0 and summary["duplicates"] == 0
+    topics = {
+        json.loads(line).get("topic")
+        for line in (out / "records.jsonl").read_text().splitlines()
+        if '"event_delivered"' in line
+    }
+    assert topics == {"reddit.com/0", "reddit.com/1", "politics/0", "politics/1"}
