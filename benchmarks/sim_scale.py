@@ -6,6 +6,8 @@ memory (max RSS), heap events and publish calls per wall second, tree depth
 (max, mean) and the maximum per-node fan-out against log2(N).
 
     .venv/bin/python benchmarks/sim_scale.py --nodes 10000 --events 100000
+    .venv/bin/python benchmarks/sim_scale.py --nodes 10000 --communities 100 \
+        --events 100000 --rate 1000 --grace 30s    # the run of docs/simulator.md
     .venv/bin/python benchmarks/sim_scale.py --nodes 2000 --events 2000 --out runs/scale
 
 Records are not written unless ``--out`` is given (they would be ~100 GB at
