@@ -524,6 +524,10 @@ class PulsarcastNode:
                 self._tree_changed(now, tree)
             return
         tried.add(hop)
+        self._send_join(now, tree, hop, tried)
+
+    def _send_join(self, now: float, tree: _Tree, hop: str, tried: set[str]) -> None:
+        """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails."""
         tree.join = _JoinAttempt(peer=hop, deadline=now + self.config.join_timeout, tried=tried)
         self._send(now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name)
 
@@ -1433,12 +1437,7 @@ class PulsarcastNode:
                     if hop is None:
                         tree.recheck_at = now + c.root_recheck_interval
                     else:
-                        tree.join = _JoinAttempt(
-                            peer=hop, deadline=now + c.join_timeout, tried={hop}
-                        )
-                        self._send(
-                            now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name
-                        )
+                        self._send_join(now, tree, hop, {hop})
         for tree in list(self._trees.values()):
             if tree.heads_due is not None and tree.heads_due <= now:
                 tree.heads_due = None
@@ -1470,9 +1469,7 @@ class PulsarcastNode:
         wait = self._pings.get(peer)
         if wait is None:
             self._pings[peer] = _PingWait(since=now, sent={nonce: now})
-            due = now + self.config.slow_parent_after
-            if self._lag_at is None or due < self._lag_at:
-                self._lag_at = due
+            self._lag_check_by(now + self.config.slow_parent_after)
         elif len(wait.sent) < 8:
             wait.sent[nonce] = now
         self._send(now, peer, Ping(nonce=nonce), None)
@@ -1508,7 +1505,10 @@ class PulsarcastNode:
         srtt = self._srtt.get(peer)
         patience = slow_after if srtt is None else min(slow_after, max(_MIN_PROBE_WAIT, 4 * srtt))
         self._ping(now, peer)
-        due = self._pings[peer].probe_due = now + patience
+        self._pings[peer].probe_due = now + patience
+        self._lag_check_by(now + patience)
+
+    def _lag_check_by(self, due: float) -> None:
         if self._lag_at is None or due < self._lag_at:
             self._lag_at = due
 
@@ -1536,10 +1536,7 @@ class PulsarcastNode:
             hop = self._next_hop(now, tree, (peer,))
             if hop is None:
                 continue  # nobody better: keep the slow parent
-            tree.join = _JoinAttempt(
-                peer=hop, deadline=now + self.config.join_timeout, tried={peer, hop}
-            )
-            self._send(now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name)
+            self._send_join(now, tree, hop, {peer, hop})
 
     def _keep_alive(self, now: float) -> None:
         """§6 keep-alive: children PING parents; silence means the neighbour is dead."""
