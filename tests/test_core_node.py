@@ -493,13 +493,20 @@ def _relay_below_author(net: CoreNet, topic: CID, author: str, members: list[str
     )
 
 
-def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
-    # dead_after=10: within the 8 s below, only lag (not silence) can move anyone
-    cfg = NodeConfig(ping_interval=1.0, dead_after=10, slow_parent_after=0.5)
+def _below_a_relay(*, ping_interval: float = 1.0) -> tuple[CoreNet, CID, str, list[str], str, str]:
+    """A 30-node tree, a member ``child`` and its relay parent ``slow`` (not the author;
+    ``child`` has another peer closer to the author). ``dead_after=10``: within the
+    few seconds these tests run, only lag (not silence) can move anyone."""
+    cfg = NodeConfig(ping_interval=ping_interval, dead_after=10, slow_parent_after=0.5)
     net, topic, author, members = setup(30, config=cfg, bucket_size=4)
     child = _relay_below_author(net, topic, author, members)
     slow = net.nodes[child].topic_state(topic).parent
     assert slow is not None
+    return net, topic, author, members, child, slow
+
+
+def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
+    net, topic, author, members, child, slow = _below_a_relay()
     slow_kids = set(net.nodes[slow].topic_state(topic).children)
     before = len(net.delivered(child))
     # every message to and from the slow node now takes 1.5 s more: alive, but lagging
@@ -525,11 +532,7 @@ def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
 
 def test_a_late_event_from_the_parent_probes_it_at_once() -> None:
     # keep-alive PINGs are a minute apart: only the late events can reveal the lag
-    cfg = NodeConfig(ping_interval=60.0, dead_after=10, slow_parent_after=0.5)
-    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
-    child = _relay_below_author(net, topic, author, members)
-    slow = net.nodes[child].topic_state(topic).parent
-    assert slow is not None
+    net, topic, author, _, child, slow = _below_a_relay(ping_interval=60.0)
     net.extra_delay = lambda a, b: 1.0 if slow in (a, b) else 0.0
     first = net.call(author, "publish", topic, b"one").event_cid
     net.run_for(4)  # late event (~1 s) -> probe, unanswered 0.5 s -> JOIN elsewhere
@@ -541,12 +544,8 @@ def test_a_late_event_from_the_parent_probes_it_at_once() -> None:
 
 def test_a_publisher_behind_a_lagging_parent_pushes_its_recent_events_to_the_new_one() -> None:
     # Block fetches are slow here (3 s), so only the push on the switch is fast.
-    cfg = NodeConfig(ping_interval=1.0, dead_after=10, slow_parent_after=0.5)
-    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
+    net, topic, author, members, child, slow = _below_a_relay()
     net.fetch_latency = 3.0
-    child = _relay_below_author(net, topic, author, members)
-    slow = net.nodes[child].topic_state(topic).parent
-    assert slow is not None
     # (the slow node's other children switch too; one that moves after the event
     # passed its new parent recovers it through HEADS and a fetch, not checked here)
     siblings = set(net.nodes[slow].topic_state(topic).children) - {child}
@@ -561,10 +560,7 @@ def test_a_publisher_behind_a_lagging_parent_pushes_its_recent_events_to_the_new
 
 
 def test_a_lost_ping_is_not_lag() -> None:
-    cfg = NodeConfig(ping_interval=1.0, slow_parent_after=0.5)
-    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
-    child = _relay_below_author(net, topic, author, members)
-    parent = net.nodes[child].topic_state(topic).parent
+    net, topic, _, _, child, parent = _below_a_relay()
     lost: list[str] = []
 
     def lose_first_ping(a: str, b: str, rpc: object) -> bool:
