@@ -46,12 +46,14 @@ def topic(**kw: object) -> TopicDescriptor:
     return TopicDescriptor.new(**args)  # type: ignore[arg-type]
 
 
+_C1, _C2 = compute_cid(b"one"), compute_cid(b"two")
+
+
 def event(t: TopicDescriptor, **kw: object) -> EventDescriptor:
     args: dict[str, object] = {
         "topic": t.cid,
         "author": PEERS[2],
         "publisher": PEERS[1],
-        "parent": None,
         "payload": b"hello",
         "created": format_created(NOW),
     }
@@ -83,10 +85,11 @@ def test_topic_wire_shape_is_exactly_the_spec() -> None:
 
 def test_event_wire_shape_and_cid() -> None:
     t = topic()
-    e = event(t, parent=compute_cid(b"x"))
+    e = event(t, parents=(compute_cid(b"x"),), clock=3)
     obj = dag_cbor.decode(e.encode())
-    assert set(obj) == {"topic", "author", "publisher", "parent", "payload", "metadata"}
-    assert obj["metadata"] == {"created": format_created(NOW), "protocolVersion": "1.0.0"}
+    assert set(obj) == {"topic", "author", "publisher", "parents", "clock", "payload", "metadata"}
+    assert obj["parents"] == [compute_cid(b"x")] and obj["clock"] == 3
+    assert obj["metadata"] == {"created": format_created(NOW), "protocolVersion": "2.0.0"}
     expected = CID("base32", 1, "dag-cbor", multihash.digest(e.encode(), "sha2-256"))
     assert e.cid == expected
     assert str(e.cid).startswith("bafyrei")
@@ -141,12 +144,38 @@ def test_topic_strict_decoding(mutation: object, message: str) -> None:
         (lambda o: o.__setitem__("publisher", PEERS[0] + "x"), "publisher"),
         (lambda o: o["metadata"].pop("created"), "missing"),
         (lambda o: o["metadata"].__setitem__("protocolVersion", 1), "protocolVersion"),
+        (lambda o: o.__setitem__("parents", None), "parents"),
+        (lambda o: o.__setitem__("clock", 1), "clock is 0 exactly"),
+        (lambda o: o.__setitem__("clock", -1), "clock"),
+        (lambda o: o.__setitem__("clock", 1.5), "clock"),
+        (lambda o: o.update(parents=[_C1, _C1], clock=1), "distinct"),
+        (lambda o: o.update(parents=sorted([_C1, _C2], key=bytes, reverse=True), clock=1), "order"),
+        (lambda o: o.update(parents=[compute_cid(b"%d" % i) for i in range(17)], clock=1), "16"),
+        (
+            lambda o: o.update(parents=[CID.decode(b"\x01\x55\x12\x20" + bytes(32))], clock=1),
+            "link",
+        ),
+        (lambda o: o.pop("clock"), "missing fields"),
     ],
 )
 def test_event_strict_decoding(mutation: object, message: str) -> None:
     bad = _mutate(event(topic()).encode(), mutation)
     with pytest.raises(DescriptorError, match=message):
         EventDescriptor.decode(bad)
+
+
+def test_protocol_1_events_get_a_clear_error() -> None:
+    """Protocol 1 events (one ``parent`` link) are refused, saying why (issue 12);
+    protocol 1 topic descriptors have the same shape and are still read."""
+    obj = dag_cbor.decode(event(topic()).encode())
+    del obj["parents"], obj["clock"]
+    obj["parent"] = None
+    obj["metadata"]["protocolVersion"] = "1.0.0"
+    with pytest.raises(DescriptorError, match="protocol 1 .*upgrade the publishing node"):
+        EventDescriptor.decode(dag_cbor.encode(obj))
+    old = dag_cbor.decode(topic().encode())
+    old["metadata"]["protocolVersion"] = "1.0.0"
+    assert TopicDescriptor.decode(dag_cbor.encode(old)).protocol_version == "1.0.0"
 
 
 def test_non_canonical_bytes_rejected() -> None:
@@ -243,7 +272,8 @@ def test_event_round_trip_property(
         payload=payload,
         author=author,
         publisher=publisher,
-        parent=compute_cid(payload) if has_parent else None,
+        parents=(compute_cid(payload),) if has_parent else (),
+        clock=7 if has_parent else 0,
     )
     assert EventDescriptor.decode(e.encode(), expected_cid=e.cid) == e
     assert EventDescriptor.decode(e.encode()).payload == payload

@@ -120,7 +120,7 @@ def test_public_names_complete() -> None:
     exported = set(core.__all__)
     for name in exported:
         assert hasattr(core, name), name
-    for modname in ("_errors", "_io", "_codec", "_config", "_node", "_descriptors"):
+    for modname in ("_errors", "_io", "_codec", "_config", "_node", "_descriptors", "_history"):
         mod = getattr(core, modname)
         for name in getattr(mod, "__all__", []):
             assert name in exported, f"{modname}.{name} not exported"

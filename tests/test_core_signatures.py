@@ -87,7 +87,6 @@ class World:
             topic=version if version is not None else topic,
             author=author,
             publisher=publisher,
-            parent=None,
             payload=payload,
             created=format_created(self.net.now),
             protocol_version=SIGNED_VERSION,
@@ -197,7 +196,8 @@ def test_tampered_payload_with_recomputed_cid_refused(world: World) -> None:
         topic=real.topic,
         author=real.author,
         publisher=real.publisher,
-        parent=real.parent,
+        parents=real.parents,
+        clock=real.clock,
         payload=b"pay 1000",
         created=real.created,
         protocol_version=SIGNED_VERSION,
@@ -211,7 +211,8 @@ def test_tampered_payload_with_recomputed_cid_refused(world: World) -> None:
         topic=real.topic,
         author=real.author,
         publisher=real.publisher,
-        parent=real.cid,
+        parents=(real.cid,),
+        clock=real.clock + 1,
         payload=real.payload,
         created=real.created,
         protocol_version=SIGNED_VERSION,
@@ -227,7 +228,6 @@ def test_unsigned_event_refused(world: World) -> None:
         topic=w.open,
         author=w.mallory,
         publisher=w.mallory,
-        parent=None,
         payload=b"1.0.0",
         created=format_created(w.net.now),
     )
@@ -332,7 +332,6 @@ def _request(w: World, signature: bytes | None) -> RequestToPublish:
         request_id=f"{w.requester}/forged",
         author=w.requester,
         payload=b"in REQUESTER's name",
-        parent=None,
         created=created,
         signature=signature,
     )
@@ -417,7 +416,7 @@ def test_api_commands_wait_for_signatures_and_queue_in_order() -> None:
     assert r1.event_cid is not None and r2.event_cid is not None
     history = node.history(topic)
     assert [c for c, _ in history.events] == [r2.event_cid, r1.event_cid]
-    assert history.events[0][1].parent == r1.event_cid
+    assert history.events[0][1].parents == (r1.event_cid,)
 
 
 def test_a_failed_or_wrong_signature_fails_the_operation_with_a_clear_error() -> None:
@@ -545,7 +544,6 @@ def test_requests_queued_behind_signatures_still_make_one_chain() -> None:
                 request_id=f"{r.peer_id}/{i}",
                 author=r.peer_id,
                 payload=payload,
-                parent=None,
                 created=created,
                 signature=r.sign(statement),
             ),
@@ -558,8 +556,8 @@ def test_requests_queued_behind_signatures_still_make_one_chain() -> None:
         if isinstance(ev := decode_descriptor(data), EventDescriptor) and ev.topic == topic
     ]
     assert sorted(ev.author for ev in events) == sorted(r.peer_id for r in requesters)
-    first, second = sorted(events, key=lambda ev: ev.parent is not None)
-    assert first.parent is None and second.parent == first.cid
+    first, second = sorted(events, key=lambda ev: ev.clock)
+    assert first.parents == () and second.parents == (first.cid,)
     assert [c for c, _ in node.history(topic).events] == [second.cid, first.cid]
 
 

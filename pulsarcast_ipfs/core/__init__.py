@@ -26,6 +26,7 @@ from ._codec import (
 )
 from ._config import NodeConfig
 from ._descriptors import (
+    MAX_PARENTS,
     MAX_PAYLOAD_SIZE,
     PROTOCOL_VERSION,
     SIGNED_VERSION,
@@ -40,6 +41,7 @@ from ._descriptors import (
     decode_descriptor,
     format_created,
     parse_created,
+    sort_parents,
 )
 from ._errors import (
     DescriptorError,
@@ -49,6 +51,7 @@ from ._errors import (
     RemoteProtocolError,
     UnknownTopic,
 )
+from ._history import HistoryKey, HistoryOrder, RetentionPolicy, TopicHistory
 from ._io import (
     Deliver,
     DisconnectPeer,
@@ -58,6 +61,7 @@ from ._io import (
     Output,
     Pending,
     PublishResult,
+    ReleaseBlocks,
     Role,
     SendRpc,
     SignRequest,
@@ -78,6 +82,7 @@ __all__ = [
     "KUBO_SIGN_PREFIX",
     "MAX_FRAME_SIZE",
     "MAX_HEADS",
+    "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
     "SIGNED_VERSION",
@@ -91,6 +96,8 @@ __all__ = [
     "FetchBlock",
     "FrameDecoder",
     "Heads",
+    "HistoryKey",
+    "HistoryOrder",
     "HistoryPage",
     "Join",
     "JoinAck",
@@ -107,9 +114,11 @@ __all__ = [
     "PublishResult",
     "PulsarcastError",
     "PulsarcastNode",
+    "ReleaseBlocks",
     "RemoteProtocolError",
     "RequestAck",
     "RequestToPublish",
+    "RetentionPolicy",
     "Role",
     "Rpc",
     "SendRpc",
@@ -117,6 +126,7 @@ __all__ = [
     "SignatureError",
     "StoreBlock",
     "TopicDescriptor",
+    "TopicHistory",
     "TopicOptions",
     "TopicState",
     "TopicUpdated",
@@ -131,5 +141,6 @@ __all__ = [
     "format_created",
     "parse_created",
     "peer_public_key",
+    "sort_parents",
     "verify_signature",
 ]

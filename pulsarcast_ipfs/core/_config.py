@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from ._codec import MAX_FRAME_SIZE
 from ._errors import LocalProtocolError
+from ._history import RetentionPolicy
 
 __all__ = ["NodeConfig"]
 
@@ -86,14 +87,24 @@ class NodeConfig:
     rpc_records: bool = True
     """Emit ``rpc_sent`` / ``rpc_received`` metric records."""
     require_signatures: bool = False
-    """Sign what this node authors and publishes (protocolVersion 1.1.0, through
-    ``SignRequest`` outputs) and drop unsigned (1.0.0) events, topic versions and
-    requests to publish (docs/security.md "Signatures"). 1.1.0 signatures are
+    """Sign what this node authors and publishes (protocolVersion 2.1.0, through
+    ``SignRequest`` outputs) and drop unsigned (2.0.0) events, topic versions and
+    requests to publish (docs/security.md "Signatures"). Signatures are
     verified whatever this says. Needs an Ed25519 peer ID."""
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """What a subscriber (or the author, or a reader) keeps of each topic's history
+    (``StoreBlock.retain``; evicted events come in ``ReleaseBlocks``)."""
+    reader_ttl: float = 300.0
+    """A node that reads a topic's history without subscribing (``read``) stays in
+    its tree this long after the last read."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "retention":
+                if not isinstance(value, RetentionPolicy):
+                    raise LocalProtocolError("retention must be a RetentionPolicy")
+                continue
             if f.name in ("rpc_records", "require_signatures"):
                 if not isinstance(value, bool):
                     raise LocalProtocolError(f"{f.name} must be a bool")

@@ -18,10 +18,19 @@ Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
                           "allowedPublishers": {"enabled": bool, "peers": [peer-id]},
                           "requestToPublish": {"enabled": bool, "peers": [peer-id]},
                           "eventLinking": "LAST_SEEN" | "CUSTOM"}}
-    event = {"topic": CID, "author": peer-id, "publisher": peer-id, "parent": CID | null,
+    event = {"topic": CID, "author": peer-id, "publisher": peer-id,
+             "parents": [CID, ...], "clock": int,
              "payload": bytes, "metadata": {"created": str, "protocolVersion": str}}
 
-``protocolVersion`` ``"1.1.0"`` (docs/security.md "Signatures") adds a
+Protocol 2 (docs/protocol-notes.md "History DAG"): an event links *every* head its
+publisher knows (``parents``: at most :data:`MAX_PARENTS` distinct CIDs in ascending
+byte order, empty for the first event) and carries a Lamport ``clock``: 0 without
+parents, else greater than every parent's (the publisher writes 1 + the largest).
+The history order is ``(clock, CID bytes)``. Protocol 1 events (one ``parent``) are
+refused with a clear error; protocol 1 topic descriptors (same shape) are read as
+they are.
+
+``protocolVersion`` ``"2.1.0"`` (and ``"1.1.0"`` for topics; docs/security.md "Signatures") adds a
 ``"signature": bytes`` (64, Ed25519 by ``author``) to a topic and a
 ``"signatures": {"author": bytes, "publisher": bytes}`` map to an event; ``"1.0.0"``
 has neither. A signature is over :meth:`~TopicDescriptor.signing_bytes` (the
@@ -41,9 +50,10 @@ import base64
 import dataclasses
 import enum
 import functools
+import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
@@ -56,6 +66,7 @@ from . import _dagcbor
 from ._errors import DescriptorError, LocalProtocolError
 
 __all__ = [
+    "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
     "SIGNED_VERSION",
@@ -70,13 +81,22 @@ __all__ = [
     "decode_descriptor",
     "format_created",
     "parse_created",
+    "sort_parents",
 ]
 
-PROTOCOL_VERSION: Final = "1.0.0"
+PROTOCOL_VERSION: Final = "2.0.0"
 """The unsigned ``protocolVersion`` (PROTOCOL.md §4), written when signatures are off."""
-SIGNED_VERSION: Final = "1.1.0"
+SIGNED_VERSION: Final = "2.1.0"
 """The signed ``protocolVersion`` (docs/security.md "Signatures")."""
-SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION})
+SIGNED_VERSIONS: Final = frozenset({"1.1.0", SIGNED_VERSION})
+"""Versions whose descriptors carry signatures."""
+EVENT_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION})
+"""Event descriptors: protocol 2 only (multi-parent links and a clock)."""
+SUPPORTED_VERSIONS: Final = EVENT_VERSIONS | {"1.0.0", "1.1.0"}
+"""Topic descriptors: protocol 1 topics have the same shape and are read as they are."""
+MAX_PARENTS: Final = 16
+"""Most parents an event links (a LAST_SEEN publisher links its newest heads)."""
+MAX_CLOCK: Final = 2**53
 SIGNATURE_SIZE: Final = 64
 MAX_PAYLOAD_SIZE: Final = 512 * 1024
 """Largest event payload, so that an EVENT frame fits the default frame limit."""
@@ -92,12 +112,13 @@ _MAX_TS: Final = 253402300799.0  # 9999-12-31T23:59:59Z
 
 
 class EventLinking(enum.StrEnum):
-    """How a publisher chooses an event's ``parent`` (PROTOCOL.md §5 "Event linking")."""
+    """How a publisher chooses an event's ``parents`` (PROTOCOL.md §5 "Event linking")."""
 
     LAST_SEEN = "LAST_SEEN"
-    """``parent`` is the most recent event the publisher has seen in the topic."""
+    """``parents`` are the heads the publisher knows in the topic (its newest
+    :data:`MAX_PARENTS`): events it has seen that no event it has seen links."""
     CUSTOM = "CUSTOM"
-    """``parent`` is named by the publish call; it must exist in the same topic."""
+    """The one parent is named by the publish call; it must exist in the same topic."""
 
 
 def compute_cid(data: bytes) -> CID:
@@ -237,14 +258,15 @@ def _signature(value: object, where: str) -> bytes:
 
 
 def _check_signed(version: str, signatures: Sequence[bytes | None], *, draft: bool) -> None:
-    """1.0.0: no signature; 1.1.0: all of them (or none: a draft being signed)."""
+    """x.0.0: no signature; x.1.0: all of them (or none: a draft being signed)."""
     given = [sig for sig in signatures if sig is not None]
-    if version == PROTOCOL_VERSION and given:
-        raise ValueError(f"protocolVersion {PROTOCOL_VERSION} descriptors carry no signatures")
-    if version == SIGNED_VERSION and given and len(given) != len(signatures):
+    signed = version in SIGNED_VERSIONS
+    if not signed and given:
+        raise ValueError(f"protocolVersion {version} descriptors carry no signatures")
+    if signed and given and len(given) != len(signatures):
         raise ValueError("every signature or none (a draft)")
-    if version == SIGNED_VERSION and not given and not draft:
-        raise ValueError(f"protocolVersion {SIGNED_VERSION} descriptors must be signed")
+    if signed and not given and not draft:
+        raise ValueError(f"protocolVersion {version} descriptors must be signed")
     for sig in given:
         _signature(sig, "signature")
 
@@ -278,17 +300,36 @@ def _exact_keys(obj: object, keys: set[str], where: str) -> dict[str, Any]:
     return obj
 
 
-def _check_version(metadata: object) -> str:
+def _check_version(metadata: object, supported: frozenset[str] = SUPPORTED_VERSIONS) -> str:
     if not isinstance(metadata, dict):
         raise DescriptorError("metadata: expected a map")
     version = metadata.get("protocolVersion")
     if not isinstance(version, str):
         raise DescriptorError("metadata.protocolVersion: expected a string")
-    if version not in SUPPORTED_VERSIONS:
+    if version not in supported:
+        if supported is EVENT_VERSIONS and version in SUPPORTED_VERSIONS:
+            raise DescriptorError(
+                f"event protocolVersion {version!r} is protocol 1 (one 'parent' link), "
+                f"which protocol 2 nodes do not read: upgrade the publishing node "
+                f"(supported: {sorted(supported)}; docs/protocol-notes.md)"
+            )
         raise DescriptorError(
-            f"unsupported protocolVersion {version!r} (supported: {sorted(SUPPORTED_VERSIONS)})"
+            f"unsupported protocolVersion {version!r} (supported: {sorted(supported)})"
         )
     return version
+
+
+def _parents(value: object) -> tuple[CID, ...]:
+    """An event's ``parents``: distinct links in ascending byte order, at most MAX_PARENTS."""
+    if not isinstance(value, list | tuple):
+        raise ValueError("parents must be a list of event CIDs")
+    if len(value) > MAX_PARENTS:
+        raise ValueError(f"more than {MAX_PARENTS} parents")
+    out = tuple(check_link(p, "parents") for p in value)
+    raw = [bytes(p) for p in out]
+    if any(a >= b for a, b in itertools.pairwise(raw)):
+        raise ValueError("parents must be distinct and in ascending byte order")
+    return out
 
 
 def _policy_from_ipld(obj: object, where: str) -> PeerPolicy:
@@ -383,7 +424,7 @@ class TopicDescriptor:
     @property
     def is_draft(self) -> bool:
         """A 1.1.0 descriptor not signed yet (never sent or stored)."""
-        return self.protocol_version == SIGNED_VERSION and self.signature is None
+        return self.protocol_version in SIGNED_VERSIONS and self.signature is None
 
     def with_signature(self, signature: bytes) -> TopicDescriptor:
         """This draft, signed (``LocalProtocolError`` if the signature is malformed)."""
@@ -467,11 +508,11 @@ class TopicDescriptor:
         version = _check_version(obj.get("metadata"))
         try:
             keys = {"name", "author", "parent", "#", "metadata"}
-            if version == SIGNED_VERSION:
+            if version in SIGNED_VERSIONS:
                 keys.add("signature")
             top = _exact_keys(obj, keys, "topic")
             signature = top.get("signature")
-            if version == SIGNED_VERSION:
+            if version in SIGNED_VERSIONS:
                 _signature(signature, "signature")
             meta = _exact_keys(
                 top["metadata"],
@@ -524,7 +565,10 @@ class EventDescriptor:
     topic: CID
     author: str
     publisher: str
-    parent: CID | None = None
+    parents: tuple[CID, ...] = ()
+    """Every head the publisher knew (LAST_SEEN) or the one named (CUSTOM); sorted."""
+    clock: int = 0
+    """0 without parents; otherwise greater than every parent's clock."""
     payload: bytes
     created: str
     protocol_version: str = PROTOCOL_VERSION
@@ -541,14 +585,17 @@ class EventDescriptor:
             check_link(self.topic, "topic")
             _peer(self.author, "author")
             _peer(self.publisher, "publisher")
-            if self.parent is not None:
-                check_link(self.parent, "parent")
+            object.__setattr__(self, "parents", _parents(self.parents))
+            if type(self.clock) is not int or not 0 <= self.clock <= MAX_CLOCK:
+                raise ValueError(f"clock must be an integer in 0..{MAX_CLOCK}")
+            if (self.clock == 0) != (not self.parents):
+                raise ValueError("clock is 0 exactly when there are no parents")
             if not isinstance(self.payload, bytes):
                 raise ValueError("payload must be bytes")
             if len(self.payload) > MAX_PAYLOAD_SIZE:
                 raise ValueError(f"payload larger than {MAX_PAYLOAD_SIZE} bytes")
             created_ts = parse_created(self.created)
-            if self.protocol_version not in SUPPORTED_VERSIONS:
+            if self.protocol_version not in EVENT_VERSIONS:
                 raise ValueError(f"unsupported protocolVersion {self.protocol_version!r}")
             _check_signed(
                 self.protocol_version,
@@ -565,7 +612,7 @@ class EventDescriptor:
     @property
     def is_draft(self) -> bool:
         """A 1.1.0 event not signed yet (never sent or stored)."""
-        return self.protocol_version == SIGNED_VERSION and self.publisher_signature is None
+        return self.protocol_version in SIGNED_VERSIONS and self.publisher_signature is None
 
     def with_signatures(self, *, author: bytes, publisher: bytes) -> EventDescriptor:
         """This draft, signed (``LocalProtocolError`` if a signature is malformed)."""
@@ -597,7 +644,8 @@ class EventDescriptor:
             "topic": self.topic,
             "author": self.author,
             "publisher": self.publisher,
-            "parent": self.parent,
+            "parents": list(self.parents),
+            "clock": self.clock,
             "payload": self.payload,
             "metadata": {"created": self.created, "protocolVersion": self.protocol_version},
         }
@@ -615,19 +663,24 @@ class EventDescriptor:
     def created_ts(self) -> float:
         return self._created_ts
 
+    @property
+    def order_key(self) -> tuple[int, bytes]:
+        """This event's place in the history order: ``(clock, CID bytes)``."""
+        return (self.clock, bytes(self._cid))
+
     @classmethod
     def decode(cls, data: bytes, *, expected_cid: CID | None = None) -> EventDescriptor:
         """Decode strictly (see the module docstring); only :class:`DescriptorError`."""
         obj = _decode_map(data)
-        version = _check_version(obj.get("metadata"))
+        version = _check_version(obj.get("metadata"), EVENT_VERSIONS)
         try:
-            keys = {"topic", "author", "publisher", "parent", "payload", "metadata"}
-            if version == SIGNED_VERSION:
+            keys = {"topic", "author", "publisher", "parents", "clock", "payload", "metadata"}
+            if version in SIGNED_VERSIONS:
                 keys.add("signatures")
             top = _exact_keys(obj, keys, "event")
             meta = _exact_keys(top["metadata"], {"created", "protocolVersion"}, "metadata")
             sigs: dict[str, Any] = {"author": None, "publisher": None}
-            if version == SIGNED_VERSION:
+            if version in SIGNED_VERSIONS:
                 sigs = _exact_keys(top["signatures"], {"author", "publisher"}, "signatures")
                 _signature(sigs["author"], "signatures.author")
                 _signature(sigs["publisher"], "signatures.publisher")
@@ -635,7 +688,8 @@ class EventDescriptor:
                 topic=top["topic"],
                 author=top["author"],
                 publisher=top["publisher"],
-                parent=top["parent"],
+                parents=top["parents"],
+                clock=top["clock"],
                 payload=top["payload"],
                 created=meta["created"],
                 protocol_version=meta["protocolVersion"],
@@ -655,12 +709,17 @@ class EventDescriptor:
         return hash(self._cid)
 
 
+def sort_parents(parents: Iterable[CID]) -> tuple[CID, ...]:
+    """``parents`` as an event stores them: distinct, in ascending byte order."""
+    return tuple(sorted(set(parents), key=bytes))
+
+
 def author_statement(*, tree: CID, author: str, created: str, payload: bytes) -> bytes:
     """What an event's author signs: ``{"tree", "author", "created", "payload"}``.
 
     ``tree`` is the topic's *first version* (the tree key): a requester signs this
     before it knows which node will publish, under which topic version and with
-    which ``parent`` (LAST_SEEN) — those the publisher's signature covers. The key
+    which ``parents`` (LAST_SEEN) — those the publisher's signature covers. The key
     set differs from both descriptors', so no signature can be taken for another.
     """
     return _encode({"tree": tree, "author": author, "created": created, "payload": payload})

@@ -27,6 +27,7 @@ __all__ = [
     "Output",
     "Pending",
     "PublishResult",
+    "ReleaseBlocks",
     "Role",
     "SendRpc",
     "SignRequest",
@@ -65,6 +66,17 @@ class StoreBlock:
     cid: CID
     data: bytes
     own: bool = False
+    retain: bool = False
+    """An event of a topic whose history this node keeps (its retention policy): pin
+    it, without announcing it (the topic is announced once, not each event)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseBlocks:
+    """These events fell out of the retention policy (or the topic was left): unpin
+    them (the driver keeps own blocks pinned: they are announced)."""
+
+    cids: tuple[CID, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +160,7 @@ class OperationDone:
 Output = (
     SendRpc
     | StoreBlock
+    | ReleaseBlocks
     | FetchBlock
     | Deliver
     | TopicUpdated
@@ -192,10 +205,21 @@ class TopicState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryPage:
-    """One page of a topic's history, newest first (§5 "History and eventual delivery")."""
+    """One page of a topic's history (§5 "History and eventual delivery").
+
+    The order is ``(clock, CID bytes)`` (docs/protocol-notes.md "History DAG"):
+    ``newest`` first (descending) or ``oldest`` first.
+    """
 
     events: tuple[tuple[CID, EventDescriptor], ...]
-    next_before: CID | None
-    """Cursor for the next page (the oldest event of this page), ``None`` at the start."""
-    missing: CID | None
-    """The next older event, not held locally: ``node.fetch_history`` can get it."""
+    next: CID | None
+    """Cursor of the next page (the last event of this one); ``None``: no more."""
+    complete: bool
+    """Every ancestor of every retained event is held (down to the retention
+    horizon); ``False`` while gap repair still fetches ``missing``."""
+    missing: tuple[CID, ...] = ()
+    """Linked events not held yet (being fetched)."""
+    heads: tuple[CID, ...] = ()
+    """The retained events that no retained event links (newest first)."""
+    retained: int = 0
+    """How many events of the topic this node retains."""

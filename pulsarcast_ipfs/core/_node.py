@@ -87,6 +87,7 @@ from ._codec import (
 )
 from ._config import NodeConfig
 from ._descriptors import (
+    MAX_PARENTS,
     MAX_PAYLOAD_SIZE,
     PROTOCOL_VERSION,
     SIGNED_VERSION,
@@ -100,6 +101,7 @@ from ._descriptors import (
     cid_str,
     decode_cached,
     format_created,
+    sort_parents,
 )
 from ._errors import (
     DescriptorError,
@@ -107,6 +109,7 @@ from ._errors import (
     NotAllowedToPublish,
     UnknownTopic,
 )
+from ._history import HistoryKey, HistoryOrder, TopicHistory
 from ._io import (
     Deliver,
     DisconnectPeer,
@@ -116,6 +119,7 @@ from ._io import (
     Output,
     Pending,
     PublishResult,
+    ReleaseBlocks,
     Role,
     SendRpc,
     SignRequest,
@@ -135,7 +139,8 @@ and is resumed with ``{label: signature}`` (docs/security.md "Signatures")."""
 _MAX_VERSIONS = 256
 _MAX_UNSENT = 256
 _MAX_STASH = 256
-_ANCESTOR_WALK = 32  # how far LAST_SEEN looks back for an event that arrives late
+_MAX_TIPS = 256  # DAG heads tracked per topic for LAST_SEEN linking
+_HISTORY_FETCHES = 32  # history back-fill fetches in flight per node
 
 
 def _in_force(until: dict[str, float], peer: str, now: float) -> bool:
@@ -234,7 +239,6 @@ class _Fetch:
     attempts: int
     due: float
     outstanding: bool
-    history_left: int = 0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -281,8 +285,13 @@ class _Tree:
     heads_due: float | None = None
     recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
-    last_seen: CID | None = None
-    last_seen_ts: float = 0.0
+    tips: dict[CID, int] = field(default_factory=dict)
+    """The DAG's heads as this node knows them: events seen that no event seen links
+    (CID -> clock). LAST_SEEN links the newest of them (docs/protocol-notes.md)."""
+    history: TopicHistory | None = None
+    """The retained history (subscribers, the author, readers); ``None``: a relay."""
+    reading_until: float | None = None
+    """A reader (history without subscription) stays in the tree until then."""
     heads_sent: dict[str, tuple[CID, ...]] = field(default_factory=dict)
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
@@ -336,6 +345,7 @@ class PulsarcastNode:
         self._topic_blocks = _LRU(1024)
         self._events = _LRU(c.event_cache_size)  # cid -> (tree key, EventDescriptor)
         self._seen = _LRU(c.seen_cache_size)
+        self._linked = _LRU(c.seen_cache_size)  # CIDs some seen event names as a parent
         self._delivered = _LRU(c.delivered_cache_size)
         self._gave_up = _LRU(c.seen_cache_size)
         self._published_requests = _LRU(c.request_cache_size)  # request id -> event CID
@@ -478,9 +488,15 @@ class PulsarcastNode:
         self._topic_blocks.put(root.cid, root)
         if root.author == self.peer_id:
             tree.joined = True
+            self._update_retention(now, tree)
         return tree
 
     def _drop_tree(self, tree: _Tree) -> None:
+        if tree.history is not None:
+            released = tree.history.clear()
+            tree.history = None
+            if released:
+                self._emit(ReleaseBlocks(cids=tuple(released)))
         self._trees.pop(tree.key, None)
         for v in tree.versions:
             if self._version_of.get(v) == tree.key:
@@ -493,7 +509,71 @@ class PulsarcastNode:
             or tree.publishing
             or bool(tree.followers)
             or bool(tree.children)
+            or tree.reading_until is not None
         )
+
+    def _retains(self, tree: _Tree) -> bool:
+        """Whether this node keeps the topic's history (PROTOCOL.md §5 Persistence)."""
+        return (
+            tree.author == self.peer_id
+            or tree.subscribed
+            or bool(tree.followers)
+            or tree.reading_until is not None
+        )
+
+    def _update_retention(self, now: float, tree: _Tree) -> None:
+        """Start keeping the history when the tree becomes retained; stop (unpin) when not."""
+        if self._retains(tree) and tree.key in self._trees:
+            if tree.history is None:
+                tree.history = TopicHistory(policy=self.config.retention)
+                # What this node already holds of the topic seeds it.
+                for cid, entry in list(self._events._d.items()):
+                    if entry[0] == tree.key:
+                        self._retain(now, tree, cid, entry[1])
+            return
+        if tree.history is not None:
+            released = tree.history.clear()
+            tree.history = None
+            if released:
+                self._emit(ReleaseBlocks(cids=tuple(released)))
+
+    def _retain(self, now: float, tree: _Tree, cid: CID, ev: EventDescriptor) -> bool:
+        """Keep ``ev`` in the retained history (pin it), evict what falls out, back-fill.
+
+        Whether it was kept (and a ``StoreBlock`` with ``retain`` emitted)."""
+        h = tree.history
+        if h is None or not h.add(cid, ev, now):
+            return False
+        own = ev.publisher == self.peer_id
+        self._emit(StoreBlock(cid=cid, data=ev.encode(), own=own, retain=True))
+        evicted = h.enforce(now)
+        if evicted:
+            self._emit(ReleaseBlocks(cids=tuple(evicted)))
+        if h.missing:
+            self._fill_history(now, tree)
+        return True
+
+    def _fill_history(self, now: float, tree: _Tree) -> None:
+        """§5 History: fetch the parents the retained history links but lacks, so that
+        every event of the topic (within retention) is reachable from any node."""
+        h = tree.history
+        if h is None:
+            return
+        in_flight = sum(1 for f in self._fetches.values() if f.kind == "history")
+        for cid in sorted(h.missing, key=bytes):
+            if cid in h:
+                continue
+            entry = self._events.get(cid)
+            if entry is not None and entry[0] == tree.key:
+                self._retain(now, tree, cid, entry[1])
+                continue
+            if cid in self._fetches:
+                continue
+            if in_flight >= _HISTORY_FETCHES:
+                break
+            hint = tree.parent or (tree.join.peer if tree.join is not None else None)
+            self._fetch(now, cid, "history", tree.key, hint)
+            in_flight += 1
 
     # ------------------------------------------------------------ tree upkeep
 
@@ -970,8 +1050,11 @@ class PulsarcastNode:
         sender: str | None,
         recovered: bool,
         block: bytes | None = None,
+        forward: bool = True,
     ) -> bool:
-        """§5 Forward: verify, drop duplicates, store, forward, deliver."""
+        """§5 Forward: verify, drop duplicates, store, forward, deliver.
+
+        ``forward=False``: history back-fill (kept and offered, not sent on)."""
         cid = ev.cid
         if cid in self._seen:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
@@ -997,15 +1080,24 @@ class PulsarcastNode:
             # docs/security.md: unsigned, forged or tampered events stop at the first hop.
             self._drop(now, refused, topic=tree.name, event=cid_str(cid), peer=sender)
             return False
+        for p in ev.parents:
+            pentry = self._events.get(p)
+            if pentry is not None and pentry[1].clock >= ev.clock:
+                # The history order must be causal: a child's clock exceeds its parents'.
+                self._drop(now, "invalid", topic=tree.name, event=cid_str(cid), peer=sender)
+                return False
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
-        self._emit(StoreBlock(cid=cid, data=ev.encode(), own=ev.publisher == self.peer_id))
-        self._note_recent(tree, cid, ev.created_ts, live=not recovered)
-        self._forward(now, tree, cid, exclude=sender)
+        if not self._retain(now, tree, cid, ev):
+            self._emit(StoreBlock(cid=cid, data=ev.encode(), own=ev.publisher == self.peer_id))
+        self._note_recent(tree, cid, ev)
+        if forward:
+            self._forward(now, tree, cid, exclude=sender)
         self._offer(now, tree, cid, recovered)
         return True
 
-    def _note_recent(self, tree: _Tree, cid: CID, created: float, *, live: bool) -> None:
+    def _note_recent(self, tree: _Tree, cid: CID, ev: EventDescriptor) -> None:
+        created = ev.created_ts
         tree.older.pop(cid, None)
         tree.recent[cid] = created
         tree.recent.move_to_end(cid)
@@ -1015,28 +1107,36 @@ class PulsarcastNode:
             tree.older[old] = ts
             if len(tree.older) > self.config.history_size:
                 tree.older.popitem(last=False)
-        # LAST_SEEN: the most recent event seen; an older one found by gap repair is
-        # not, nor a live one that arrives after its own descendant (out of order).
-        if tree.last_seen is None or (
-            (live or created >= tree.last_seen_ts) and not self._is_ancestor(cid, tree.last_seen)
-        ):
-            tree.last_seen = cid
-            tree.last_seen_ts = created
+        # LAST_SEEN heads: an event seen is a head until an event seen links it.
+        tips = tree.tips
+        for p in ev.parents:
+            tips.pop(p, None)
+            self._linked.put(p)
+        if cid not in self._linked:
+            tips[cid] = ev.clock
+            if len(tips) > _MAX_TIPS:
+                del tips[min(tips, key=lambda c: (tips[c], bytes(c)))]
 
-    def _is_ancestor(self, cid: CID, of: CID) -> bool:
-        """Whether ``cid`` is on the cached parent chain of ``of`` (a bounded walk)."""
-        mine = self._events.get(cid)
-        if mine is not None and mine[1].parent == of:
-            return False  # the usual case: ``cid`` follows ``of``
-        cur: CID | None = of
-        for _ in range(_ANCESTOR_WALK):
-            entry = self._events.get(cur) if cur is not None else None
-            if entry is None:
-                return False
-            cur = entry[1].parent
-            if cur == cid:
-                return True
-        return False
+    def _link_heads(self, tree: _Tree) -> tuple[tuple[CID, ...], int]:
+        """LAST_SEEN: the parents of a new event (the newest known heads, at most
+        ``MAX_PARENTS``) and its clock (one more than theirs)."""
+        tips = tree.tips
+        newest = sorted(tips, key=lambda c: (tips[c], bytes(c)), reverse=True)[:MAX_PARENTS]
+        if not newest:
+            return (), 0
+        return sort_parents(newest), 1 + tips[newest[0]]
+
+    def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor] | None:
+        """(tree key, descriptor) of an event held in the cache or a retained history."""
+        entry: tuple[CID, EventDescriptor] | None = self._events.get(cid)
+        if entry is not None:
+            return entry
+        for t in self._trees.values():
+            if t.history is not None:
+                ev = t.history.get(cid)
+                if ev is not None:
+                    return t.key, ev
+        return None
 
     def _forward(
         self, now: float, tree: _Tree, cid: CID, *, exclude: str | None, only: str | None = None
@@ -1057,7 +1157,8 @@ class PulsarcastNode:
                 self._send(now, peer, rpc, tree.name, data)
 
     def _offer(self, now: float, tree: _Tree, cid: CID, recovered: bool) -> None:
-        """Deliver ``cid`` once, after its parent (causal order), or park it (gap repair)."""
+        """Deliver ``cid`` once, after all its parents (causal order), or park it (gap
+        repair: an unknown parent is fetched, on every branch of the DAG)."""
         stack: list[tuple[CID, CID, bool]] = [(tree.key, cid, recovered)]
         while stack:
             key, cur, rec = stack.pop()
@@ -1075,29 +1176,28 @@ class PulsarcastNode:
                     self._waiting_count -= 1
                     stack.append(item)
                 continue
-            parent = ev.parent
-            ready = (
-                parent is None
-                or parent in self._delivered
-                or parent in self._gave_up
-                or self._waiting_count >= self.config.max_waiting_events
-            )
-            if not ready:
-                assert parent is not None
-                pentry = self._events.get(parent)
-                if pentry is not None:
-                    ready = pentry[0] != key or pentry[1].created_ts < t.since
-                    if not ready and parent not in self._waiting and parent not in self._fetches:
-                        # the parent is known but itself undelivered: offer it first
-                        stack.append((key, parent, rec))
-                elif parent in self._seen:
-                    ready = True  # seen long ago, evicted from the cache
-            if not ready:
-                assert parent is not None
-                self._waiting.setdefault(parent, []).append((key, cur, rec))
+            wait_on: CID | None = None
+            if self._waiting_count < self.config.max_waiting_events:
+                for parent in ev.parents:
+                    if parent in self._delivered or parent in self._gave_up:
+                        continue
+                    pentry = self._events.get(parent)
+                    if pentry is not None:
+                        if pentry[0] != key or pentry[1].created_ts < t.since:
+                            continue
+                        if parent not in self._waiting and parent not in self._fetches:
+                            # known but itself undelivered: offer it first
+                            stack.append((key, parent, rec))
+                    elif parent in self._seen:
+                        continue  # seen long ago, evicted from the cache
+                    else:
+                        self._fetch(now, parent, "event", key, None)
+                    if wait_on is None:
+                        wait_on = parent
+            if wait_on is not None:
+                # Re-offered when ``wait_on`` is delivered; then the next parent counts.
+                self._waiting.setdefault(wait_on, []).append((key, cur, rec))
                 self._waiting_count += 1
-                if self._events.get(parent) is None:
-                    self._fetch(now, parent, "event", key, None)
                 continue
             self._deliver(now, t, cur, ev, rec)
             for item in self._waiting.pop(cur, []):
@@ -1229,8 +1329,11 @@ class PulsarcastNode:
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
                 return
         # A node with children repairs everything advertised (its subtree may have
-        # subscribed before it did); a leaf only what it could deliver.
+        # subscribed before it did); a leaf only what it could deliver, or keep in its
+        # retained history (which it then completes by walking parents).
         bound = tree.since if not tree.children else float("-inf")
+        if tree.history is not None:
+            bound = min(bound, now - self.config.retention.max_age)
         for cid, created in rpc.heads:
             if cid in self._seen or cid in self._fetches or created < bound:
                 continue
@@ -1251,7 +1354,6 @@ class PulsarcastNode:
         kind: Literal["event", "topic", "history"],
         tree: CID | None,
         hint: str | None,
-        history_left: int = 0,
     ) -> None:
         if cid in self._fetches:
             return
@@ -1266,7 +1368,6 @@ class PulsarcastNode:
             attempts=1,
             due=now + self.config.fetch_timeout,
             outstanding=True,
-            history_left=history_left,
         )
         self._emit(FetchBlock(cid=cid))
 
@@ -1277,7 +1378,7 @@ class PulsarcastNode:
             f.due = now + self.config.fetch_retry_delay
             return
         del self._fetches[cid]
-        if f.kind == "event":
+        if f.kind == "event" or (f.kind == "history" and cid in self._waiting):
             self._drop(now, "unrecoverable", event=cid_str(cid))
             self._release(now, cid)
         elif f.kind == "topic":
@@ -1323,9 +1424,19 @@ class PulsarcastNode:
         if tree is None:
             return
         if f.kind == "history":
-            self._events.put(cid, (tree.key, ev))
-            if f.history_left > 0 and ev.parent is not None and self._events.get(ev.parent) is None:
-                self._fetch(now, ev.parent, "history", tree.key, None, f.history_left - 1)
+            # Back-fill of the retained history: kept (and delivered if it is due),
+            # not sent on; then the next missing parents are fetched.
+            if cid in self._seen:
+                entry = self._known_event(cid)
+                if entry is not None:
+                    self._retain(now, tree, cid, entry[1])
+            elif not self._accept_event(
+                now, tree, ev, sender=f.hint, recovered=True, forward=False
+            ):
+                self._release(now, cid)
+            if tree.history is not None and cid not in tree.history:
+                tree.history.add(cid, ev, now)  # outside the policy: remembered as such
+            self._fill_history(now, tree)
             return
         if not self._accept_event(now, tree, ev, sender=f.hint, recovered=True):
             self._release(now, cid)
@@ -1348,6 +1459,8 @@ class PulsarcastNode:
             for purpose, key in purposes:
                 if purpose == "subscribe":
                     self._subscribe_tree(now, tree)
+                elif purpose == "read":
+                    self._read_tree(now, tree)
                 elif key is not None and key in self._trees:
                     self._follow(now, tree, self._trees[key])
 
@@ -1571,6 +1684,15 @@ class PulsarcastNode:
 
     def _heads_round(self, now: float) -> None:
         refresh = self._heads_tick % self.config.heads_refresh_every == 0
+        for tree in list(self._trees.values()):
+            if tree.reading_until is not None and tree.reading_until <= now:
+                tree.reading_until = None  # the reader's time is up
+                self._update_retention(now, tree)
+                self._tree_changed(now, tree)
+                self._maybe_leave(now, tree)
+                continue
+            if tree.history is not None and tree.history.missing:
+                self._fill_history(now, tree)  # retry what could not be fetched yet
         for tree in self._trees.values():
             if not tree.recent:
                 continue
@@ -1641,7 +1763,9 @@ class PulsarcastNode:
                 protocol_version=self._version,
             )
         )
-        announce = yield from self._signed_event(self._meta_draft(meta.cid, None, topic), meta.cid)
+        announce = yield from self._signed_event(
+            self._meta_draft(meta.cid, ((), 0), topic), meta.cid
+        )
         now = self._op_now
         self._store_topic(meta)
         self._store_topic(topic)
@@ -1686,14 +1810,15 @@ class PulsarcastNode:
         return topic.cid
 
     def _meta_draft(
-        self, meta_version: CID, parent: CID | None, topic: TopicDescriptor
+        self, meta_version: CID, parents: tuple[tuple[CID, ...], int], topic: TopicDescriptor
     ) -> EventDescriptor:
         """The meta-topic event that announces ``topic`` (a new topic or version)."""
         return EventDescriptor(
             topic=meta_version,
             author=self.peer_id,
             publisher=self.peer_id,
-            parent=parent,
+            parents=parents[0],
+            clock=parents[1],
             payload=topic.encode(),
             created=format_created(self._op_now),
             protocol_version=self._version,
@@ -1707,8 +1832,10 @@ class PulsarcastNode:
         meta_tree = self._trees.get(meta_key) if meta_key is not None else None
         if meta_tree is None:
             return None
-        parent = after.cid if after is not None else meta_tree.last_seen
-        draft = self._meta_draft(meta_tree.latest.cid, parent, topic)
+        links = (
+            ((after.cid,), after.clock + 1) if after is not None else self._link_heads(meta_tree)
+        )
+        draft = self._meta_draft(meta_tree.latest.cid, links, topic)
         return (yield from self._signed_event(draft, meta_tree.key))
 
     def _announce(self, meta_key: CID | None, ev: EventDescriptor | None) -> None:
@@ -1785,6 +1912,7 @@ class PulsarcastNode:
             return
         tree.subscribed = True
         tree.since = min(now, self._resume_since.pop(tree.key, now))
+        self._update_retention(now, tree)
         self._record(now, RecordKind.SUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         meta_cid = tree.root.meta
         if meta_cid is not None:
@@ -1802,6 +1930,7 @@ class PulsarcastNode:
         if not meta.followers and not meta.subscribed:
             meta.since = now
         meta.followers.add(tree.key)
+        self._update_retention(now, meta)
         self._ensure_joined(now, meta)
 
     def unsubscribe(self, now: float, topic_cid: CID) -> None:
@@ -1818,10 +1947,12 @@ class PulsarcastNode:
             return
         tree.subscribed = False
         self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
+        self._update_retention(now, tree)
         meta_cid = tree.root.meta
         if meta_cid is not None and meta_cid in self._trees:
             meta = self._trees[meta_cid]
             meta.followers.discard(tree.key)
+            self._update_retention(now, meta)
             self._maybe_leave(now, meta)
         for lst in self._resolving.values():
             lst[:] = [p for p in lst if p != ("follow", tree.key)]
@@ -1876,11 +2007,18 @@ class PulsarcastNode:
         version = tree.latest
         created = format_created(self._op_now)
         if version.may_publish(self.peer_id):
+            links: tuple[tuple[CID, ...], int]
+            if version.event_linking == EventLinking.CUSTOM:
+                pentry = self._known_event(parent) if parent is not None else None
+                links = ((parent,), pentry[1].clock + 1) if pentry and parent else ((), 0)
+            else:
+                links = self._link_heads(tree)
             draft = EventDescriptor(
                 topic=version.cid,
                 author=self.peer_id,
                 publisher=self.peer_id,
-                parent=parent if version.event_linking == EventLinking.CUSTOM else tree.last_seen,
+                parents=links[0],
+                clock=links[1],
                 payload=payload,
                 created=created,
                 protocol_version=self._version,
@@ -1935,7 +2073,7 @@ class PulsarcastNode:
             )
         if not isinstance(parent, CID):
             raise LocalProtocolError("parent must be an event CID")
-        entry = self._events.get(parent)
+        entry = self._known_event(parent)
         if entry is None:
             raise LocalProtocolError(f"unknown parent event {parent}")
         if entry[0] != tree.key:
@@ -1958,8 +2096,9 @@ class PulsarcastNode:
         cid = ev.cid
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
-        self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
-        self._note_recent(tree, cid, ev.created_ts, live=True)
+        if not self._retain(now, tree, cid, ev):
+            self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
+        self._note_recent(tree, cid, ev)
         self._record(
             now,
             RecordKind.EVENT_PUBLISHED,
@@ -1969,7 +2108,7 @@ class PulsarcastNode:
             inject_id=inject_id,
             author=ev.author,
             publisher=ev.publisher,
-            parent=cid_str(ev.parent) if ev.parent is not None else None,
+            parents=[cid_str(p) for p in ev.parents],
             size=len(ev.payload),
             via=via,
         )
@@ -2068,12 +2207,15 @@ class PulsarcastNode:
             return
         if tree is None:
             tree = self._new_tree(now, root)
-        parent = tree.last_seen
+        parents, clock = self._link_heads(tree)
         if version.event_linking == EventLinking.CUSTOM:
             parent = rpc.parent
-            if parent is not None and parent not in self._seen and self._events.get(parent) is None:
+            pentry = self._known_event(parent) if parent is not None else None
+            if parent is not None and pentry is None:
                 self._refuse_request(now, rpc, root.name, "unknown_parent")
                 return
+            parents = (parent,) if parent is not None else ()
+            clock = pentry[1].clock + 1 if pentry is not None else 0
         # Under signatures the event carries the requester's own signature, checked
         # above and again at every hop; the publisher adds its own over everything.
         signed = self.config.require_signatures and rpc.signature is not None
@@ -2081,7 +2223,8 @@ class PulsarcastNode:
             topic=version.cid,
             author=rpc.author,
             publisher=self.peer_id,
-            parent=parent,
+            parents=parents,
+            clock=clock,
             payload=rpc.payload,
             created=rpc.created,
             protocol_version=SIGNED_VERSION if signed else PROTOCOL_VERSION,
@@ -2119,8 +2262,10 @@ class PulsarcastNode:
             # LAST_SEEN is read when the operation runs, not when the request came:
             # requests queued behind another's signatures must not share a parent.
             current = self._trees.get(key)
-            if current is not None and current.last_seen != draft.parent:
-                draft = replace(draft, parent=current.last_seen)
+            if current is not None:
+                parents, clock = self._link_heads(current)
+                if parents != draft.parents:
+                    draft = replace(draft, parents=parents, clock=clock)
         ev = yield from self._signed_event(draft, key, rpc.signature)
         self._signing_requests.discard(rpc.request_id)
         tree = self._trees.get(key)
@@ -2144,41 +2289,76 @@ class PulsarcastNode:
 
     # ----------------------------------------------------------------- queries
 
-    def history(self, topic_cid: CID, *, before: CID | None = None, limit: int = 50) -> HistoryPage:
-        """§5 History: walk ``parent`` links, newest first, from what this node holds."""
+    def history(
+        self,
+        topic_cid: CID,
+        *,
+        order: HistoryOrder = "newest",
+        after: CID | EventDescriptor | None = None,
+        limit: int = 50,
+    ) -> HistoryPage:
+        """§5 History: one page of the topic's retained history in the history order
+        (``(clock, CID bytes)``; ``newest`` first or ``oldest`` first), strictly after
+        the cursor ``after`` (an event CID this node knows, or the cursor event's
+        descriptor, e.g. fetched by the driver). A node that keeps no history of the
+        topic (a relay) raises :class:`LocalProtocolError`: call :meth:`read` first.
+        """
         tree = self._tree_for(topic_cid)
-        if not isinstance(limit, int) or limit <= 0:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
             raise LocalProtocolError("limit must be a positive integer")
-        if before is not None:
-            entry = self._events.get(before)
-            if entry is None or entry[0] != tree.key:
-                raise LocalProtocolError(f"unknown cursor event {before}")
-            cur: CID | None = entry[1].parent
-        else:
-            cur = tree.last_seen
-        events: list[tuple[CID, EventDescriptor]] = []
-        missing: CID | None = None
-        while cur is not None and len(events) < limit:
-            entry = self._events.get(cur)
-            if entry is None or entry[0] != tree.key:
-                missing = cur
-                break
-            events.append((cur, entry[1]))
-            cur = entry[1].parent
-        more = cur is not None
+        if order not in ("newest", "oldest"):
+            raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
+        h = tree.history
+        if h is None:
+            raise LocalProtocolError(
+                f"this node keeps no history of topic {tree.name!r}: subscribe or read it"
+            )
+        key: HistoryKey | None = None
+        if isinstance(after, EventDescriptor):
+            if self._version_of.get(after.topic) not in (None, tree.key):
+                raise LocalProtocolError(f"cursor event {after.cid} belongs to another topic")
+            key = after.order_key
+        elif after is not None:
+            entry = self._known_event(after)
+            if entry is None:
+                raise LocalProtocolError(f"unknown cursor event {after}")
+            if entry[0] != tree.key:
+                raise LocalProtocolError(f"cursor event {after} belongs to another topic")
+            key = entry[1].order_key
+        events, more = h.page(order=order, after=key, limit=limit)
         return HistoryPage(
             events=tuple(events),
-            next_before=events[-1][0] if events and more else None,
-            missing=missing if missing is not None else None,
+            next=events[-1][0] if events and more else None,
+            complete=h.complete,
+            missing=tuple(sorted(h.missing, key=bytes)),
+            heads=tuple(sorted(h.heads, key=lambda c: h.key_of(c) or (0, b""), reverse=True)),
+            retained=len(h),
         )
 
-    def fetch_history(self, now: float, topic_cid: CID, *, start: CID, limit: int = 50) -> None:
-        """Fetch ``start`` and up to ``limit`` older events into the cache (no delivery)."""
-        tree = self._tree_for(topic_cid)
-        if not isinstance(limit, int) or limit <= 0:
-            raise LocalProtocolError("limit must be a positive integer")
-        if self._events.get(start) is None:
-            self._fetch(now, start, "history", tree.key, None, limit - 1)
+    def read(self, now: float, topic_cid: CID) -> None:
+        """Read a topic's history without subscribing (a *reader*, PROTOCOL.md §5).
+
+        The node resolves the topic (fetching its descriptor), joins its tree like a
+        relay, keeps its history within the retention policy and back-fills it from
+        its tree neighbours' HEADS and the events' parent links; it delivers nothing.
+        It stays ``reader_ttl`` seconds after the last call, then leaves unless
+        otherwise wanted. ``history`` pages through what it has gathered.
+        """
+        if not isinstance(topic_cid, CID):
+            raise LocalProtocolError("read expects a topic CID")
+        key = self._version_of.get(topic_cid)
+        if key is not None:
+            self._read_tree(now, self._trees[key])
+            return
+        self._resolving.setdefault(topic_cid, []).append(("read", None))
+        self._continue_resolutions(now)
+
+    def _read_tree(self, now: float, tree: _Tree) -> None:
+        tree.reading_until = now + self.config.reader_ttl
+        self._update_retention(now, tree)
+        if tree.author != self.peer_id:
+            self._ensure_joined(now, tree)
+        self._tree_changed(now, tree)
 
     def topic_state(self, topic_cid: CID) -> TopicState:
         """This node's place in the topic's tree."""
