@@ -118,7 +118,8 @@ FIELDS: Final[dict[RecordKind, dict[str, _T]]] = {
         "inject_id": (_OSTR, False),
         "author": (_OSTR, False),
         "publisher": (_OSTR, False),
-        "parent": (_OSTR, False),
+        "parent": (_OSTR, False),  # the one parent (CUSTOM, one chain), else null
+        "parents": (("array", "null"), False),  # every parent (protocol 2 history DAG)
         "size": (_INT, False),
         "via": (("string", "null"), False),  # "direct" | "request"
     },

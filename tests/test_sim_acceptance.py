@@ -9,13 +9,19 @@ number of publish calls (``EVENTS``) to keep each run within the test budget.
   and 5 % message loss: every live subscriber eventually receives every
   published event, and no application sees a duplicate;
 - order: only topic creators publish (``LAST_SEEN``), everyone else requests to
-  publish: every subscriber sees one chain, in the same order.
+  publish: every subscriber sees one chain, in the same order;
+- history (issue 12): with the workload's concurrent publishers, every live node that
+  keeps a topic's history lists the same events in the same order, each once, in the
+  history order (newest first), and (fault-free) exactly the published events.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from pulsarcast_ipfs.core import EventDescriptor
 from pulsarcast_ipfs.sim import CrashSpec, SimConfig, SimSummary, Simulation
 from pulsarcast_ipfs.workload import Workload, load_workload
 
@@ -44,6 +50,38 @@ def _explain(sim: Simulation) -> str:
     )
 
 
+def _histories(sim: Simulation) -> dict[int, list[str]]:
+    """Topic index -> its history, checked to be the same on every live node that keeps
+    one (each event once, keys strictly descending); asserts at least one per topic
+    that has events."""
+    out: dict[int, list[str]] = {}
+    for ti in range(len(sim.topic_cids)):
+        views = 0
+        for i in range(len(sim.nodes)):
+            if not sim.alive[i]:
+                continue
+            got = sim.history(i, ti)
+            if got is None:
+                continue
+            views += 1
+            text = [str(c) for c in got]
+            assert len(set(text)) == len(text), f"node {i}, topic {ti}: a duplicate"
+            if ti not in out:
+                keys = [EventDescriptor.decode(sim.blocks[c]).order_key for c in got]
+                assert all(a > b for a, b in itertools.pairwise(keys))
+                out[ti] = text
+            assert text == out[ti], f"node {i} lists topic {ti} otherwise"
+        assert views > 0 or ti not in out
+    return out
+
+
+def _published(sim: Simulation) -> dict[int, set[str]]:
+    by_topic: dict[int, set[str]] = {}
+    for event, j in sim.stats.event_call.items():
+        by_topic.setdefault(sim.stats.call_topic[j], set()).add(event)
+    return by_topic
+
+
 def test_fault_free_full_coverage(workload: Workload) -> None:
     sim, s = _run(workload, grace=30.0)
     assert s.events_injected == EVENTS
@@ -52,6 +90,11 @@ def test_fault_free_full_coverage(workload: Workload) -> None:
     assert s.delivered_published == s.expected_published, _explain(sim)
     assert s.coverage_published == 1.0
     assert s.duplicates == 0
+    histories = _histories(sim)
+    published = _published(sim)
+    assert len(published) > 1  # several topics, with concurrent publishers
+    for ti, events in published.items():
+        assert set(histories[ti]) == events, f"topic {sim.topic_names[ti]}"
 
 
 def test_crashes_and_loss_every_live_subscriber_gets_every_event(workload: Workload) -> None:
@@ -71,6 +114,22 @@ def test_crashes_and_loss_every_live_subscriber_gets_every_event(workload: Workl
     assert s.events_published > 0 and s.live_expected > 0
     assert s.live_delivered == s.live_expected, _explain(sim)
     assert s.duplicates == 0
+    # gap repair walked every branch: each live node's history is the same, and holds
+    # every event some live subscriber was expected to get
+    histories = _histories(sim)
+    for ti, events in _published(sim).items():
+        held = set(histories.get(ti, []))
+        assert held <= events
+        reached = {
+            e
+            for e in events
+            if any(
+                sim.alive[i]
+                and sim.stats.call_delivered[sim.stats.event_call[e]][i >> 3] >> (i & 7) & 1
+                for i in range(len(sim.nodes))
+            )
+        }
+        assert reached <= held, f"topic {sim.topic_names[ti]}: {len(reached - held)} not in history"
 
 
 def test_ordered_topics_one_chain_same_order(workload: Workload) -> None:

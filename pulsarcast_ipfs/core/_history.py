@@ -21,11 +21,11 @@ outside the policy; the node fetches those until the set is empty (the history i
 then *complete*: every ancestor of every retained event, down to the retention
 horizon). ``heads`` are the retained events no retained event links.
 
-Eviction is oldest-key first: while the policy is exceeded (more than
-``max_events``, more than ``max_bytes``, or the oldest event created more than
-``max_age`` seconds ago) the oldest event goes, and the **horizon** (the largest
-evicted key) rises. A parent whose clock lies below the horizon's is outside the
-policy, not missing; an event at or below the horizon is not taken back.
+Eviction: an event created more than ``max_age`` seconds ago goes, wherever it is
+in the order; then, while there are more than ``max_events`` or ``max_bytes``, the
+oldest key goes, and the **horizon** (the largest key evicted that way) rises. A
+parent whose clock lies below the horizon's is outside the policy, not missing; an
+event at or below the horizon, or too old, is not taken back.
 
 Pure: no clock (``now`` is given), no I/O; evictions are returned to the caller,
 which unpins them.
@@ -34,6 +34,7 @@ which unpins them.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class TopicHistory:
     """The retained events of one topic, ordered by :data:`HistoryKey`."""
 
     __slots__ = (
+        "_ages",
         "_bytes",
         "_cid_of",
         "_events",
@@ -97,6 +99,7 @@ class TopicHistory:
         self._events: dict[CID, EventDescriptor] = {}
         self._keys: list[HistoryKey] = []  # ascending
         self._cid_of: dict[bytes, CID] = {}
+        self._ages: list[tuple[float, bytes]] = []  # (created, CID bytes), a min-heap
         self._linked: dict[CID, int] = {}  # CID -> how many retained events link it
         self._heads: set[CID] = set()
         self._missing: set[CID] = set()
@@ -186,9 +189,7 @@ class TopicHistory:
             return False
         if self.is_outside(ev, now):
             self._missing.discard(cid)
-            self._outside[cid] = None
-            if len(self._outside) > _OUTSIDE_MEMORY:
-                self._outside.popitem(last=False)
+            self._note_outside(cid)
             return False
         self._events[cid] = ev
         key = ev.order_key
@@ -198,6 +199,7 @@ class TopicHistory:
         else:
             bisect.insort(self._keys, key)
         self._cid_of[key[1]] = cid
+        heapq.heappush(self._ages, (ev.created_ts, key[1]))
         self._bytes += len(ev.encode())
         self._missing.discard(cid)
         if not self._linked.get(cid):
@@ -211,30 +213,48 @@ class TopicHistory:
         return True
 
     def enforce(self, now: float) -> list[CID]:
-        """Evict what the policy no longer keeps, oldest first; the evicted CIDs."""
+        """Evict what the policy no longer keeps; the evicted CIDs.
+
+        Events older than ``max_age`` go wherever they are in the order; then, while
+        there are more than ``max_events`` or ``max_bytes``, the oldest key goes (and
+        the horizon rises to it)."""
         p = self.policy
-        keys = self._keys
         out: list[CID] = []
+        cutoff = now - p.max_age
+        ages = self._ages
+        while ages and ages[0][0] < cutoff:
+            _, raw = heapq.heappop(ages)
+            cid = self._cid_of.pop(raw, None)
+            if cid is None:
+                continue  # evicted already
+            ev = self._events[cid]
+            key = ev.order_key
+            del self._keys[bisect.bisect_left(self._keys, key)]
+            out.append(cid)
+            self._evict(cid, key, horizon=False)
+        keys = self._keys
         i = 0
-        while i < len(keys) and (
-            len(keys) - i > p.max_events
-            or self._bytes > p.max_bytes
-            or self._events[self._cid_of[keys[i][1]]].created_ts < now - p.max_age
-        ):
+        while i < len(keys) and (len(keys) - i > p.max_events or self._bytes > p.max_bytes):
             cid = self._cid_of.pop(keys[i][1])
             out.append(cid)
-            self._evict(cid, keys[i])
+            self._evict(cid, keys[i], horizon=True)
             i += 1
         if i:
             del keys[:i]
             self._drop_missing_below()
         return out
 
-    def _evict(self, cid: CID, key: HistoryKey) -> None:
+    def _note_outside(self, cid: CID) -> None:
+        self._outside[cid] = None
+        if len(self._outside) > _OUTSIDE_MEMORY:
+            self._outside.popitem(last=False)
+
+    def _evict(self, cid: CID, key: HistoryKey, *, horizon: bool) -> None:
         ev = self._events.pop(cid)
+        self._note_outside(cid)  # its retained children do not miss it
         self._bytes -= len(ev.encode())
         self._heads.discard(cid)
-        if self._horizon is None or key > self._horizon:
+        if horizon and (self._horizon is None or key > self._horizon):
             self._horizon = key
         for p in ev.parents:
             n = self._linked.get(p, 0) - 1
@@ -276,6 +296,7 @@ class TopicHistory:
         self._events = {}
         self._keys = []
         self._cid_of = {}
+        self._ages = []
         self._linked = {}
         self._heads = set()
         self._missing = set()

@@ -2108,6 +2108,7 @@ class PulsarcastNode:
             inject_id=inject_id,
             author=ev.author,
             publisher=ev.publisher,
+            parent=cid_str(ev.parents[0]) if len(ev.parents) == 1 else None,
             parents=[cid_str(p) for p in ev.parents],
             size=len(ev.payload),
             via=via,

@@ -31,6 +31,7 @@ from ._io import (
     FetchBlock,
     OperationDone,
     Pending,
+    ReleaseBlocks,
     SendRpc,
     SignRequest,
     StoreBlock,
@@ -73,6 +74,7 @@ class _NodeLog:
     records: list[MetricRecord] = field(default_factory=list)
     sent: list[SendRpc] = field(default_factory=list)
     stored: list[StoreBlock] = field(default_factory=list)
+    released: list[CID] = field(default_factory=list)
 
 
 class CoreNet:
@@ -188,6 +190,8 @@ class CoreNet:
             elif isinstance(out, StoreBlock):
                 self.store[out.cid] = out.data
                 log.stored.append(out)
+            elif isinstance(out, ReleaseBlocks):
+                log.released.extend(out.cids)
             elif isinstance(out, FetchBlock):
                 self.fetches += 1
                 self._push(self.now + self.fetch_latency, "block", peer, out.cid)

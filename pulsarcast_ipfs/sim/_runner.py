@@ -78,11 +78,13 @@ from pulsarcast_ipfs.core import (
     PeerPolicy,
     Pending,
     PulsarcastNode,
+    ReleaseBlocks,
     SendRpc,
     SignRequest,
     StoreBlock,
     TopicOptions,
     TopicUpdated,
+    UnknownTopic,
     cid_str,
 )
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
@@ -314,6 +316,7 @@ class Simulation:
             SendRpc: self._on_send,
             StoreBlock: self._on_store,
             FetchBlock: self._on_fetch,
+            ReleaseBlocks: self._on_release,
             Deliver: self._on_deliver,
             TopicUpdated: self._on_topic_updated,
             DisconnectPeer: self._on_disconnect,
@@ -487,6 +490,24 @@ class Simulation:
             progress(h.now - T0, self.stats.injected + self.stats.skipped, count)
 
     # -- inputs -----------------------------------------------------------------------
+
+    def history(self, i: int, ti: int, *, page_size: int = 500) -> list[CID] | None:
+        """Topic ``ti``'s whole retained history as node ``i`` lists it, newest first
+        (paged like an application would), or ``None`` if the node keeps none."""
+        node, cid = self.nodes[i], self.topic_cids[ti]
+        if node is None or cid is None:
+            return None
+        out: list[CID] = []
+        after: CID | None = None
+        while True:
+            try:
+                page = node.history(cid, after=after, limit=page_size)
+            except (LocalProtocolError, UnknownTopic):
+                return None
+            out.extend(c for c, _ in page.events)
+            if page.next is None:
+                return out
+            after = page.next
 
     def _drain(self, i: int) -> None:
         node = self.nodes[i]
@@ -673,6 +694,9 @@ class Simulation:
                     if byte >> bit & 1 and alive[base + bit]:
                         return True
         return False
+
+    def _on_release(self, i: int, out: Any) -> None:
+        """Unpinning: the simulated stores never collect garbage, so nothing changes."""
 
     def _on_fetch(self, i: int, out: Any) -> None:
         cid = out.cid

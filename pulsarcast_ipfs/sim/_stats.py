@@ -84,7 +84,7 @@ class SimSummary:
     order_same: int
     """…of which saw exactly the publisher's order."""
     chain_breaks: int
-    """Published events whose parent is not the topic's previously published event."""
+    """Published events whose parents are not exactly the topic's previously published event."""
     crashed: int
     restarted: int
     crashed_roots: int
@@ -240,8 +240,9 @@ class RunStats:
         self.call_delivered[j] = bytearray(self.nbytes)
         self.event_call[event] = j
         self.published += 1
-        parent = f.get("parent")
-        if parent != self.last_published[t] and self.last_published[t] is not None:
+        parents = f.get("parents")
+        last = self.last_published[t]
+        if parents != ([last] if last is not None else []) and last is not None:
             self.chain_breaks += 1
         self.last_published[t] = event
         count, h = self.pub_seq[t]
