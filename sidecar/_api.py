@@ -31,6 +31,8 @@ from pulsarcast_ipfs.core import (
     DescriptorError,
     EventDescriptor,
     EventLinking,
+    HistoryOrder,
+    HistoryPage,
     LocalProtocolError,
     NotAllowedToPublish,
     PeerPolicy,
@@ -51,6 +53,12 @@ log = logging.getLogger("pulsarcast.sidecar.api")
 
 DESCRIPTOR_TIMEOUT = 10.0
 MAX_HISTORY_LIMIT = 500
+NO_HOLDER_WAIT = 5.0
+"""How long an unknown topic's descriptor is looked for when no node announces it."""
+READ_WAIT = 20.0
+"""Longest a history request waits for a new reader to gather the topic's history
+(holders looked up, tree joined, back-fill complete); then it answers with what it
+has and ``"complete": false``."""
 
 
 class ApiError(Exception):
@@ -173,20 +181,22 @@ class _Api:
 
     # helpers
 
-    async def block(self, cid: CID) -> bytes:
+    async def block(self, cid: CID, max_wait: float = DESCRIPTOR_TIMEOUT) -> bytes:
         data = self.d.blocks.get(cid)
         if data is not None:
             return data
         try:
-            return await self.d.store.get(cid, DESCRIPTOR_TIMEOUT)
+            return await self.d.store.get(cid, max_wait)
         except KuboTimeout:
             raise ApiError(504, "timeout", f"fetching {cid} from IPFS took too long") from None
         except KuboNotFound:
             raise ApiError(404, "not_found", f"block {cid} not found") from None
 
-    async def topic_descriptor(self, cid: CID) -> TopicDescriptor:
+    async def topic_descriptor(
+        self, cid: CID, max_wait: float = DESCRIPTOR_TIMEOUT
+    ) -> TopicDescriptor:
         try:
-            data = await self.block(cid)
+            data = await self.block(cid, max_wait)
         except ApiError as exc:
             if exc.code == "not_found":
                 raise ApiError(404, "unknown_topic", f"unknown topic {cid}") from None
@@ -303,6 +313,7 @@ class _Api:
         state.subscriptions.setdefault(root_s, time.time())
         self.d.remember_topic(root_s, name)
         self.d.persist()
+        self.d.announce_topics()
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         return JSONResponse(topic_json(cid, desc, root=root, latest=cid), status_code=201)
 
@@ -347,7 +358,9 @@ class _Api:
         root_s = cid_str(root)
         self.d.remember_topic(root_s, desc.name)
         self.d.state.state.subscriptions.setdefault(root_s, time.time())
+        self.d.readers.pop(root, None)
         self.d.persist()
+        self.d.announce_topics()  # one provider record for the topic (docs/sidecar.md)
         return JSONResponse({"topic": root_s, "subscribed": True})
 
     async def unsubscribe(self, request: Request) -> Response:
@@ -357,6 +370,7 @@ class _Api:
         root_s = cid_str(root)
         self.d.state.state.subscriptions.pop(root_s, None)
         self.d.persist()
+        self.d.announce_topics()  # unpins the topic (unless this node created it)
         return JSONResponse({"topic": root_s, "subscribed": False})
 
     async def publish(self, request: Request) -> Response:
@@ -417,57 +431,144 @@ class _Api:
         )
 
     async def history(self, request: Request) -> Response:
+        """PROTOCOL.md §5 "History": one page of the topic's retained history in the
+        history order ``(clock, CID bytes)``, newest or oldest first, after a cursor.
+
+        A node that keeps no history of the topic (it never subscribed, or only
+        relays it) becomes a *reader*: it looks the topic's holders up in the DHT,
+        connects to them, joins the tree and back-fills the history (bounded wait;
+        ``complete`` says whether it got everything in time).
+        """
         cid = parse_cid(request.path_params["cid"], "topic CID")
         q = request.query_params
+        limit_s = q.get("limit", "50")
         try:
-            limit = int(q.get("limit", "50"))
+            limit = int(limit_s)
         except ValueError:
-            raise ApiError(400, "bad_request", "limit must be an integer") from None
+            raise ApiError(
+                400, "bad_request", f"limit must be an integer in 1..{MAX_HISTORY_LIMIT}"
+            ) from None
         if not 1 <= limit <= MAX_HISTORY_LIMIT:
             raise ApiError(400, "bad_request", f"limit must be in 1..{MAX_HISTORY_LIMIT}")
-        before = parse_cid(q["before"], "cursor") if q.get("before") else None
-        root = self.d.known_root(cid)
-        versions: set[CID] = {cid}
-        events: list[dict[str, Any]] = []
-        cur: CID | None = None
-        if root is not None:
-            versions.add(root)
-            try:
-                page = self.d.node.history(cid, before=before, limit=limit)
-            except LocalProtocolError:
-                page = None  # cursor not in this node's cache: walk through IPFS below
-            if page is not None:
-                events = [event_json(c, ev) for c, ev in page.events]
-                versions.update(parse_cid(e["topic"]) for e in events)
-                cur = page.missing
-                if page.missing is None and page.next_before is None:
-                    return JSONResponse({"events": events, "next": None})
-                if page.missing is None:
-                    return JSONResponse(
-                        {"events": events, "next": cid_str(page.next_before)}
-                        if page.next_before
-                        else {"events": events, "next": None}
-                    )
-            elif before is not None:
-                cur = (await self.event_descriptor(before)).parent
-        elif before is not None:
-            cur = (await self.event_descriptor(before)).parent
-        else:
+        order_s = q.get("order", "newest")
+        if order_s not in ("newest", "oldest"):
             raise ApiError(
-                404,
-                "unknown_topic",
-                f"topic {cid} is not known to this node: subscribe, or give before=<event CID>",
+                400, "bad_request", f'order must be "newest" or "oldest", not {order_s!r}'
             )
-        last: str | None = events[-1]["cid"] if events else None
-        while cur is not None and len(events) < limit:
-            ev = await self.event_descriptor(cur)
-            if root is not None and ev.topic not in versions:
-                if self.d.known_root(ev.topic) != root:
-                    break
-            events.append(event_json(cur, ev))
-            last = cid_str(cur)
-            cur = ev.parent
-        return JSONResponse({"events": events, "next": last if cur is not None else None})
+        order: HistoryOrder = "newest" if order_s == "newest" else "oldest"
+        after_s, before_s = q.get("after"), q.get("before")
+        if after_s and before_s:
+            raise ApiError(400, "bad_request", "give after= (the cursor) or before=, not both")
+        if before_s and order != "newest":
+            raise ApiError(
+                400,
+                "bad_request",
+                "before= is the old name of the newest-first cursor: use after=",
+            )
+        cursor_s = after_s or before_s
+        cursor = parse_cid(cursor_s, "cursor") if cursor_s else None
+        settled = await self.gather_history(cid)
+        page = await self.history_page(cid, order, cursor, limit)
+        return JSONResponse(
+            {
+                "events": [event_json(c, ev) for c, ev in page.events],
+                "next": cid_str(page.next) if page.next is not None else None,
+                "complete": page.complete and settled,
+                "missing": [cid_str(c) for c in page.missing],
+                "heads": [cid_str(c) for c in page.heads],
+                "retained": page.retained,
+                "order": order,
+            }
+        )
+
+    async def gather_history(self, cid: CID) -> bool:
+        """Make sure the node keeps topic ``cid``'s history; whether it is gathered.
+
+        A subscriber or author answers at once. Otherwise (first read, or a reader
+        whose time ran out) the node finds the topic's holders, connects, calls
+        ``node.read`` and waits (bounded) for the back-fill; a reader that asks again
+        just extends its stay (``reader_ttl``).
+        """
+        d = self.d
+        root = d.known_root(cid)
+        if root is not None and d.keeps_history(cid):
+            if root in d.readers:
+                d.start_reading(cid)  # extend the reader's stay
+            return True
+        async with d.read_lock(cid):
+            root = d.known_root(cid)
+            if root is not None and d.keeps_history(cid):
+                return True  # another request made it a reader meanwhile
+            return await self.become_reader(cid, root)
+
+    async def become_reader(self, cid: CID, root: CID | None) -> bool:
+        d = self.d
+        began = time.monotonic()
+        d.history_reads += 1
+        found, connected = await d.find_holders(cid)
+        if root is None:
+            # Not a topic this node knows: check it is one (a clear 404 otherwise),
+            # then look for the holders of its first version (subscribers announce it).
+            desc = d.local_topic(cid)
+            if desc is None:
+                try:
+                    desc = await self.topic_descriptor(
+                        cid, DESCRIPTOR_TIMEOUT if found else NO_HOLDER_WAIT
+                    )
+                except ApiError as exc:
+                    if found or exc.code != "timeout":
+                        raise
+                    raise ApiError(
+                        404,
+                        "unknown_topic",
+                        f"topic {cid} is not known to this node and no node announces it",
+                    ) from None
+            root = await self.root_of(cid, desc)
+        if root != cid:  # a later version: subscribers announce the first one
+            more, more_connected = await d.find_holders(root)
+            found, connected = found + more, connected + more_connected
+        d.history_read_providers += found
+        d.history_read_connected += connected
+        d.start_reading(cid)
+        known = await d.wait_for(lambda: d.known_root(cid) is not None, max_wait=DESCRIPTOR_TIMEOUT)
+        if not known:
+            raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
+        d.readers[root] = time.time()
+        left = max(1.0, READ_WAIT - (time.monotonic() - began))
+        settled = await d.settle_history(cid, max_wait=left)
+        if not settled:
+            d.history_read_incomplete += 1
+        log.info(
+            "reading topic %s: %d holder(s) found, %d connected, history %s after %.1f s",
+            cid_str(root),
+            found,
+            connected,
+            "gathered" if settled else "still incomplete",
+            time.monotonic() - began,
+        )
+        return settled
+
+    async def history_page(
+        self, cid: CID, order: HistoryOrder, cursor: CID | None, limit: int
+    ) -> HistoryPage:
+        node = self.d.node
+        try:
+            return node.history(cid, order=order, after=cursor, limit=limit)
+        except LocalProtocolError:
+            if cursor is None:
+                raise
+        # A cursor event this node does not hold (a page from another node, or
+        # evicted since): its descriptor carries its place in the order.
+        try:
+            ev = await self.event_descriptor(cursor)
+        except ApiError as exc:
+            if exc.status == 404:
+                raise ApiError(400, "bad_request", f"bad cursor: {exc.message}") from None
+            raise
+        try:
+            return node.history(cid, order=order, after=ev, limit=limit)
+        except LocalProtocolError as exc:
+            raise ApiError(400, "bad_request", f"bad cursor: {exc}") from None
 
     async def get_event(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "event CID")
@@ -534,6 +635,17 @@ class _Api:
             "pulsarcast_blocks_store_pending": float(d.store.pending),
             "pulsarcast_blocks_provided_total": float(d.store.provided),
             "pulsarcast_blocks_provide_failed_total": float(d.store.provide_failed),
+            "pulsarcast_blocks_retained_pinned": float(d.store.retained_pinned),
+            "pulsarcast_pins_added_total": float(d.store.pins_added),
+            "pulsarcast_pins_removed_total": float(d.store.pins_removed),
+            "pulsarcast_pin_failed_total": float(d.store.pin_failed),
+            "pulsarcast_pin_calls_total": float(d.store.pin_calls),
+            "pulsarcast_topics_announced_total": float(d.store.topics_announced),
+            "pulsarcast_history_reads_total": float(d.history_reads),
+            "pulsarcast_history_read_providers_total": float(d.history_read_providers),
+            "pulsarcast_history_read_connected_total": float(d.history_read_connected),
+            "pulsarcast_history_read_incomplete_total": float(d.history_read_incomplete),
+            "pulsarcast_readers": float(len(d.readers)),
             "pulsarcast_frames_in_total": float(d.transport.frames_in),
             "pulsarcast_frames_out_total": float(d.transport.frames_out),
             "pulsarcast_bad_frames_total": float(d.transport.bad_frames),

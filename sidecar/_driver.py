@@ -29,11 +29,13 @@ from pulsarcast_ipfs.core import (
     DisconnectPeer,
     EventDescriptor,
     FetchBlock,
+    LocalProtocolError,
     NodeConfig,
     OperationDone,
     Pending,
     PulsarcastError,
     PulsarcastNode,
+    ReleaseBlocks,
     Rpc,
     SendRpc,
     SignRequest,
@@ -43,7 +45,7 @@ from pulsarcast_ipfs.core import (
     UnknownTopic,
     cid_str,
 )
-from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
+from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError, PeerAddrs
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._config import SidecarConfig
@@ -63,6 +65,16 @@ SIGN_TIMEOUT = 10.0
 """Longest wait for Kubo ``key/sign`` (one signature)."""
 OPERATION_TIMEOUT = 30.0
 """Longest wait for an API command's signatures (queued behind others')."""
+TOPIC_REANNOUNCE = 12 * 3600.0
+"""A subscribed topic is announced (``provide/once``) again this often."""
+TOPIC_ANNOUNCE_RETRY = 60.0
+"""After a failed topic announcement (descriptor not readable), try again this soon."""
+FINDPROVS_NUM = 8
+"""Holders of a topic looked up (``routing/findprovs``) by a node that reads it."""
+FINDPROVS_WAIT = 10.0
+CONNECT_WAIT = 5.0
+SETTLE = 0.5
+"""A new reader's history counts as gathered once it has held still this long."""
 
 
 class SigningFailed(PulsarcastError):
@@ -76,7 +88,8 @@ def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
         "topic": cid_str(ev.topic),
         "author": ev.author,
         "publisher": ev.publisher,
-        "parent": cid_str(ev.parent) if ev.parent is not None else None,
+        "parents": [cid_str(p) for p in ev.parents],
+        "clock": ev.clock,
         "created": ev.created,
         "protocol_version": ev.protocol_version,
         "payload": base64.b64encode(ev.payload).decode("ascii"),
@@ -100,6 +113,7 @@ class Driver:
         self.state = StateStore(config.state_path, log_max=config.delivery_log_max)
         self.metrics = MetricsWriter(config.metrics_path, run=config.run, system=config.system)
         self.store = BlockStore(kubo=self.kubo, fetch_timeout=config.fetch_timeout)
+        self.store.on_topic_announced = self._topic_announced
         self.node_config = NodeConfig(
             ping_interval=config.ping_interval,
             heads_interval=config.heads_interval,
@@ -141,6 +155,18 @@ class Driver:
         self.sign_seconds = 0.0
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
+        self._announced: dict[CID, float] = {}
+        """Subscribed topics (first versions) announced, with when (time.time())."""
+        self.readers: dict[CID, float] = {}
+        """Topics (first versions) this node reads without subscribing, last read."""
+        self._read_locks: dict[CID, anyio.Lock] = {}
+        self.history_reads = 0
+        """History requests that made this node a reader (holders looked up)."""
+        self.history_read_providers = 0
+        """Holders found by those (``routing/findprovs``), summed."""
+        self.history_read_connected = 0
+        self.history_read_incomplete = 0
+        """Reads answered before the history was complete (bounded wait)."""
 
     @property
     def node(self) -> PulsarcastNode:
@@ -219,9 +245,12 @@ class Driver:
                 self.blocks[out.cid] = out.data
                 if len(self.blocks) > 4096:
                     self.blocks.popitem(last=False)
-                # the core says whose block it is: only our own are pinned and
-                # announced (docs/sidecar.md "Providing")
-                self.store.store(out.cid, out.data, provide=out.own)
+                # the core says whose block it is and whether its history is kept:
+                # own blocks are pinned and announced, retained events pinned only
+                # (docs/sidecar.md "Providing")
+                self.store.store(out.cid, out.data, provide=out.own, retain=out.retain)
+            elif isinstance(out, ReleaseBlocks):
+                self.store.release(out.cids)
             elif isinstance(out, FetchBlock):
                 self.store.fetch(out.cid, self._on_fetched)
             elif isinstance(out, Deliver):
@@ -329,6 +358,141 @@ class Driver:
             return self.node.topic_state(cid).topic_cid
         except UnknownTopic:
             return None
+
+    # -- topic announcement and readers (docs/sidecar.md "History") --------------------
+
+    def announce_topics(self) -> None:
+        """Announce each subscribed topic once (pin its first version, ``provide/once``),
+        again every :data:`TOPIC_REANNOUNCE`: one provider record per topic per node,
+        never one per event, so that a non-member can find who holds its history."""
+        if self._tg is None:
+            return
+        now = time.time()
+        for root_s in list(self.state.state.subscriptions):
+            try:
+                root = CID.decode(root_s)
+            except ValueError:
+                continue
+            if self.known_root(root) != root:
+                continue  # not resolved yet (a resumed subscription)
+            last = self._announced.get(root)
+            if last is None:
+                self._announced[root] = now
+                self._tg.start_soon(self._pin_topic, root)
+            elif now - last >= TOPIC_REANNOUNCE:
+                self._announced[root] = now
+                if self.store.has_topic(root):
+                    self.store.announce_topic(root)
+                else:  # its descriptor could not be read last time
+                    self._tg.start_soon(self._pin_topic, root)
+        for root in list(self._announced):
+            if cid_str(root) not in self.state.state.subscriptions:
+                del self._announced[root]
+                if cid_str(root) not in self.state.state.created:
+                    self.store.unpin_topic(root)
+        for root, last in list(self.readers.items()):
+            if now - last > self.node_config.reader_ttl:
+                del self.readers[root]  # the core has let the reader go by now
+
+    def _topic_announced(self, root: CID, ok: bool) -> None:
+        if not ok and root in self._announced:  # try again soon, not in 12 h
+            self._announced[root] = time.time() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
+
+    async def _pin_topic(self, root: CID) -> None:
+        data = self.blocks.get(root)
+        if data is None:
+            try:
+                data = await self.kubo.block_get(root, max_wait=self.config.fetch_timeout)
+            except KuboError as exc:
+                log.warning("cannot announce topic %s (descriptor not readable: %s)", root, exc)
+                self._announced[root] = time.time() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
+                return
+        log.info("announcing topic %s (pinned, provide/once)", cid_str(root))
+        self.store.pin_topic(root, data)
+
+    async def find_holders(self, cid: CID) -> tuple[int, int]:
+        """``routing/findprovs`` of ``cid``, then ``swarm/connect`` to each provider:
+        (providers found, connected). Bitswap asks connected peers first, and retained
+        events are not announced one by one (docs/sidecar.md "History")."""
+        try:
+            found = await self.kubo.routing_findprovs(cid, FINDPROVS_NUM, max_wait=FINDPROVS_WAIT)
+        except KuboError as exc:
+            log.warning("findprovs %s failed: %s", cid, exc)
+            return 0, 0
+        others = [p for p in found if p.peer_id != self.peer_id]
+        connected: list[str] = []
+
+        async def connect(p: PeerAddrs) -> None:
+            addrs = [a if "/p2p/" in a else f"{a}/p2p/{p.peer_id}" for a in p.addresses]
+            for addr in addrs or [f"/p2p/{p.peer_id}"]:
+                try:
+                    with anyio.fail_after(CONNECT_WAIT):
+                        await self.kubo.swarm_connect(addr)
+                except (KuboError, TimeoutError) as exc:
+                    log.debug("swarm/connect %s failed: %s", addr, exc)
+                    continue
+                connected.append(p.peer_id)
+                return
+
+        async with anyio.create_task_group() as tg:
+            for p in others:
+                tg.start_soon(connect, p)
+        if connected:
+            await self._refresh_routing()
+        return len(others), len(connected)
+
+    def keeps_history(self, cid: CID) -> bool:
+        """Whether the node keeps topic ``cid``'s history (subscriber, author, reader)."""
+        try:
+            self.node.history(cid, limit=1)
+        except (UnknownTopic, LocalProtocolError):
+            return False
+        return True
+
+    def read_lock(self, cid: CID) -> anyio.Lock:
+        lock = self._read_locks.get(cid)
+        if lock is None:
+            if len(self._read_locks) > 1024:
+                self._read_locks.clear()
+            lock = self._read_locks[cid] = anyio.Lock()
+        return lock
+
+    def start_reading(self, cid: CID) -> None:
+        """``node.read``: keep (and back-fill) the topic's history ``reader_ttl`` more."""
+        self.call(lambda now: self.node.read(now, cid))
+        root = self.known_root(cid)
+        if root is not None:
+            self.readers[root] = time.time()
+
+    def _history_ready(self, cid: CID) -> tuple[int, ...] | None:
+        """A snapshot of a reader's progress if it looks done (in the tree under a
+        parent, history complete, no fetch in flight), else ``None``."""
+        try:
+            st = self.node.topic_state(cid)
+            page = self.node.history(cid, limit=1)
+        except (UnknownTopic, LocalProtocolError):
+            return None
+        if not st.joined or (st.parent is None and st.author != self.peer_id):
+            return None
+        if not page.complete or self.node.memory_usage["fetches"]:
+            return None
+        return (page.retained, len(page.heads))
+
+    async def settle_history(self, cid: CID, *, max_wait: float) -> bool:
+        """Wait (at most ``max_wait``) until a new reader has joined the tree and its
+        back-filled history is complete and has held still for :data:`SETTLE`."""
+        held: tuple[int, ...] | None = None
+        since = 0.0
+        with anyio.move_on_after(max_wait):
+            while True:
+                snap = self._history_ready(cid)
+                t = time.monotonic()
+                if snap is None or snap != held:
+                    held, since = snap, t
+                elif t - since >= SETTLE:
+                    return True
+                await anyio.sleep(0.05)
+        return False
 
     def persist(self) -> None:
         """Save ``state.json`` with fresh heads."""
@@ -497,6 +661,7 @@ class Driver:
         while True:
             await anyio.sleep(2.0)
             self.metrics.flush()
+            self.announce_topics()
             if self._dirty and self.fatal is None:
                 try:
                     self.persist()

@@ -15,7 +15,7 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("post", "/v1/topics/{cid}/subscribe", "Subscribe this node"),
     ("post", "/v1/topics/{cid}/unsubscribe", "Unsubscribe this node"),
     ("post", "/v1/topics/{cid}/publish", "Publish an event (or request to publish)"),
-    ("get", "/v1/topics/{cid}/history", "History, newest first, cursor = event CID"),
+    ("get", "/v1/topics/{cid}/history", "History in (clock, CID) order, cursor = event CID"),
     ("get", "/v1/events/{cid}", "An event descriptor (from any node, by CID)"),
     ("get", "/v1/deliveries", "NDJSON stream of deliveries, resumable by seq"),
     ("get", "/metrics", "Prometheus text metrics"),
@@ -60,20 +60,31 @@ _TOPIC = {
         }.items()
     },
 }
-_EVENT = {
+_EVENT: dict[str, Any] = {
     "type": "object",
     "properties": {
-        k: {"type": t}
-        for k, t in {
-            "cid": "string",
-            "topic": "string",
-            "author": "string",
-            "publisher": "string",
-            "parent": ["string", "null"],
-            "created": "string",
-            "protocol_version": "string",
-            "payload": "string",
-        }.items()
+        "cid": {"type": "string"},
+        "topic": {"type": "string"},
+        "author": {"type": "string"},
+        "publisher": {"type": "string"},
+        "parents": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "clock": {"type": "integer", "minimum": 0},
+        "created": {"type": "string"},
+        "protocol_version": {"type": "string"},
+        "payload": {"type": "string"},
+    },
+}
+_HISTORY_PAGE = {
+    "type": "object",
+    "required": ["events", "next", "complete", "missing", "heads", "retained", "order"],
+    "properties": {
+        "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
+        "next": {"type": ["string", "null"]},
+        "complete": {"type": "boolean"},
+        "missing": {"type": "array", "items": {"type": "string"}},
+        "heads": {"type": "array", "items": {"type": "string"}},
+        "retained": {"type": "integer", "minimum": 0},
+        "order": {"enum": ["newest", "oldest"]},
     },
 }
 _DELIVERY = {
@@ -127,13 +138,23 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
         schema = _ref("Topic")
     elif path == "/v1/events/{cid}":
         schema = _ref("Event")
+    elif path.endswith("/history"):
+        schema = _ref("HistoryPage")
     if path in ("/v1/topics", "/v1/topics/{cid}/update"):
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("TopicOptions")}}}
     if path.endswith("/publish"):
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("Publish")}}}
     if path.endswith("/history"):
         params += [
-            {"name": "before", "in": "query", "schema": {"type": "string"}},
+            {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},
+            {"name": "after", "in": "query", "schema": {"type": "string"}},
+            {
+                "name": "before",
+                "in": "query",
+                "deprecated": True,
+                "description": "old name of after= (order=newest only)",
+                "schema": {"type": "string"},
+            },
             {
                 "name": "limit",
                 "in": "query",
@@ -181,6 +202,7 @@ def openapi_document() -> dict[str, Any]:
                 "Topic": _TOPIC,
                 "TopicOptions": _TOPIC_OPTIONS,
                 "Event": _EVENT,
+                "HistoryPage": _HISTORY_PAGE,
                 "Delivery": _DELIVERY,
                 "Publish": _PUBLISH,
             },

@@ -47,9 +47,10 @@ def event_doc(n: int, payload: bytes | None = None) -> dict[str, Any]:
         "topic": TOPIC,
         "author": ME,
         "publisher": ME,
-        "parent": f"bafyreiev{n - 1}" if n > 1 else None,
+        "parents": [f"bafyreiev{n - 1}"] if n > 1 else [],
+        "clock": n - 1,
         "created": "2026-11-21T09:00:01.000000Z",
-        "protocol_version": "1.0.0",
+        "protocol_version": "2.0.0",
         "payload": base64.b64encode(payload or f"event {n}".encode()).decode(),
     }
 
@@ -62,6 +63,7 @@ class FakeSidecar:
         self.publish_answer: httpx.Response = httpx.Response(
             200, json={"status": "published", "event": "bafyreinew", "request_id": None}
         )
+        self.history_complete = True
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -100,8 +102,7 @@ class FakeSidecar:
         if path.endswith("/publish"):
             return self.publish_answer
         if path.endswith("/history"):
-            events = [event_doc(n) for n in range(9, 0, -1)]
-            return httpx.Response(200, json={"events": events, "next": None})
+            return self.history(request.url.params)
         if path == "/v1/deliveries":
             lines = []
             for seq in (4, 5):
@@ -118,6 +119,24 @@ class FakeSidecar:
         return httpx.Response(
             404, json={"error": {"code": "not_found", "message": f"no route {path}"}}
         )
+
+    def history(self, params: httpx.QueryParams) -> httpx.Response:
+        """Nine events (event n has clock n - 1), at most 4 per page whatever the limit."""
+        order, limit = params.get("order", "newest"), min(int(params["limit"]), 4)
+        numbers = list(range(9, 0, -1)) if order == "newest" else list(range(1, 10))
+        if "after" in params:
+            numbers = numbers[numbers.index(int(params["after"].removeprefix("bafyreiev"))) + 1 :]
+        page, more = numbers[:limit], len(numbers) > limit
+        doc = {
+            "events": [event_doc(n) for n in page],
+            "next": f"bafyreiev{page[-1]}" if more else None,
+            "complete": self.history_complete,
+            "missing": [] if self.history_complete else ["bafyreigone"],
+            "heads": ["bafyreiev9"],
+            "retained": 9,
+            "order": order,
+        }
+        return httpx.Response(200, json=doc)
 
 
 @pytest.fixture
@@ -260,13 +279,41 @@ def test_history_and_status(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
         "bafyreiev7",
     ]
     assert fake.requests[-1].url.params["limit"] == "3"
+    assert fake.requests[-1].url.params["order"] == "newest"
     code, out, _ = run("history", TOPIC, "--json", "--limit", "2")
-    assert [json.loads(ln)["cid"] for ln in out.splitlines()] == ["bafyreiev9", "bafyreiev8"]
+    docs = [json.loads(ln) for ln in out.splitlines()]
+    assert [d["cid"] for d in docs] == ["bafyreiev9", "bafyreiev8"]
+    assert (docs[0]["parents"], docs[0]["clock"]) == (["bafyreiev8"], 8)
     code, out, _ = run("status")
     assert code == 0 and f"peer ID   {ME}" in out
     assert "relay" in out and "12D3KooW…Parent" in out
     code, out, _ = run("status", "--json")
     assert json.loads(out)["topics"][0]["children"] == ["12D3KooWChildChildChild1"]
+
+
+def test_history_oldest_first_pages_and_cursor(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    code, out, err = run("history", TOPIC, "--oldest", "--limit", "7")
+    assert code == 0 and err == ""
+    assert [ln.split("\t")[0] for ln in out.splitlines()] == [f"bafyreiev{n}" for n in range(1, 8)]
+    asked = [dict(r.url.params) for r in fake.requests]
+    assert asked == [
+        {"limit": "7", "order": "oldest"},
+        {"limit": "3", "order": "oldest", "after": "bafyreiev4"},
+    ]
+    code, out, _ = run("history", TOPIC, "--after", "bafyreiev3")
+    assert [ln.split("\t")[0] for ln in out.splitlines()] == ["bafyreiev2", "bafyreiev1"]
+    code, out, _ = run("history", TOPIC, "--before", "bafyreiev3", "--limit", "1")  # old name
+    assert out.split("\t")[0] == "bafyreiev2"
+    assert fake.requests[-1].url.params["after"] == "bafyreiev3"
+
+
+def test_history_says_when_it_is_not_complete(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    fake.history_complete = False
+    code, out, err = run("history", TOPIC, "--limit", "2")
+    assert code == 0 and len(out.splitlines()) == 2
+    assert "not complete yet (1 linked event still being fetched)" in err
 
 
 def test_api_and_token_before_or_after_the_command(

@@ -71,7 +71,11 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
 
     code, out, _ = await cli(sc, 1, "history", topic, "--json")
     events = [json.loads(line) for line in out.splitlines()]
-    assert [e["cid"] for e in events][-1] == first and len(events) == 2
+    assert first in [e["cid"] for e in events] and len(events) == 2
+    keys = [(e["clock"], e["cid"]) for e in events]  # newest first (clock, then CID bytes)
+    assert all(isinstance(e["parents"], list) for e in events) and keys[0][0] >= keys[1][0]
+    code, out, _ = await cli(sc, 1, "history", topic, "--oldest")
+    assert [line.split("\t")[0] for line in out.splitlines()] == [c for _, c in keys[::-1]]
 
     code, out, _ = await cli(sc, 1, "status", "--json")
     status = json.loads(out)

@@ -171,7 +171,7 @@ def test_protocol_1_events_get_a_clear_error() -> None:
     del obj["parents"], obj["clock"]
     obj["parent"] = None
     obj["metadata"]["protocolVersion"] = "1.0.0"
-    with pytest.raises(DescriptorError, match="protocol 1 .*upgrade the publishing node"):
+    with pytest.raises(DescriptorError, match=r"protocol 1 .*upgrade the publishing node"):
         EventDescriptor.decode(dag_cbor.encode(obj))
     old = dag_cbor.decode(topic().encode())
     old["metadata"]["protocolVersion"] = "1.0.0"

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from pulsarcast_ipfs.core import (
+    SIGNED_VERSION,
     Event,
     EventDescriptor,
     compute_cid,
@@ -242,7 +243,6 @@ async def test_allowed_publishers_and_request_to_publish(sc: LocalSidecarCluster
         topic=compute_cid_of(topic),
         author=bare.peer_id,
         publisher=bare.peer_id,
-        parent=None,
         payload=b"forged",
         created=format_created(time.time()),
     )
@@ -303,18 +303,24 @@ async def test_event_linking(sc: LocalSidecarCluster) -> None:
             (await ok(sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"text": str(n)}))["event"]
         )
     await wait_deliveries(sc, [2, 3], topic, set(cids))
-    # LAST_SEEN: one chain, each event's parent the previous one seen by the publisher.
+    # LAST_SEEN, one publisher at a time: one chain, each event linking the previous.
     for i in (1, 2):
         h = await ok(sc, i, "GET", f"/v1/topics/{topic}/history", params={"limit": 10})
         assert [e["cid"] for e in h["events"]] == cids[::-1]
-        assert [e["parent"] for e in h["events"]] == [*cids[::-1][1:], None]
-    # Paging: cursor = event CID.
+        assert [e["parents"] for e in h["events"]] == [[c] for c in cids[::-1][1:]] + [[]]
+        assert [e["clock"] for e in h["events"]] == [4, 3, 2, 1, 0]
+        assert h["complete"] and h["heads"] == [cids[-1]] and h["retained"] == 5
+    # Paging: cursor = the last event CID of the previous page, either order.
     h1 = await ok(sc, 2, "GET", f"/v1/topics/{topic}/history", params={"limit": 2})
     assert [e["cid"] for e in h1["events"]] == cids[:2:-1] and h1["next"] == cids[3]
     h2 = await ok(
-        sc, 2, "GET", f"/v1/topics/{topic}/history", params={"limit": 2, "before": h1["next"]}
+        sc, 2, "GET", f"/v1/topics/{topic}/history", params={"limit": 2, "after": h1["next"]}
     )
     assert [e["cid"] for e in h2["events"]] == [cids[2], cids[1]]
+    h3 = await ok(
+        sc, 3, "GET", f"/v1/topics/{topic}/history", params={"order": "oldest", "limit": 3}
+    )
+    assert [e["cid"] for e in h3["events"]] == cids[:3] and h3["next"] == cids[2]
 
     custom = await create(sc, 1, "custom", event_linking="CUSTOM")
     await subscribe_all(sc, custom, [2])
@@ -323,7 +329,7 @@ async def test_event_linking(sc: LocalSidecarCluster) -> None:
         sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "b", "parent": first}
     )
     ev = await ok(sc, 1, "GET", f"/v1/events/{second['event']}")
-    assert ev["parent"] == first
+    assert (ev["parents"], ev["clock"]) == ([first], 1)
     unknown = str(compute_cid(b"\xa1anot an event"))
     r = await api(
         sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": unknown}
@@ -337,6 +343,67 @@ async def test_event_linking(sc: LocalSidecarCluster) -> None:
         sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": "xyz"}
     )
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+
+
+async def history_of(
+    sc: LocalSidecarCluster, i: int, topic: str, *, order: str = "newest", limit: int = 7
+) -> tuple[list[dict[str, Any]], bool]:
+    """Every event of node ``i``'s history, page after page; whether it was complete."""
+    events: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"order": order, "limit": limit}
+    complete = True
+    for _ in range(1000):
+        h = await ok(sc, i, "GET", f"/v1/topics/{topic}/history", params=params)
+        events += h["events"]
+        complete = complete and h["complete"]
+        if h["next"] is None:
+            return events, complete
+        params["after"] = h["next"]
+    raise AssertionError("the history never ended")
+
+
+async def test_concurrent_publishers_one_history_everywhere(sc: LocalSidecarCluster) -> None:
+    """Issue 12: 3 concurrent publishers, 60 events; every node's history lists all of
+    them once, in the same causal order, newest first and oldest first."""
+    topic = await create(sc, 0, "dag")
+    subs = [1, 2, 3, 4]
+    await subscribe_all(sc, topic, subs)
+    want: list[str] = []
+
+    async def publish(i: int) -> None:
+        for n in range(20):
+            r = await ok(sc, i, "POST", f"/v1/topics/{topic}/publish", json={"text": f"{i}:{n}"})
+            want.append(r["event"])
+
+    async with anyio.create_task_group() as tg:
+        for i in (0, 1, 2):
+            tg.start_soon(publish, i)
+    nodes = [0, *subs]
+    await wait_deliveries(sc, subs, topic, set(want), deadline=90)
+
+    async def settled() -> bool:
+        for i in nodes:
+            events, complete = await history_of(sc, i, topic, limit=50)
+            if not complete or len(events) != len(want):
+                return False
+        return True
+
+    await wait_until(settled, deadline=60, what="every history complete", interval=0.5)
+    reference: list[str] | None = None
+    for i in nodes:
+        events, _ = await history_of(sc, i, topic)
+        cids = [e["cid"] for e in events]
+        assert sorted(cids) == sorted(want), f"node{i}"
+        by_cid = {e["cid"]: e for e in events}
+        for e in events:  # causal: a parent comes after its child, newest first
+            for p in e["parents"]:
+                assert by_cid[p]["clock"] < e["clock"]
+                assert cids.index(p) > cids.index(e["cid"])
+        if reference is None:
+            reference = cids
+        assert cids == reference, f"node{i} lists another order"
+        oldest, _ = await history_of(sc, i, topic, order="oldest", limit=9)
+        assert [e["cid"] for e in oldest] == cids[::-1]
 
 
 async def test_unsubscribe_prunes_and_update_changes_behaviour(sc: LocalSidecarCluster) -> None:
@@ -393,14 +460,14 @@ async def test_independent_client_reads_descriptor(sc: LocalSidecarCluster) -> N
         r = await http.post("/api/v0/dag/get", params={"arg": topic})
         assert r.status_code == 200, r.text
         doc = r.json()
-    # Signed (protocolVersion 1.1.0, the sidecar's default): Kubo's dag/get shows the
+    # Signed (the sidecar's default): Kubo's dag/get shows the
     # author's signature as a dag-json bytes object.
     assert set(doc) == {"name", "author", "parent", "#", "metadata", "signature"}
     assert set(doc["signature"]) == {"/"} and set(doc["signature"]["/"]) == {"bytes"}
     assert doc["name"] == "plain" and doc["author"] == sc.cluster[0].peer_id
     assert doc["parent"] is None and set(doc["#"]["meta"]) == {"/"}
     md = doc["metadata"]
-    assert md["protocolVersion"] == "1.1.0" and md["eventLinking"] == "LAST_SEEN"
+    assert md["protocolVersion"] == SIGNED_VERSION and md["eventLinking"] == "LAST_SEEN"
     assert md["allowedPublishers"] == {"enabled": False, "peers": []}
     assert set(md["requestToPublish"]) == {"enabled", "peers"} and "created" in md
 
@@ -450,19 +517,43 @@ async def test_relay_killed_mid_stream(sc: LocalSidecarCluster) -> None:
 
 
 async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
+    """Issue 12 durability: the publisher's node gone for good and ``repo gc`` run on
+    every remaining node; a node that never subscribed finds the topic's holders (one
+    provider record per subscriber), joins as a reader and pages through the whole
+    retained history, with the bytes from the subscribers' pins."""
     topic = await create(sc, 6, "orphan")
-    await subscribe_all(sc, topic, [1])
+    subs = [1, 2]
+    await subscribe_all(sc, topic, subs)
     cids = [
         (await ok(sc, 6, "POST", f"/v1/topics/{topic}/publish", json={"text": f"o{n}"}))["event"]
         for n in range(10)
     ]
-    await wait_deliveries(sc, [1], topic, set(cids))
-    await anyio.sleep(3)  # provide records on their way (not required: node 1 holds them)
+    await wait_deliveries(sc, subs, topic, set(cids))
+
+    async def pinned() -> bool:  # retained: direct pins, the topic too
+        for i in subs:
+            async with sc.cluster[i].client() as kubo:
+                pins = await kubo.pin_ls(pin_type="direct")
+            if not {topic, *cids} <= set(pins):
+                return False
+        return True
+
+    await wait_until(pinned, deadline=30, what="the subscribers' pins", interval=0.3)
     await sc.stop_kubo(6)
-    # Node 7 never saw the topic: it fetches by CID and walks the history through IPFS.
-    ev = await ok(sc, 7, "GET", f"/v1/events/{cids[-1]}")
-    assert base64.b64decode(ev["payload"]) == b"o9"
-    h = await ok(
-        sc, 7, "GET", f"/v1/topics/{topic}/history", params={"before": cids[-1], "limit": 50}
-    )
-    assert [e["cid"] for e in h["events"]] == cids[-2::-1]
+    for i in range(len(sc.cluster)):
+        if i != 6:
+            async with sc.cluster[i].client() as kubo:
+                await kubo.repo_gc()
+    reader = 7
+    before = await topic_status(sc, reader, topic)
+    assert before is None or not before["subscribed"]  # never subscribed (a relay at most)
+    events, complete = await history_of(sc, reader, topic, order="oldest", limit=4)
+    assert [e["cid"] for e in events] == cids and complete
+    assert [base64.b64decode(e["payload"]) for e in events] == [f"o{n}".encode() for n in range(10)]
+    newest, _ = await history_of(sc, reader, topic, limit=3)
+    assert [e["cid"] for e in newest] == cids[::-1]
+    metrics = (await api(sc, reader, "GET", "/metrics")).text
+    assert "pulsarcast_history_reads_total 1.0" in metrics
+    assert "pulsarcast_history_read_connected_total 0.0" not in metrics
+    st = await topic_status(sc, reader, topic)
+    assert st is not None and not st["subscribed"]

@@ -78,6 +78,46 @@ async def test_pin_add_and_rm(kubo_pair: LocalCluster) -> None:
             await kubo.pin_rm(cid, recursive=False)
 
 
+async def test_pin_and_unpin_many_then_gc(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as kubo:
+        cids = [await kubo.block_put(_event_bytes(os.urandom(8))) for _ in range(3)]
+        kept = await kubo.block_put(_event_bytes(os.urandom(8)))
+        assert await kubo.pin_add_many([]) == ()
+        assert set(await kubo.pin_add_many([*cids, kept])) == {str(c) for c in [*cids, kept]}
+        direct = await kubo.pin_ls(pin_type="direct")
+        assert all(direct[str(c)] == "direct" for c in [*cids, kept])
+        assert set(await kubo.pin_rm_many(cids[:2])) == {str(c) for c in cids[:2]}
+        # Kubo stops at a CID that is not pinned, having unpinned those before it.
+        with pytest.raises(KuboNotFound):
+            await kubo.pin_rm_many([cids[2], cids[0]])
+        assert str(cids[2]) not in await kubo.pin_ls(pin_type="direct")
+        assert await kubo.repo_gc() >= 3
+        assert await kubo.block_get(kept, max_wait=1)  # pinned: kept
+        with pytest.raises(KuboTimeout):
+            await kubo.block_get(cids[0], max_wait=1)
+        await kubo.pin_rm_many([kept])
+
+
+async def test_routing_findprovs_streams_and_stops_early(kubo_pair: LocalCluster) -> None:
+    async with kubo_pair[0].client() as a, kubo_pair[1].client() as b:
+        cid = await a.block_put(_event_bytes(os.urandom(8)))
+        await a.pin_add_many([cid], fast_provide_root=False)
+        await a.provide_once(cid)
+
+        async def found() -> bool:
+            return bool(await b.routing_findprovs(cid, 1, max_wait=5))
+
+        await wait_until(found, deadline=30, what="a provider record")
+        (prov,) = await b.routing_findprovs(cid, 4, max_wait=5)
+        assert prov.peer_id == kubo_pair[0].peer_id and prov.addresses
+        nobody = dag_cbor_cid(_event_bytes(os.urandom(8)))
+        with anyio.fail_after(10):
+            assert await b.routing_findprovs(nobody, 1, max_wait=3) == ()
+        with pytest.raises(ValueError):
+            await b.routing_findprovs(cid, 0)
+        await a.pin_rm_many([cid])
+
+
 async def test_provide_then_find_providers(kubo_pair: LocalCluster) -> None:
     async with kubo_pair[0].client() as a, kubo_pair[1].client() as b:
         cid = await a.block_put(_event_bytes(os.urandom(8)))

@@ -56,9 +56,10 @@ def event_json(n: int, **over: Any) -> dict[str, Any]:
         "topic": CID_T,
         "author": PEER,
         "publisher": PEER,
-        "parent": f"{CID_E}{n - 1}" if n > 1 else None,
+        "parents": [f"{CID_E}{n - 1}"] if n > 1 else [],
+        "clock": max(n - 1, 0),
         "created": "2026-11-21T09:00:01.5Z",
-        "protocol_version": "1.0.0",
+        "protocol_version": "2.0.0",
         "payload": base64.b64encode(f"event {n}".encode()).decode(),
     }
     doc.update(over)
@@ -315,7 +316,13 @@ async def test_garbage_answers_raise_invalid_response(body: bytes) -> None:
         {"created": "yesterday"},
         {"created": "2026-11-21T09:00:00"},
         {"cid": ""},
-        {"parent": 5},
+        {"parents": 5},
+        {"parents": [5]},
+        {"parents": "bafyreievent0"},
+        {"clock": -1},
+        {"clock": "3"},
+        {"clock": True},
+        {"clock": None},
     ],
 )
 async def test_malformed_events_raise_invalid_response(over: dict[str, Any]) -> None:
@@ -371,22 +378,35 @@ def test_peer_set_forms() -> None:
 
 
 def history_handler(total: int) -> tuple[Handler, list[dict[str, str]]]:
-    """Pages of a topic of ``total`` events, newest first; ``next`` = the next (older)
-    event to show, passed back as ``before`` (inclusive of nothing newer)."""
+    """Pages of a topic of ``total`` events (event n has clock n - 1): ``next`` is the
+    last event of the page, passed back as ``after`` (the next page starts strictly
+    after it in the order asked for)."""
     asked: list[dict[str, str]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         params = dict(request.url.params)
         asked.append(params)
         limit = int(params["limit"])
-        start = int(params["before"].removeprefix(CID_E)) if "before" in params else total
-        numbers = list(range(start, max(start - limit, 0), -1))
-        nxt = numbers[-1] - 1 if numbers and numbers[-1] > 1 else None
+        order = params.get("order", "newest")
+        cursor = int(params["after"].removeprefix(CID_E)) if "after" in params else None
+        if order == "newest":
+            start = total if cursor is None else cursor - 1
+            numbers = list(range(start, max(start - limit, 0), -1))
+            more = bool(numbers) and numbers[-1] > 1
+        else:
+            start = 1 if cursor is None else cursor + 1
+            numbers = list(range(start, min(start + limit, total + 1)))
+            more = bool(numbers) and numbers[-1] < total
         return httpx.Response(
             200,
             json={
                 "events": [event_json(n) for n in numbers],
-                "next": f"{CID_E}{nxt}" if nxt else None,
+                "next": f"{CID_E}{numbers[-1]}" if more else None,
+                "complete": True,
+                "missing": [],
+                "heads": [f"{CID_E}{total}"],
+                "retained": total,
+                "order": order,
             },
         )
 
@@ -398,17 +418,128 @@ async def test_iter_history_walks_every_page() -> None:
     async with aclient(handler) as pc:
         page = await pc.history(CID_T, limit=3)
         assert [e.text for e in page.events] == ["event 7", "event 6", "event 5"]
-        assert page.next == f"{CID_E}4"
+        assert page.next == f"{CID_E}5"
+        assert (page.complete, page.heads, page.retained, page.order) == (
+            True,
+            (f"{CID_E}7",),
+            7,
+            "newest",
+        )
         texts = [e.text async for e in pc.iter_history(CID_T, page_size=3)]
     assert texts == [f"event {n}" for n in range(7, 0, -1)]
-    assert [a.get("before") for a in asked[1:]] == [None, f"{CID_E}4", f"{CID_E}1"]
+    assert [a.get("after") for a in asked[1:]] == [None, f"{CID_E}5", f"{CID_E}2"]
+    assert {a["order"] for a in asked} == {"newest"}
     with sclient(handler) as spc:
         assert [e.text for e in spc.iter_history(CID_T, page_size=2)] == texts
 
 
+async def test_history_oldest_first_and_cursor() -> None:
+    handler, asked = history_handler(5)
+    async with aclient(handler) as pc:
+        page = await pc.history(CID_T, order="oldest", limit=2)
+        assert [e.text for e in page.events] == ["event 1", "event 2"]
+        assert (page.order, page.next) == ("oldest", f"{CID_E}2")
+        page = await pc.history(CID_T, order="oldest", after=page.next, limit=2)
+        assert [e.text for e in page.events] == ["event 3", "event 4"]
+        texts = [e.text async for e in pc.iter_history(CID_T, order="oldest", page_size=2)]
+    assert texts == [f"event {n}" for n in range(1, 6)]
+    assert asked[1] == {"limit": "2", "order": "oldest", "after": f"{CID_E}2"}
+    with sclient(handler) as spc:
+        assert [e.text for e in spc.iter_history(CID_T, order="oldest")] == texts
+
+
+async def test_history_before_is_a_deprecated_alias_of_after() -> None:
+    handler, asked = history_handler(5)
+    async with aclient(handler) as pc:
+        with pytest.warns(DeprecationWarning, match="after="):
+            page = await pc.history(CID_T, before=f"{CID_E}4", limit=2)
+        assert [e.text for e in page.events] == ["event 3", "event 2"]
+        assert asked[-1]["after"] == f"{CID_E}4" and "before" not in asked[-1]
+        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
+            await pc.history(CID_T, before=f"{CID_E}4", after=f"{CID_E}3")
+        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="oldest"):
+            await pc.history(CID_T, before=f"{CID_E}4", order="oldest")
+    with sclient(handler) as spc, pytest.warns(DeprecationWarning):
+        assert [e.text for e in spc.iter_history(CID_T, before=f"{CID_E}3")] == [
+            "event 2",
+            "event 1",
+        ]
+
+
+async def test_bad_history_arguments_are_refused_before_any_request() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request expected")
+
+    async with aclient(handler) as pc:
+        with pytest.raises(ValueError, match="order"):
+            await pc.history(CID_T, order="sideways")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="limit"):
+            await pc.history(CID_T, limit=0)
+        with pytest.raises(TypeError, match="limit"):
+            await pc.history(CID_T, limit=True)
+        with pytest.raises(ValueError, match="after"):
+            await pc.history(CID_T, after=" ")
+        with pytest.raises(ValueError, match="order"):
+            _ = [e async for e in pc.iter_history(CID_T, order="up")]  # type: ignore[arg-type]
+
+
+def test_history_page_fields_round_trip() -> None:
+    doc = {
+        "events": [event_json(3), event_json(2)],
+        "next": f"{CID_E}2",
+        "complete": False,
+        "missing": [f"{CID_E}1"],
+        "heads": [f"{CID_E}3", f"{CID_E}9"],
+        "retained": 2,
+        "order": "newest",
+    }
+    page = sdk.HistoryPage.from_json(doc)
+    assert page.events[0].parents == (f"{CID_E}2",) and page.events[0].clock == 2
+    assert (page.complete, page.missing, page.heads, page.retained) == (
+        False,
+        (f"{CID_E}1",),
+        (f"{CID_E}3", f"{CID_E}9"),
+        2,
+    )
+    assert sdk.HistoryPage.from_json(page.to_json()) == page
+    assert sdk.HistoryPage.from_json({**doc, "order": "oldest"}).order == "oldest"
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"complete": None},
+        {"complete": "yes"},
+        {"missing": "bafy"},
+        {"heads": [1]},
+        {"retained": -1},
+        {"retained": None},
+        {"order": "sideways"},
+        {"events": {}},
+    ],
+)
+def test_malformed_history_pages_raise_invalid_response(over: dict[str, Any]) -> None:
+    doc = {"events": [], "next": None, "complete": True, "missing": [], "heads": []}
+    doc.update(retained=0, order="newest")
+    with pytest.raises(sdk.InvalidResponse):
+        sdk.HistoryPage.from_json({**doc, **over})
+
+
+def test_protocol_1_delivery_lines_still_parse() -> None:
+    """Lines a protocol 1 sidecar wrote to its delivery log have one ``parent``."""
+    old = delivery_json(2)
+    del old["parents"], old["clock"]
+    old["parent"] = f"{CID_E}1"
+    d = Delivery.from_json(old)
+    assert (d.event.parents, d.event.clock) == ((f"{CID_E}1",), 0)
+    old["parent"] = None
+    assert Delivery.from_json(old).event.parents == ()
+
+
 async def test_iter_history_refuses_a_cursor_loop() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"events": [event_json(2)], "next": f"{CID_E}1"})
+        doc = {"events": [event_json(2)], "next": f"{CID_E}1", "complete": True}
+        return httpx.Response(200, json={**doc, "retained": 2})
 
     async with aclient(handler) as pc:
         with pytest.raises(sdk.InvalidResponse, match="repeats"):

@@ -100,7 +100,7 @@ async def test_topics_subscribe_publish_deliver(sc: LocalSidecarCluster) -> None
         )
 
 
-async def test_history_pages_walk_parent_links(sc: LocalSidecarCluster) -> None:
+async def test_history_pages_both_ways(sc: LocalSidecarCluster) -> None:
     async with client(sc, 0) as a, client(sc, 2) as c:
         topic = await a.create_topic("sdk-history")
         await join(c, topic.cid)
@@ -109,14 +109,25 @@ async def test_history_pages_walk_parent_links(sc: LocalSidecarCluster) -> None:
             cids.append((await a.publish(topic.cid, f"e{n}")).event)
             await collect(c, topic.cid, n + 1)  # one at a time: a single LAST_SEEN chain
         page = await c.history(topic.cid, limit=2)
-        assert [e.text for e in page.events] == ["e4", "e3"] and page.next is not None
+        assert [e.text for e in page.events] == ["e4", "e3"] and page.next == cids[3]
+        assert (page.complete, page.retained, page.heads, page.order) == (
+            True,
+            5,
+            (cids[4],),
+            "newest",
+        )
         walked = [e async for e in c.iter_history(topic.cid, page_size=2)]
         assert [e.cid for e in walked] == cids[::-1]
-        assert [e.parent for e in walked] == [*cids[::-1][1:], None]
+        assert [e.parents for e in walked] == [(c,) for c in cids[::-1][1:]] + [()]
+        assert [e.clock for e in walked] == [4, 3, 2, 1, 0]
+        page = await c.history(topic.cid, order="oldest", after=cids[1], limit=2)
+        assert [e.cid for e in page.events] == cids[2:4] and page.next == cids[3]
     with Client(config=ClientConfig(api=sc[2].api_url)) as sync:
         assert [e.text for e in sync.iter_history(topic.cid, page_size=3)] == [
             f"e{n}" for n in range(4, -1, -1)
         ]
+        oldest = sync.iter_history(topic.cid, order="oldest", page_size=3)
+        assert [e.text for e in oldest] == [f"e{n}" for n in range(5)]
 
 
 async def test_refusals_are_typed(sc: LocalSidecarCluster) -> None:
@@ -144,7 +155,8 @@ async def test_refusals_are_typed(sc: LocalSidecarCluster) -> None:
             await a.publish(custom.cid, "child", parent=foreign)
         first = await a.publish(custom.cid, "first")
         second = await a.publish(custom.cid, "second", parent=first.event)
-        assert (await a.get_event(str(second.event))).parent == first.event
+        ev = await a.get_event(str(second.event))
+        assert (ev.parents, ev.clock) == ((first.event,), 1)
 
 
 async def test_request_to_publish(sc: LocalSidecarCluster) -> None:

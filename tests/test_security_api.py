@@ -127,8 +127,9 @@ async def test_400_for_malformed_cids(sc: LocalSidecarCluster) -> None:
             err(await api.get("/v1/deliveries", params={"topic": bad}), 400, "bad_request")
         topic = (await api.post("/v1/topics", json={"name": "bad-input"})).json()["cid"]
         for bad in BAD_CIDS:
-            r = await api.get(f"/v1/topics/{topic}/history", params={"before": bad})
-            err(r, 400, "bad_request")
+            for cursor in ("after", "before"):
+                r = await api.get(f"/v1/topics/{topic}/history", params={cursor: bad})
+                err(r, 400, "bad_request")
             r = await api.post(f"/v1/topics/{topic}/publish", json={"text": "x", "parent": bad})
             err(r, 400, "bad_request")
 

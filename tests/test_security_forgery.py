@@ -3,7 +3,7 @@
 forwarded or delivered. Pure core; the real-network version of the unauthorised
 case is ``tests/test_e2e_sidecar.py::test_allowed_publishers_and_request_to_publish``.
 
-These pure tests run unsigned (1.0.0) nodes; what signatures add (forged author or
+These pure tests run unsigned (2.0.0) nodes; what signatures add (forged author or
 publisher, tampered payload, unsigned events) is in ``tests/test_core_signatures.py``
 and, over real Kubo daemons and sidecars, in ``test_signed_cluster_*`` below."""
 
@@ -18,6 +18,7 @@ import pytest
 from multiformats import CID
 
 from pulsarcast_ipfs.core import (
+    SIGNED_VERSION,
     Deliver,
     Event,
     EventDescriptor,
@@ -73,7 +74,6 @@ def _event(publisher: str, payload: bytes, *, topic: TopicDescriptor = TOPIC) ->
         topic=topic.cid,
         author=publisher,
         publisher=publisher,
-        parent=None,
         payload=payload,
         created=format_created(T0 + 1),
     )
@@ -218,7 +218,7 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
 
         await wait_until(delivered, deadline=30, what="the signed event", interval=0.2)
         (got,) = [d for d in await deliveries() if d["cid"] == good]
-        assert got["protocol_version"] == "1.1.0"
+        assert got["protocol_version"] == SIGNED_VERSION
 
         # The attacker: its own valid key (Kubo key/sign), straight to sidecar 1 over p2p.
         async with KuboClient(config=KuboConfig(base_url=attacker.api_url)) as kubo:
@@ -229,7 +229,6 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
                 topic=root,
                 author=attacker.peer_id,
                 publisher=attacker.peer_id,
-                parent=None,
                 payload=b"unsigned",
                 created=real.created,
             )
@@ -237,10 +236,11 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
                 topic=real.topic,
                 author=real.author,
                 publisher=real.publisher,
-                parent=real.parent,
+                parents=real.parents,
+                clock=real.clock,
                 payload=b"tampered",
                 created=real.created,
-                protocol_version="1.1.0",
+                protocol_version=SIGNED_VERSION,
                 author_signature=real.author_signature,
                 publisher_signature=real.publisher_signature,
             )
@@ -248,10 +248,9 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
                 topic=root,
                 author=author,
                 publisher=attacker.peer_id,
-                parent=None,
                 payload=b"in the author's name",
                 created=real.created,
-                protocol_version="1.1.0",
+                protocol_version=SIGNED_VERSION,
             )
             statement = author_statement(
                 tree=root, author=author, created=draft.created, payload=draft.payload

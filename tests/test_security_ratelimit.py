@@ -104,7 +104,6 @@ def _event(topic: TopicDescriptor, i: int) -> Event:
         topic=topic.cid,
         author=topic.author,
         publisher=topic.author,
-        parent=None,
         payload=b"%d" % i,
         created=format_created(T0 + i / 1000),
     )

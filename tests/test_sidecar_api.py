@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
+from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster, wait_until
 from sidecar import Driver, load_config
 
 pytestmark = [pytest.mark.kubo, pytest.mark.anyio]
@@ -83,7 +83,10 @@ async def test_topic_validation(api: httpx.AsyncClient) -> None:
     unknown = str(compute_cid(b"\xa1aa\x01"))  # a dag-cbor CID nobody has
     err(await api.post(f"/v1/topics/{unknown}/publish", json={"text": "x"}), 404, "unknown_topic")
     err(await api.post(f"/v1/topics/{unknown}/unsubscribe"), 404, "unknown_topic")
-    err(await api.get(f"/v1/topics/{unknown}/history"), 404, "unknown_topic")
+    # Not known here and nobody announces it: looked up, then a clear 404.
+    r = await api.get(f"/v1/topics/{unknown}/history")
+    err(r, 404, "unknown_topic")
+    assert "no node announces it" in r.json()["error"]["message"]
 
 
 async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None:
@@ -143,12 +146,71 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
     assert [json.loads(x)["cid"] for x in r.text.splitlines() if x.strip()] == events[1:]
     err(await api.get("/v1/deliveries", params={"after": "x"}), 400, "bad_request")
     ev = (await api.get(f"/v1/events/{events[1]}")).json()
-    assert ev["parent"] == events[0] and base64.b64decode(ev["payload"]) == b"two"
-    h = (await api.get(f"/v1/topics/{cid}/history", params={"limit": 1})).json()
-    assert [e["cid"] for e in h["events"]] == [events[1]] and h["next"] == events[1]
-    err(await api.get(f"/v1/topics/{cid}/history", params={"limit": 0}), 400, "bad_request")
+    assert (ev["parents"], ev["clock"]) == ([events[0]], 1) and "parent" not in ev
+    assert base64.b64decode(ev["payload"]) == b"two"
+    assert (seen[0]["parents"], seen[0]["clock"]) == ([], 0)
     err(await api.get(f"/v1/events/{cid}"), 404, "unknown_event")
     metrics = (await api.get("/metrics")).text
     published = re.search(r'pulsarcast_records_total\{kind="event_published"\} (\d+)', metrics)
     assert published and int(published.group(1)) == 3  # two events and the topic on its meta topic
     assert "pulsarcast_deliveries_total 2.0" in metrics
+    await _history_pages_and_bad_queries(api, cid, events)
+
+    def gauge(text: str, name: str) -> float:
+        found = re.search(rf"^{name} (\S+)$", text, re.M)
+        assert found, name
+        return float(found.group(1))
+
+    async def announced() -> bool:
+        # Both topics pinned and announced once each (provide/once; it fails in a
+        # one-node cluster): never one announcement per event.
+        text = (await api.get("/metrics")).text
+        tries = gauge(text, "pulsarcast_blocks_provided_total")
+        tries += gauge(text, "pulsarcast_blocks_provide_failed_total")
+        return gauge(text, "pulsarcast_pins_added_total") == 2 and tries == 2
+
+    await wait_until(announced, deadline=10, what="both topics announced")
+
+
+async def _history_pages_and_bad_queries(
+    api: httpx.AsyncClient, cid: str, events: list[str]
+) -> None:
+    """``GET /v1/topics/{cid}/history``: pages both ways, cursors, and 400s."""
+    url = f"/v1/topics/{cid}/history"
+    h = (await api.get(url, params={"limit": 1})).json()
+    assert [e["cid"] for e in h["events"]] == [events[1]] and h["next"] == events[1]
+    assert (h["complete"], h["missing"], h["heads"], h["retained"], h["order"]) == (
+        True,
+        [],
+        [events[1]],
+        2,
+        "newest",
+    )
+    h = (await api.get(url, params={"limit": 1, "after": h["next"]})).json()
+    assert [e["cid"] for e in h["events"]] == [events[0]] and h["next"] is None
+    h = (await api.get(url, params={"limit": 1, "before": events[1]})).json()  # old name
+    assert [e["cid"] for e in h["events"]] == [events[0]]
+    h = (await api.get(url, params={"order": "oldest", "limit": 1})).json()
+    assert [e["cid"] for e in h["events"]] == [events[0]] and h["next"] == events[0]
+    assert h["order"] == "oldest"
+    h = (await api.get(url, params={"order": "oldest", "after": events[0]})).json()
+    assert [e["cid"] for e in h["events"]] == [events[1]] and h["next"] is None
+    h = (await api.get(url, params={"order": "oldest"})).json()
+    assert [e["clock"] for e in h["events"]] == [0, 1]
+    other = (await api.post("/v1/topics", json={"name": "other"})).json()["cid"]
+    other_ev = (await api.post(f"/v1/topics/{other}/publish", json={"text": "x"})).json()["event"]
+    for params, fragment in [
+        ({"limit": 0}, "limit"),
+        ({"limit": 501}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"order": "sideways"}, "order"),
+        ({"order": "NEWEST"}, "order"),
+        ({"after": "notacid"}, "cursor"),
+        ({"after": events[0], "before": events[1]}, "not both"),
+        ({"order": "oldest", "before": events[1]}, "after="),
+        ({"after": cid}, "cursor"),  # a topic, not an event
+        ({"after": other_ev}, "another topic"),
+    ]:
+        r = await api.get(url, params=params)
+        err(r, 400, "bad_request")
+        assert fragment in r.json()["error"]["message"], (params, r.text)

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
+import dag_cbor
 import pytest
+from trio.testing import MockClock
 
+from pulsarcast_ipfs.core import compute_cid
 from pulsarcast_ipfs.kademlia import bucket_index, peer_position
+from pulsarcast_ipfs.kubo import KuboNotFound, KuboUnavailable
 from sidecar import (
     ConfigError,
     SidecarConfig,
@@ -19,7 +26,7 @@ from sidecar import (
     openapi_document,
 )
 from sidecar.__main__ import build_parser, config_from_args
-from sidecar._store import kubo_announces_pins
+from sidecar._store import BlockStore, kubo_announces_pins
 
 PEERS = [
     "12D3KooWLUe8GDfnZQjtqGdY26g5TqQanqS9WPzoPW4Vr6cvZmHo",
@@ -263,3 +270,222 @@ async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
                     await all_in.wait()
             tg.cancel_scope.cancel()
     assert [(p, getattr(r, "nonce", None)) for p, r in got] == [(peer, i) for i in range(60)]
+
+
+# -- block store: retained events pinned in batches, released, topics announced ------------
+
+
+class FakeKubo:
+    """The few Kubo calls :class:`BlockStore` makes, recorded (no daemon)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.pinned: set[Any] = set()
+        self.down = 0
+        """Fail this many ``pin/add`` calls with KuboUnavailable first."""
+
+    async def block_put(self, data: bytes, *, pin: bool = False) -> Any:
+        assert not pin
+        self.calls.append(("put", data))
+        return compute_cid(data)
+
+    async def pin_add(self, cid: Any, *, recursive: bool = True) -> tuple[str, ...]:
+        assert not recursive
+        self.calls.append(("pin_own", cid))
+        self.pinned.add(cid)
+        return (str(cid),)
+
+    async def pin_add_many(
+        self, cids: list[Any], *, recursive: bool = False, fast_provide_root: bool = False
+    ) -> tuple[str, ...]:
+        assert not recursive and not fast_provide_root  # never announced one by one
+        if self.down:
+            self.down -= 1
+            raise KuboUnavailable("connection refused", endpoint="pin/add")
+        self.calls.append(("pin", list(cids)))
+        self.pinned.update(cids)
+        return tuple(str(c) for c in cids)
+
+    async def pin_rm_many(self, cids: list[Any], *, recursive: bool = False) -> tuple[str, ...]:
+        assert not recursive
+        self.calls.append(("unpin", list(cids)))
+        for c in cids:  # like Kubo: stops at the first that is not pinned
+            if c not in self.pinned:
+                raise KuboNotFound("not pinned or pinned indirectly", endpoint="pin/rm")
+            self.pinned.discard(c)
+        return tuple(str(c) for c in cids)
+
+    async def provide_once(self, cid: Any) -> None:
+        self.calls.append(("provide", cid))
+
+    def of(self, kind: str) -> list[Any]:
+        return [arg for k, arg in self.calls if k == kind]
+
+
+def _blocks(n: int, tag: str = "e") -> list[tuple[Any, bytes]]:
+    out = []
+    for i in range(n):
+        data = dag_cbor.encode({"tag": tag, "n": i})
+        out.append((compute_cid(data), data))
+    return out
+
+
+async def _with_store(
+    steps: Callable[[BlockStore, FakeKubo], Awaitable[None]], *, provide_once: bool = True
+) -> FakeKubo:
+    kubo = FakeKubo()
+    store = BlockStore(kubo=kubo, fetch_timeout=1.0, provide_once=provide_once)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.run, tg)
+        await steps(store, kubo)
+        await anyio.wait_all_tasks_blocked()
+        assert store.pending == 0
+        tg.cancel_scope.cancel()
+    return kubo
+
+
+@pytest.mark.anyio
+async def test_retained_events_are_pinned_in_batches_and_never_announced() -> None:
+    blocks = _blocks(250)
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        for cid, data in blocks:
+            store.store(cid, data, provide=False, retain=True)
+        store.store(*blocks[0], provide=False, retain=True)  # again: nothing new
+
+    kubo = await _with_store(steps)
+    assert len(kubo.of("put")) == 250
+    assert [len(b) for b in kubo.of("pin")] == [100, 100, 50]
+    assert kubo.pinned == {cid for cid, _ in blocks}
+    assert kubo.of("provide") == [] and kubo.of("pin_own") == []
+    # every pin comes after its block/put
+    put_at = {compute_cid(d): i for i, (k, d) in enumerate(kubo.calls) if k == "put"}
+    for i, (k, arg) in enumerate(kubo.calls):
+        if k == "pin":
+            assert all(put_at[c] < i for c in arg)
+
+
+@pytest.mark.anyio
+async def test_released_events_are_unpinned_in_batches_and_own_ones_stay() -> None:
+    blocks = _blocks(150)
+    own_cid, own_data = _blocks(1, "own")[0]
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        for cid, data in blocks:
+            store.store(cid, data, provide=False, retain=True)
+        store.store(own_cid, own_data, provide=True, retain=True)
+        await anyio.wait_all_tasks_blocked()
+        assert store.retained_pinned == 150
+        kubo.pinned.discard(blocks[3][0])  # unpinned by hand: pin/rm stops there
+        store.release([own_cid] + [cid for cid, _ in blocks])
+        store.release([own_cid, blocks[0][0]])  # twice: nothing more
+
+    kubo = await _with_store(steps)
+    assert kubo.of("pin_own") == [own_cid] and kubo.of("provide") == [own_cid]
+    unpins = kubo.of("unpin")
+    assert [len(b) for b in unpins[:1]] == [100]
+    assert all(len(b) == 1 for b in unpins[1:101])  # one by one after Kubo's refusal
+    assert len(unpins[-1]) == 50
+    assert kubo.pinned == {own_cid}
+
+
+@pytest.mark.anyio
+async def test_a_block_stored_unretained_is_pinned_when_it_comes_back_retained() -> None:
+    (cid, data), (gone, gone_data) = _blocks(2)
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.store(cid, data, provide=False)
+        store.store(gone, gone_data, provide=False, retain=True)
+        store.release([gone])  # released before its pin ran: neither pinned nor unpinned
+        await anyio.wait_all_tasks_blocked()
+        assert kubo.pinned == set()
+        store.store(cid, data, provide=False, retain=True)
+
+    kubo = await _with_store(steps)
+    assert [compute_cid(d) for d in kubo.of("put")] == [cid, gone, cid]  # put again
+    assert kubo.of("pin") == [[cid]] and kubo.of("unpin") == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_pins_wait_for_kubo_to_come_back() -> None:
+    blocks = _blocks(3)
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        kubo.down = 2
+        for cid, data in blocks:
+            store.store(cid, data, provide=False, retain=True)
+        began = anyio.current_time()
+        while store.pending:  # noqa: ASYNC110 (virtual time: each retry waits 0.5 s)
+            await anyio.sleep(0.1)
+        assert anyio.current_time() - began == pytest.approx(1.0, abs=0.11)
+
+    kubo = await _with_store(steps)
+    assert kubo.pinned == {cid for cid, _ in blocks} and len(kubo.of("pin")) == 1
+
+
+@pytest.mark.anyio
+async def test_a_topic_is_pinned_and_announced_once() -> None:
+    (topic, data), (event, event_data) = _blocks(2, "topic")
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.store(event, event_data, provide=False, retain=True)
+        store.pin_topic(topic, data)
+        await anyio.wait_all_tasks_blocked()
+        store.announce_topic(topic)  # the 12-hourly refresh
+        store.announce_topic(event)  # not a topic: ignored
+        await anyio.wait_all_tasks_blocked()
+        assert store.topics_announced == 2
+        store.unpin_topic(topic)
+
+    kubo = await _with_store(steps, provide_once=False)
+    assert kubo.of("provide") == [topic, topic]  # never the event
+    assert kubo.of("pin") == [[topic], [event]] or kubo.of("pin") == [[event], [topic]]
+    assert kubo.of("unpin") == [[topic]] and kubo.pinned == {event}
+
+
+def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
+    from pulsarcast_ipfs.core import EventDescriptor, ReleaseBlocks, StoreBlock
+    from pulsarcast_ipfs.core.testing import make_peer_ids
+    from sidecar import Driver
+    from sidecar._driver import event_json
+
+    peer = make_peer_ids(1)[0]
+    topic = compute_cid(dag_cbor.encode({"t": 1}))
+    first = EventDescriptor(
+        topic=topic, author=peer, publisher=peer, payload=b"a", created="2026-11-21T09:00:00Z"
+    )
+    second = EventDescriptor(
+        topic=topic,
+        author=peer,
+        publisher=peer,
+        parents=(first.cid,),
+        clock=1,
+        payload=b"b",
+        created="2026-11-21T09:00:01Z",
+    )
+    doc = event_json(second.cid, second)
+    assert (doc["parents"], doc["clock"]) == ([str(first.cid)], 1) and "parent" not in doc
+    assert event_json(first.cid, first)["parents"] == []
+
+    class Node:
+        def __init__(self) -> None:
+            self.outputs: list[Any] = [
+                StoreBlock(cid=first.cid, data=first.encode(), retain=True),
+                StoreBlock(cid=second.cid, data=second.encode()),
+                ReleaseBlocks(cids=(first.cid,)),
+            ]
+
+        def take_outputs(self) -> list[Any]:
+            out, self.outputs = self.outputs, []
+            return out
+
+    driver = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
+    driver._node = Node()  # type: ignore[assignment]
+    driver._pump()
+    assert set(driver.blocks) == {first.cid, second.cid}
+    assert [(c, kind) for c, _, kind in driver.store._puts] == [
+        (first.cid, "retain"),
+        (second.cid, "plain"),
+    ]
+    assert driver.store._retained == {}  # released again

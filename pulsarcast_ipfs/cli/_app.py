@@ -28,6 +28,7 @@ from pulsarcast_ipfs.sdk import (
     ClientConfig,
     Delivery,
     EventLinking,
+    HistoryOrder,
     InvalidResponse,
     NotAllowed,
     PeerSet,
@@ -158,14 +159,25 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "history",
         _history,
         help="list a topic's events, newest first",
-        description="List a topic's events, newest first, walking parent links.",
+        description="List a topic's events in the history order (Lamport clock, then "
+        "CID), the same on every node: newest first, or oldest first with --oldest. "
+        "A node that never subscribed to the topic looks up its holders first.",
     )
     h.add_argument("topic", metavar="TOPIC", help="the topic CID")
     h.add_argument(
         "--limit", type=int, default=50, metavar="N", help="at most N events (default 50)"
     )
-    h.add_argument("--before", metavar="CID", help="start below this event (a page cursor)")
-    h.add_argument("--json", action="store_true", help="one JSON event per line")
+    h.add_argument("--oldest", action="store_true", help="oldest first")
+    h.add_argument(
+        "--after",
+        "--before",
+        dest="after",
+        metavar="CID",
+        help="start after this event in the chosen order (a page cursor; --before is its old name)",
+    )
+    h.add_argument(
+        "--json", action="store_true", help="one JSON event per line (with parents, clock)"
+    )
 
     # status
     st = command(
@@ -400,17 +412,29 @@ def _pub(args: argparse.Namespace, client: Client) -> int:
 def _history(args: argparse.Namespace, client: Client) -> int:
     if args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    count = 0
-    for event in client.iter_history(
-        args.topic, before=args.before, page_size=min(args.limit, 500)
-    ):
-        if args.json:
-            _emit(event.to_json())
-        else:
-            print(f"{event.cid}\t{event.created:%Y-%m-%d %H:%M:%S}\t{_text(event.payload)}")
-        count += 1
-        if count >= args.limit:
+    order: HistoryOrder = "oldest" if args.oldest else "newest"
+    left = args.limit
+    after: str | None = args.after
+    complete = True
+    missing = 0
+    while left > 0:
+        page = client.history(args.topic, order=order, after=after, limit=min(left, 500))
+        complete, missing = complete and page.complete, max(missing, len(page.missing))
+        for event in page.events[:left]:
+            if args.json:
+                _emit(event.to_json())
+            else:
+                print(f"{event.cid}\t{event.created:%Y-%m-%d %H:%M:%S}\t{_text(event.payload)}")
+        left -= len(page.events)
+        if page.next is None or not page.events or page.next == after:
             break
+        after = page.next
+    if not complete:
+        plural = "s" if missing != 1 else ""
+        more = f" ({missing} linked event{plural} still being fetched)" if missing else ""
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]the history is not complete yet{more}: ask again later[/yellow]"
+        )
     return 0
 
 

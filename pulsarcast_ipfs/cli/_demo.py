@@ -224,7 +224,8 @@ async def _scenario(demo: _Demo) -> None:
         for i in [0, *news_subs]:
             expected[i].append(text)
         # One event at a time, so that each links to the previous one (LAST_SEEN) and
-        # the history below is one chain; concurrent publishes would fork the DAG.
+        # the history below is one chain; concurrent publishes would fork the DAG
+        # (each event then links every head its publisher knows).
         arrived = functools.partial(_everywhere, c, out.event, news_subs)
         if not await _wait("an event", arrived):
             demo.problems.append(f"{text!r} did not reach every subscriber in {WAIT:.0f} s")
@@ -266,10 +267,12 @@ async def _scenario(demo: _Demo) -> None:
     _print_deliveries(demo, delivered)
     await _print_trees(demo, [news.cid, alerts.cid])
 
-    demo.stage(f"history of news as node{n - 1} sees it (newest first, walking parent links)")
+    demo.stage(f"history of news as node{n - 1} sees it (newest first: Lamport clock, then CID)")
     page = await c[n - 1].history(news.cid, limit=10)
     for event in page.events:
-        console.print(f"  {event.cid}  {event.text!r}  by {demo.name(event.author)}")
+        console.print(
+            f"  {event.cid}  clock {event.clock}  {event.text!r}  by {demo.name(event.author)}"
+        )
 
 
 async def _everywhere(clients: list[AsyncClient], cid: str | None, nodes: list[int]) -> bool:

@@ -492,11 +492,7 @@ class PulsarcastNode:
         return tree
 
     def _drop_tree(self, tree: _Tree) -> None:
-        if tree.history is not None:
-            released = tree.history.clear()
-            tree.history = None
-            if released:
-                self._emit(ReleaseBlocks(cids=tuple(released)))
+        self._release_history(tree)
         self._trees.pop(tree.key, None)
         for v in tree.versions:
             if self._version_of.get(v) == tree.key:
@@ -521,21 +517,35 @@ class PulsarcastNode:
             or tree.reading_until is not None
         )
 
+    def _retain_version(self, tree: _Tree, desc: TopicDescriptor) -> None:
+        """A topic version of a retained history is pinned too: the events name it, and
+        a reader must be able to check them after the author is gone."""
+        own = desc.author == self.peer_id
+        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=own, retain=True))
+
+    def _release_history(self, tree: _Tree) -> None:
+        """Stop keeping ``tree``'s history: unpin its events and topic versions."""
+        if tree.history is None:
+            return
+        released = tree.history.clear()
+        tree.history = None
+        released += [c for c, d in tree.versions.items() if d.author != self.peer_id]
+        if released:
+            self._emit(ReleaseBlocks(cids=tuple(released)))
+
     def _update_retention(self, now: float, tree: _Tree) -> None:
         """Start keeping the history when the tree becomes retained; stop (unpin) when not."""
         if self._retains(tree) and tree.key in self._trees:
             if tree.history is None:
                 tree.history = TopicHistory(policy=self.config.retention)
+                for desc in tree.versions.values():
+                    self._retain_version(tree, desc)
                 # What this node already holds of the topic seeds it.
                 for cid, entry in list(self._events._d.items()):
                     if entry[0] == tree.key:
                         self._retain(now, tree, cid, entry[1])
             return
-        if tree.history is not None:
-            released = tree.history.clear()
-            tree.history = None
-            if released:
-                self._emit(ReleaseBlocks(cids=tuple(released)))
+        self._release_history(tree)
 
     def _retain(self, now: float, tree: _Tree, cid: CID, ev: EventDescriptor) -> bool:
         """Keep ``ev`` in the retained history (pin it), evict what falls out, back-fill.
@@ -1253,6 +1263,8 @@ class PulsarcastNode:
         tree.versions[desc.cid] = desc
         self._version_of[desc.cid] = tree.key
         self._topic_blocks.put(desc.cid, desc)
+        if tree.history is not None:
+            self._retain_version(tree, desc)
         # Assign depths along known parent links; the deepest version is the latest.
         progress = True
         while progress:

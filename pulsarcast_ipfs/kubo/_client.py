@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+import anyio
 import httpx
 from multiformats import CID, multibase
 
@@ -118,6 +119,18 @@ def _parse_ndjson(endpoint: str, body: bytes) -> list[Any]:
             raise error_from_response(endpoint, 500, line)
         docs.append(doc)
     return docs
+
+
+def _providers_in(doc: Any, found: dict[str, PeerAddrs]) -> None:
+    """Add the providers of one ``routing/findprovs`` QueryEvent (Type 4) to ``found``."""
+    if not isinstance(doc, dict) or doc.get("Type") != _QUERY_PROVIDER:
+        return
+    for r in doc.get("Responses") or ():
+        if isinstance(r, dict) and isinstance(r.get("ID"), str) and r["ID"]:
+            addrs = r.get("Addrs") or ()
+            found[r["ID"]] = PeerAddrs(
+                peer_id=r["ID"], addresses=tuple(str(a) for a in addrs if isinstance(a, str))
+            )
 
 
 def _check_cid(cid: str | CID, endpoint: str) -> str:
@@ -398,6 +411,65 @@ class KuboClient:
         doc = await self._json("pin/rm", params)
         return tuple(doc.get("Pins") or ())
 
+    async def pin_add_many(
+        self,
+        cids: Sequence[str | CID],
+        *,
+        recursive: bool = False,
+        fast_provide_root: bool = False,
+    ) -> tuple[str, ...]:
+        """``pin/add`` of several CIDs in one call (one ``arg=`` each).
+
+        ``fast_provide_root=False`` (Kubo 0.39+): do not announce the pinned roots at
+        once (Kubo's default announces each of them). Direct pins by default.
+        """
+        if not cids:
+            return ()
+        params = [("arg", _check_cid(c, "pin/add")) for c in cids]
+        params += [
+            ("recursive", "true" if recursive else "false"),
+            ("fast-provide-root", "true" if fast_provide_root else "false"),
+        ]
+        docs = await self._ndjson("pin/add", params, max_wait=self.config.routing_timeout)
+        pins: list[str] = []
+        for doc in docs:
+            if isinstance(doc, dict):
+                pins.extend(doc.get("Pins") or ())
+        return tuple(pins)
+
+    async def pin_rm_many(
+        self, cids: Sequence[str | CID], *, recursive: bool = False
+    ) -> tuple[str, ...]:
+        """``pin/rm`` of several CIDs in one call.
+
+        Kubo stops at the first CID that is not pinned (``KuboNotFound``), having
+        unpinned the ones before it: callers that cannot be sure retry one by one.
+        """
+        if not cids:
+            return ()
+        params = [("arg", _check_cid(c, "pin/rm")) for c in cids]
+        params.append(("recursive", "true" if recursive else "false"))
+        doc = await self._json("pin/rm", params)
+        return tuple(doc.get("Pins") or ())
+
+    async def pin_ls(self, *, pin_type: str = "all") -> dict[str, str]:
+        """``pin/ls``: pinned CIDs and their pin type (``direct``, ``recursive``, …)."""
+        doc = await self._json("pin/ls", [("type", pin_type)])
+        keys = doc.get("Keys") or {}
+        if not isinstance(keys, dict):
+            raise KuboProtocolError(f"unexpected answer {doc!r}", endpoint="pin/ls")
+        return {str(k): str((v or {}).get("Type", "")) for k, v in keys.items()}
+
+    async def repo_gc(self) -> int:
+        """``repo/gc``: remove every unpinned block; how many were removed."""
+        removed = 0
+        for doc in await self._ndjson("repo/gc", max_wait=self.config.routing_timeout):
+            if isinstance(doc, dict) and doc.get("Error"):
+                raise KuboProtocolError(str(doc["Error"]), endpoint="repo/gc")
+            if isinstance(doc, dict) and doc.get("Key"):
+                removed += 1
+        return removed
+
     # -- DHT ------------------------------------------------------------------------
 
     async def provide(self, cid: str | CID, *, recursive: bool = False) -> None:
@@ -435,11 +507,47 @@ class KuboClient:
         )
         found: dict[str, PeerAddrs] = {}
         for doc in docs:
-            if isinstance(doc, dict) and doc.get("Type") == _QUERY_PROVIDER:
-                for r in doc.get("Responses") or ():
-                    found[r["ID"]] = PeerAddrs(
-                        peer_id=str(r["ID"]), addresses=tuple(r.get("Addrs") or ())
-                    )
+            _providers_in(doc, found)
+        return tuple(found.values())
+
+    async def routing_findprovs(
+        self, cid: str | CID, num: int = 20, *, max_wait: float | None = None
+    ) -> tuple[PeerAddrs, ...]:
+        """``routing/findprovs?num-providers=num``, read as a stream: the providers
+        found once ``num`` are in, Kubo ends its walk, or ``max_wait`` seconds pass
+        (then what was found so far; :class:`KuboTimeout` only if the call itself
+        could not start)."""
+        endpoint = "routing/findprovs"
+        text = _check_cid(cid, endpoint)
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise ValueError(f"num must be a positive integer, got {num!r}")
+        wait = max_wait or self.config.routing_timeout
+        request = self._http.build_request(
+            "POST",
+            f"/api/v0/{endpoint}",
+            params=[("arg", text), ("num-providers", str(num)), ("timeout", f"{wait}s")],
+            timeout=httpx.Timeout(wait + 5.0, connect=self.config.connect_timeout),
+        )
+        found: dict[str, PeerAddrs] = {}
+        with anyio.move_on_after(wait):
+            with map_transport_errors(endpoint):
+                response = await self._http.send(request, stream=True)
+            try:
+                if response.status_code != 200:
+                    with map_transport_errors(endpoint):
+                        body = await response.aread()
+                    raise error_from_response(endpoint, response.status_code, body)
+                with map_transport_errors(endpoint):
+                    async for line in response.aiter_lines():
+                        if not line.strip():
+                            continue
+                        for doc in _parse_ndjson(endpoint, line.encode()):
+                            _providers_in(doc, found)
+                        if len(found) >= num:
+                            break
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
         return tuple(found.values())
 
     async def find_peer(self, peer_id: str, *, max_wait: float | None = None) -> PeerAddrs:

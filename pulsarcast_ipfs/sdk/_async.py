@@ -19,6 +19,7 @@ from pulsarcast_ipfs.sdk._types import (
     Event,
     EventLinking,
     Health,
+    HistoryOrder,
     HistoryPage,
     NodeStatus,
     PeerSet,
@@ -167,16 +168,33 @@ class AsyncClient:
         return await self._send(_calls.get_event(cid))
 
     async def history(
-        self, topic: str, *, before: str | None = None, limit: int = 50
+        self,
+        topic: str,
+        *,
+        order: HistoryOrder = "newest",
+        after: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> HistoryPage:
-        """One page of the topic's history, newest first (PROTOCOL.md §5 "History")."""
-        return await self._send(_calls.history(topic, before=before, limit=limit))
+        """One page of the topic's history (PROTOCOL.md §5 "History"), in the order
+        ``(clock, CID)`` that is the same on every node: ``newest`` first or ``oldest``
+        first, strictly after the cursor ``after`` (the previous page's ``next``).
+        ``before`` is the deprecated old name of ``after`` (newest first only)."""
+        cursor = _calls.history_cursor(order, after, before)
+        return await self._send(_calls.history(topic, order=order, after=cursor, limit=limit))
 
     async def iter_history(
-        self, topic: str, *, before: str | None = None, page_size: int = 50
+        self,
+        topic: str,
+        *,
+        order: HistoryOrder = "newest",
+        after: str | None = None,
+        page_size: int = 50,
+        before: str | None = None,
     ) -> AsyncIterator[Event]:
-        """Every event of the topic, newest first, page after page."""
-        walk = _calls.HistoryWalk(topic, before=before, page_size=page_size)
+        """Every event of the topic, page after page (``order`` as for :meth:`history`)."""
+        cursor = _calls.history_cursor(order, after, before)
+        walk = _calls.HistoryWalk(topic, order=order, after=cursor, page_size=page_size)
         while not walk.done:
             page = await self._send(walk.call())
             for event in page.events:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -22,6 +23,7 @@ from pulsarcast_ipfs.sdk._types import (
     Event,
     EventLinking,
     Health,
+    HistoryOrder,
     HistoryPage,
     NodeStatus,
     PeerSet,
@@ -185,15 +187,19 @@ def publish(
     )
 
 
-def history(cid: str, *, before: str | None, limit: int) -> Call[HistoryPage]:
+def history(
+    cid: str, *, order: HistoryOrder = "newest", after: str | None = None, limit: int = 50
+) -> Call[HistoryPage]:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError("limit must be an integer")
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise ValueError(f"limit must be in 1..{MAX_HISTORY_LIMIT}, got {limit}")
-    params = {"limit": str(limit)}
-    if before is not None:
-        params["before"] = before.strip()
-        _seg(before, "before")
+    if order not in ("newest", "oldest"):
+        raise ValueError(f'order must be "newest" or "oldest", got {order!r}')
+    params = {"limit": str(limit), "order": order}
+    if after is not None:
+        _seg(after, "after")
+        params["after"] = after.strip()
     return Call(
         method="GET",
         path=f"/v1/topics/{_seg(cid)}/history",
@@ -201,6 +207,20 @@ def history(cid: str, *, before: str | None, limit: int) -> Call[HistoryPage]:
         parse_json=HistoryPage.from_json,
         ok=(200,),
     )
+
+
+def history_cursor(order: HistoryOrder, after: str | None, before: str | None) -> str | None:
+    """``after``, or the deprecated ``before`` (its old name, newest first only)."""
+    if before is None:
+        return after
+    warnings.warn(
+        "history(before=...) is deprecated: the cursor is now after=", DeprecationWarning, 3
+    )
+    if after is not None:
+        raise ValueError("give after= (the cursor) or before=, not both")
+    if order != "newest":
+        raise ValueError("before= is the newest-first cursor: use after= with order='oldest'")
+    return before
 
 
 def get_event(cid: str) -> Call[Event]:
@@ -212,28 +232,39 @@ def get_event(cid: str) -> Call[Event]:
 class HistoryWalk:
     """The cursor of :meth:`iter_history`: asks for pages until ``next`` is ``None``.
 
-    Stops with :class:`InvalidResponse` if the sidecar hands the same cursor back
-    (a loop would otherwise never end).
+    Each page starts strictly after the last event of the previous one in the
+    history order, so events that arrive meanwhile are never repeated nor skipped
+    (docs/http-api.md). Stops with :class:`InvalidResponse` if the sidecar hands the
+    same cursor back (a loop would otherwise never end).
     """
 
-    def __init__(self, cid: str, *, before: str | None, page_size: int) -> None:
+    def __init__(
+        self,
+        cid: str,
+        *,
+        order: HistoryOrder = "newest",
+        after: str | None = None,
+        page_size: int = 50,
+    ) -> None:
         self.cid = cid
-        self.before = before
+        self.order = order
+        self.after = after
         self.page_size = page_size
         self.done = False
         self._seen: set[str] = set()
+        self.call()  # bad arguments fail here, before any request
 
     def call(self) -> Call[HistoryPage]:
-        return history(self.cid, before=self.before, limit=self.page_size)
+        return history(self.cid, order=self.order, after=self.after, limit=self.page_size)
 
     def advance(self, page: HistoryPage) -> None:
         if page.next is None or not page.events:
             self.done = True
             return
-        if page.next in self._seen or page.next == self.before:
+        if page.next in self._seen or page.next == self.after:
             raise InvalidResponse(f"history of {self.cid}: the cursor {page.next} repeats")
         self._seen.add(page.next)
-        self.before = page.next
+        self.after = page.next
 
 
 class LineSplitter:

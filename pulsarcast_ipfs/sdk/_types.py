@@ -26,6 +26,7 @@ __all__ = [
     "Event",
     "EventLinking",
     "Health",
+    "HistoryOrder",
     "HistoryPage",
     "NodeStatus",
     "PeerSet",
@@ -91,7 +92,8 @@ class ClientConfig:
 
 
 class EventLinking(enum.StrEnum):
-    """How a topic's events choose their ``parent`` (PROTOCOL.md §5 "Event linking")."""
+    """How a topic's events choose their ``parents`` (PROTOCOL.md §5 "Event linking"):
+    ``LAST_SEEN`` links every head the publisher knows, ``CUSTOM`` the one given."""
 
     LAST_SEEN = "LAST_SEEN"
     CUSTOM = "CUSTOM"
@@ -284,13 +286,21 @@ class Topic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
-    """An event descriptor (PROTOCOL.md §4); ``payload`` decoded from base64."""
+    """An event descriptor (PROTOCOL.md §4); ``payload`` decoded from base64.
+
+    ``parents`` are the events it links in the topic's history DAG (protocol 2:
+    every head its publisher knew, at most 16), ``clock`` its Lamport clock (0
+    without parents, else one more than its parents' largest). The history order
+    is ``(clock, CID)``. Delivery-log lines written by a protocol 1 sidecar carry a
+    single ``parent``: it becomes ``parents``, and ``clock`` is 0.
+    """
 
     cid: str
     topic: str
     author: str
     publisher: str
-    parent: str | None
+    parents: tuple[str, ...]
+    clock: int
     created: datetime
     protocol_version: str
     payload: bytes = field(repr=False)
@@ -307,7 +317,8 @@ class Event:
             "topic": self.topic,
             "author": self.author,
             "publisher": self.publisher,
-            "parent": self.parent,
+            "parents": list(self.parents),
+            "clock": self.clock,
             "created": format_created(self.created),
             "protocol_version": self.protocol_version,
             "payload": base64.b64encode(self.payload).decode("ascii"),
@@ -323,12 +334,21 @@ class Event:
             payload = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise InvalidResponse(f"{what}: 'payload' is not valid base64") from exc
+        if "parents" in d or "parent" not in d:
+            parents = _strs(d, "parents", what)
+            clock = _int(d, "clock", what)
+            if clock < 0:
+                raise InvalidResponse(f"{what}: negative clock {clock}")
+        else:  # a protocol 1 line of the delivery log
+            legacy = _opt_str(d, "parent", what)
+            parents, clock = ((legacy,) if legacy else ()), 0
         return cls(
             cid=_str(d, "cid", what),
             topic=_str(d, "topic", what),
             author=_str(d, "author", what),
             publisher=_str(d, "publisher", what),
-            parent=_opt_str(d, "parent", what),
+            parents=parents,
+            clock=clock,
             created=_created(d, what),
             protocol_version=_str(d, "protocol_version", what),
             payload=payload,
@@ -420,26 +440,62 @@ class PublishOutcome:
         raise InvalidResponse(f"publish outcome: unknown status {status!r}")
 
 
+HistoryOrder = Literal["newest", "oldest"]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryPage:
-    """One page of a topic's history, newest first; ``next`` is the cursor of the
-    following (older) page, ``None`` at the first event of the topic."""
+    """One page of a topic's history (PROTOCOL.md §5 "History").
+
+    The order is ``(clock, CID)``, the same on every node: ``newest`` first (the
+    default) or ``oldest`` first. ``next`` is the cursor of the following page
+    (pass it as ``after``), ``None`` after the last. ``complete``: the node holds
+    every event of the topic within its retention policy (``False`` while it still
+    fetches ``missing`` ones, or when a node that had to look the topic up ran out
+    of time). ``heads`` are the newest events (no event links them), ``retained``
+    how many events the node keeps.
+    """
 
     events: tuple[Event, ...]
     next: str | None
+    complete: bool = True
+    missing: tuple[str, ...] = ()
+    heads: tuple[str, ...] = ()
+    retained: int = 0
+    order: HistoryOrder = "newest"
 
     def to_json(self) -> dict[str, Any]:
-        return {"events": [e.to_json() for e in self.events], "next": self.next}
+        return {
+            "events": [e.to_json() for e in self.events],
+            "next": self.next,
+            "complete": self.complete,
+            "missing": list(self.missing),
+            "heads": list(self.heads),
+            "retained": self.retained,
+            "order": self.order,
+        }
 
     @classmethod
     def from_json(cls, doc: Any) -> HistoryPage:
-        d = _obj(doc, "history page")
+        what = "history page"
+        d = _obj(doc, what)
         events = d.get("events")
         if not isinstance(events, list):
             raise InvalidResponse(f"history page: 'events' must be a list, got {events!r}")
+        order = d.get("order", "newest")
+        if order not in ("newest", "oldest"):
+            raise InvalidResponse(f"history page: unknown order {order!r}")
+        retained = _int(d, "retained", what)
+        if retained < 0:
+            raise InvalidResponse(f"history page: negative retained {retained}")
         return cls(
             events=tuple(Event.from_json(e, "history event") for e in events),
-            next=_opt_str(d, "next", "history page"),
+            next=_opt_str(d, "next", what),
+            complete=_bool(d, "complete", what),
+            missing=_strs(d, "missing", what),
+            heads=_strs(d, "heads", what),
+            retained=retained,
+            order="newest" if order == "newest" else "oldest",
         )
 
 
