@@ -63,6 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="how own blocks are announced in the DHT: pinning (Kubo's provider announces "
         "them) or pinning plus provide/once; auto (default) reads Kubo's Provide.Strategy",
     )
+    p.add_argument(
+        "--retain-events",
+        type=int,
+        help="events kept (pinned) per subscribed topic, newest first (default 10000)",
+    )
+    p.add_argument(
+        "--retain-age",
+        type=float,
+        help="seconds an event is kept after its creation (default 2592000: 30 days)",
+    )
+    p.add_argument(
+        "--retain-bytes",
+        type=int,
+        help="bytes of events kept per subscribed topic (default 67108864: 64 MiB)",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 

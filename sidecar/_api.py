@@ -275,6 +275,8 @@ class _Api:
                     "subscribed": st.subscribed,
                     "acting_root": st.acting_root,
                     "heads": [cid_str(c) for c in st.heads[:8]],
+                    "retained": st.retained,
+                    "retained_bytes": st.retained_bytes,
                 }
             )
         return JSONResponse(

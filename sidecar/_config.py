@@ -86,6 +86,13 @@ class SidecarConfig:
     """A tree parent that answers PINGs later than this (after a probe) is left for
     another peer closer to the topic's author, if there is one (a slow or
     bandwidth-starved node must not hold back its subtree; docs/protocol-notes.md)."""
+    retain_events: int = 10_000
+    """Retention policy per topic (docs/sidecar.md "Retention"): a subscriber keeps
+    (pins) at most this many of the topic's events, the newest in the history order."""
+    retain_age: float = 30 * 24 * 3600.0
+    """... none created more than this many seconds ago ..."""
+    retain_bytes: int = 64 * 1024 * 1024
+    """... and at most this many bytes of encoded events."""
     log_level: str = "info"
     require_signatures: bool = True
     """Sign what this node authors and publishes with its own key through Kubo
@@ -110,6 +117,9 @@ class SidecarConfig:
             "heads_interval",
             "join_timeout",
             "slow_parent_after",
+            "retain_events",
+            "retain_age",
+            "retain_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
@@ -174,6 +184,8 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "connect_attempts",
             "max_body",
             "delivery_log_max",
+            "retain_events",
+            "retain_bytes",
         ):
             if isinstance(value, bool):
                 raise ValueError("not an integer")

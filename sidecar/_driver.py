@@ -36,6 +36,7 @@ from pulsarcast_ipfs.core import (
     PulsarcastError,
     PulsarcastNode,
     ReleaseBlocks,
+    RetentionPolicy,
     Rpc,
     SendRpc,
     SignRequest,
@@ -121,6 +122,11 @@ class Driver:
             slow_parent_after=config.slow_parent_after,
             fetch_timeout=config.fetch_timeout + 5.0,
             require_signatures=config.require_signatures,
+            retention=RetentionPolicy(
+                max_events=config.retain_events,
+                max_age=config.retain_age,
+                max_bytes=config.retain_bytes,
+            ),
         )
         self.transport = Transport(
             kubo=self.kubo,

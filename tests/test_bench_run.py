@@ -173,6 +173,9 @@ async def test_pulsarcast_run_collects_sidecar_records(tmp_path: Path) -> None:
     assert s.injected == 10
     assert s.rpc_sent_per_node is not None and s.rpc_sent_per_node > 0
     assert s.expected_published > 0 and s.coverage_published is not None
+    # issue 12: what each node keeps (pins) of each topic's history at the end
+    kept = json.loads((run_dir / "retention.json").read_text())
+    assert kept and all(r["events"] > 0 and r["bytes"] > 0 for r in kept)
     print(
         f"pulsarcast 3 nodes, 10 events: coverage {s.coverage_published:.4f} "
         f"(published {s.published}), p50 {s.latency_p50}"

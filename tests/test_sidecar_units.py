@@ -13,7 +13,7 @@ import dag_cbor
 import pytest
 from trio.testing import MockClock
 
-from pulsarcast_ipfs.core import compute_cid
+from pulsarcast_ipfs.core import RetentionPolicy, compute_cid
 from pulsarcast_ipfs.kademlia import bucket_index, peer_position
 from pulsarcast_ipfs.kubo import KuboNotFound, KuboUnavailable
 from sidecar import (
@@ -103,6 +103,24 @@ def test_bad_configuration_is_a_clear_error(
 )
 def test_which_kubo_provide_strategies_announce_a_pin(strategy: object, announces: bool) -> None:
     assert kubo_announces_pins(strategy) is announces
+
+
+def test_retention_policy_from_flags_environment_and_file(tmp_path: Path) -> None:
+    """docs/sidecar.md "Retention": the three limits reach the core's policy."""
+    from sidecar import Driver
+
+    default = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
+    assert default.node_config.retention == RetentionPolicy()
+    cfg = config_from_args(["--retain-events", "500", "--retain-age", "3600"])
+    assert (cfg.retain_events, cfg.retain_age) == (500, 3600.0)
+    cfg = load_config(
+        env={"PULSARCAST_RETAIN_BYTES": "1048576"}, flags={"state_dir": str(tmp_path)}
+    )
+    policy = Driver(cfg).node_config.retention
+    assert (policy.max_events, policy.max_bytes) == (10_000, 1_048_576)
+    for bad in ({"retain_events": "0"}, {"retain_bytes": "-1"}, {"retain_age": "0"}):
+        with pytest.raises(ConfigError, match="must be positive"):
+            load_config(env={}, flags=bad)
 
 
 def test_announce_setting_from_flags_and_environment() -> None:

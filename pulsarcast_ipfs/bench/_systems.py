@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import base64
 import contextlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -390,6 +391,8 @@ class PulsarcastSystem(System):
     async def _teardown(self) -> None:
         """Stop the sidecars all at once (SIGTERM, then SIGKILL after 10 s), then the rest:
         ``LocalSidecarCluster.stop`` alone stops them one after the other."""
+        with contextlib.suppress(Exception):
+            await self._retention_report()
 
         async def stop_one(index: int) -> None:
             with contextlib.suppress(Exception):
@@ -401,6 +404,32 @@ class PulsarcastSystem(System):
                     tg.start_soon(stop_one, i)
         finally:
             await self.sc.stop()
+
+    async def _retention_report(self) -> None:
+        """What each node keeps of each topic at the end (issue 12: the retention
+        policy's pinned bytes per topic), into ``retention.json``."""
+        rows: list[dict[str, Any]] = []
+        for i, http in enumerate(self._http):
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                status = (await http.get("/v1/status")).json()
+                for t in status["topics"]:
+                    if t.get("retained"):
+                        rows.append(
+                            {
+                                "node": i,
+                                "topic": t["name"],
+                                "events": t["retained"],
+                                "bytes": t["retained_bytes"],
+                            }
+                        )
+        (self.run_dir / "retention.json").write_text(json.dumps(rows, indent=1) + "\n")
+        if rows:
+            sizes = sorted(r["bytes"] for r in rows)
+            self.say(
+                f"retained history: {len(rows)} (node, topic) pairs, pinned bytes per topic "
+                f"median {sizes[len(sizes) // 2] / 1024:.1f} KiB, max {sizes[-1] / 1024:.1f} KiB, "
+                f"total {sum(sizes) / 2**20:.2f} MiB"
+            )
 
     async def _start(self) -> None:
         self._stack.push_async_callback(self._teardown)

@@ -201,6 +201,10 @@ class TopicState:
     """Root of its tree although not the author (root failover, §6)."""
     heads: tuple[CID, ...]
     """Most recent event CIDs seen, newest first (bounded)."""
+    retained: int = 0
+    """Events of the topic this node keeps (its retention policy; 0: it keeps none)."""
+    retained_bytes: int = 0
+    """Their encoded size (the bytes pinned for the topic's events)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2388,6 +2388,8 @@ class PulsarcastNode:
             joined=tree.joined,
             acting_root=tree.joined and tree.parent is None and tree.author != self.peer_id,
             heads=tuple(reversed(tree.recent)),
+            retained=len(tree.history) if tree.history is not None else 0,
+            retained_bytes=tree.history.bytes if tree.history is not None else 0,
         )
 
     def take_outputs(self) -> list[Output]:
