@@ -559,7 +559,10 @@ class PulsarcastNode:
         evicted = h.enforce(now)
         if evicted:
             self._emit(ReleaseBlocks(cids=tuple(evicted)))
-        if h.missing:
+        if h.missing and tree.reading_until is not None:
+            # A reader back-fills at once (an API call waits for it). Elsewhere a
+            # missing parent is usually in flight (concurrent events arrive out of
+            # order) or fetched by gap repair: the HEADS round back-fills what is left.
             self._fill_history(now, tree)
         return True
 
