@@ -478,8 +478,8 @@ class Driver:
             page = self.node.history(cid, limit=1)
         except (UnknownTopic, LocalProtocolError):
             return None
-        if not st.joined or (st.parent is None and st.author != self.peer_id):
-            return None
+        if not st.synced or (st.parent is None and st.author != self.peer_id):
+            return None  # not under a parent yet, or its HEADS not heard yet
         if not page.complete or self.node.memory_usage["fetches"]:
             return None
         return (page.retained, len(page.heads))

@@ -302,7 +302,9 @@ def test_a_reader_back_fills_the_whole_history_without_subscribing() -> None:
         net.nodes[reader].history(topic)
     delivered = len(net.delivered(reader, topic))
     net.call(reader, "read", topic)
+    assert not net.nodes[reader].topic_state(topic).synced
     net.run_for(8)
+    assert net.nodes[reader].topic_state(topic).synced  # its parent's HEADS arrived
     assert _whole(net, reader, topic) == _whole(net, peers[1], topic)
     net.call(peers[2], "publish", topic, b"live")
     net.run_for(2)

@@ -201,6 +201,9 @@ class TopicState:
     """Root of its tree although not the author (root failover, §6)."""
     heads: tuple[CID, ...]
     """Most recent event CIDs seen, newest first (bounded)."""
+    synced: bool = False
+    """In the tree, and its parent's HEADS arrived (a root: always): what the
+    neighbours advertised is known, so a reader's back-fill has started."""
     retained: int = 0
     """Events of the topic this node keeps (its retention policy; 0: it keeps none)."""
     retained_bytes: int = 0

@@ -292,6 +292,8 @@ class _Tree:
     """The retained history (subscribers, the author, readers); ``None``: a relay."""
     reading_until: float | None = None
     """A reader (history without subscription) stays in the tree until then."""
+    heads_from: set[str] = field(default_factory=set)
+    """Neighbours whose HEADS arrived (a reader is synced once its parent's did)."""
     heads_sent: dict[str, tuple[CID, ...]] = field(default_factory=dict)
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
@@ -1343,6 +1345,9 @@ class PulsarcastNode:
             else:
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
                 return
+        tree.heads_from.add(peer)
+        if len(tree.heads_from) > 64:
+            tree.heads_from = {peer}
         # A node with children repairs everything advertised (its subtree may have
         # subscribed before it did); a leaf only what it could deliver, or keep in its
         # retained history (which it then completes by walking parents).
@@ -2391,6 +2396,7 @@ class PulsarcastNode:
             joined=tree.joined,
             acting_root=tree.joined and tree.parent is None and tree.author != self.peer_id,
             heads=tuple(reversed(tree.recent)),
+            synced=tree.joined and (tree.parent is None or tree.parent in tree.heads_from),
             retained=len(tree.history) if tree.history is not None else 0,
             retained_bytes=tree.history.bytes if tree.history is not None else 0,
         )
