@@ -177,6 +177,10 @@ class _LRU:
     def get(self, key: Any) -> Any:
         return self._d.get(key)
 
+    def items(self) -> list[tuple[Any, Any]]:
+        """A snapshot, oldest first."""
+        return list(self._d.items())
+
     def put(self, key: Any, value: Any = None) -> None:
         self._d[key] = value
         self._d.move_to_end(key)
@@ -543,7 +547,7 @@ class PulsarcastNode:
                 for desc in tree.versions.values():
                     self._retain_version(tree, desc)
                 # What this node already holds of the topic seeds it.
-                for cid, entry in list(self._events._d.items()):
+                for cid, entry in self._events.items():
                     if entry[0] == tree.key:
                         self._retain(now, tree, cid, entry[1])
             return
