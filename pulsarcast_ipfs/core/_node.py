@@ -1353,10 +1353,11 @@ class PulsarcastNode:
         if len(tree.heads_from) > 64:
             tree.heads_from = {peer}
         # A node with children repairs everything advertised (its subtree may have
-        # subscribed before it did); a leaf only what it could deliver, or keep in its
-        # retained history (which it then completes by walking parents).
+        # subscribed before it did); a leaf only what it could deliver; a reader what
+        # its history keeps. (Older events reach a subscriber's history through the
+        # parent links of what it holds: ``_fill_history``.)
         bound = tree.since if not tree.children else float("-inf")
-        if tree.history is not None:
+        if tree.reading_until is not None:
             bound = min(bound, now - self.config.retention.max_age)
         for cid, created in rpc.heads:
             if cid in self._seen or cid in self._fetches or created < bound:
@@ -1448,14 +1449,20 @@ class PulsarcastNode:
         if tree is None:
             return
         if f.kind == "history":
-            # Back-fill of the retained history: kept (and delivered if it is due),
-            # not sent on; then the next missing parents are fetched.
+            # Back-fill of the retained history: kept (and delivered if it is due);
+            # sent on, like gap repair, only if the subtree may still want it (created
+            # since the subscription); then the next missing parents are fetched.
             if cid in self._seen:
                 entry = self._known_event(cid)
                 if entry is not None:
                     self._retain(now, tree, cid, entry[1])
             elif not self._accept_event(
-                now, tree, ev, sender=f.hint, recovered=True, forward=False
+                now,
+                tree,
+                ev,
+                sender=f.hint,
+                recovered=True,
+                forward=bool(tree.children) and ev.created_ts >= tree.since,
             ):
                 self._release(now, cid)
             if tree.history is not None and cid not in tree.history:
