@@ -391,8 +391,6 @@ class PulsarcastSystem(System):
     async def _teardown(self) -> None:
         """Stop the sidecars all at once (SIGTERM, then SIGKILL after 10 s), then the rest:
         ``LocalSidecarCluster.stop`` alone stops them one after the other."""
-        with contextlib.suppress(Exception):
-            await self._retention_report()
 
         async def stop_one(index: int) -> None:
             with contextlib.suppress(Exception):
@@ -449,6 +447,14 @@ class PulsarcastSystem(System):
                     )
                 )
             )
+        # Runs first on exit (LIFO), while the sidecars and their HTTP clients are up.
+        self._stack.push_async_callback(self._retention_report_safely)
+
+    async def _retention_report_safely(self) -> None:
+        try:
+            await self._retention_report()
+        except Exception as exc:  # a report, never a reason to fail the run's teardown
+            self.say(f"retention report failed: {exc!r}")
 
     async def _call(self, index: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
         resp = await self._http[index].post(path, json=body)
