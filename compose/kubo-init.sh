@@ -32,6 +32,8 @@ ipfs config --json Routing.Type '"dhtserver"'
 ipfs config --json Routing.LoopbackAddressesOnLanDHT true
 ipfs config --json Provide.DHT.SweepEnabled false
 ipfs config --json Provide.Strategy '"pinned"'
+ipfs config --json Provide.Enabled true
+ipfs config --json Provide.DHT.Interval '"0s"'
 ipfs config --json Experimental.Libp2pStreamMounting true
 ipfs config --json Pubsub.Enabled false
 ipfs config --json Pubsub.Router '""'

@@ -50,7 +50,8 @@ async def test_config_get_set_and_unset_keys(kubo_pair: LocalCluster) -> None:
     async with kubo_pair[0].client() as kubo:
         assert await kubo.config_get("Provide.Strategy") == "pinned"  # the cluster sets it
         assert await kubo.config_get("Experimental.Libp2pStreamMounting") is True
-        assert await kubo.config_get("Provide.DHT.Interval") is None  # not set: the default
+        assert await kubo.config_get("Provide.DHT.Interval") == "0s"  # no periodic reprovide
+        assert await kubo.config_get("Provide.DHT.MaxWorkers") is None  # not set: the default
 
 
 async def test_block_put_stores_exact_bytes_and_is_fetched_by_a_peer(
