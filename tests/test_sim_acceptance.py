@@ -52,18 +52,16 @@ def _explain(sim: Simulation) -> str:
 
 def _histories(sim: Simulation) -> dict[int, list[str]]:
     """Topic index -> its history, checked to be the same on every live node that keeps
-    one (each event once, keys strictly descending); asserts at least one per topic
-    that has events."""
+    one (each event once, keys strictly descending); the callers check that every
+    topic with events has one."""
     out: dict[int, list[str]] = {}
     for ti in range(len(sim.topic_cids)):
-        views = 0
         for i in range(len(sim.nodes)):
             if not sim.alive[i]:
                 continue
             got = sim.history(i, ti)
             if got is None:
                 continue
-            views += 1
             text = [str(c) for c in got]
             assert len(set(text)) == len(text), f"node {i}, topic {ti}: a duplicate"
             if ti not in out:
@@ -71,7 +69,6 @@ def _histories(sim: Simulation) -> dict[int, list[str]]:
                 assert all(a > b for a, b in itertools.pairwise(keys))
                 out[ti] = text
             assert text == out[ti], f"node {i} lists topic {ti} otherwise"
-        assert views > 0 or ti not in out
     return out
 
 

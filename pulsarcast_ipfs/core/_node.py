@@ -1931,12 +1931,7 @@ class PulsarcastNode:
             raise LocalProtocolError("subscribe expects a topic CID")
         if since is not None and since < now:
             self._resume_since[topic_cid] = since
-        key = self._version_of.get(topic_cid)
-        if key is not None:
-            self._subscribe_tree(now, self._trees[key])
-            return
-        self._resolving.setdefault(topic_cid, []).append(("subscribe", None))
-        self._continue_resolutions(now)
+        self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
     def _subscribe_tree(self, now: float, tree: _Tree) -> None:
         if tree.subscribed:
@@ -2378,11 +2373,18 @@ class PulsarcastNode:
         """
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError("read expects a topic CID")
+        self._when_resolved(now, topic_cid, "read", self._read_tree)
+
+    def _when_resolved(
+        self, now: float, topic_cid: CID, purpose: str, then: Callable[[float, _Tree], None]
+    ) -> None:
+        """``then(now, tree)`` for topic ``topic_cid``'s tree, now if it is known, else
+        once its descriptor chain is fetched (``purpose`` names it in the queue)."""
         key = self._version_of.get(topic_cid)
         if key is not None:
-            self._read_tree(now, self._trees[key])
+            then(now, self._trees[key])
             return
-        self._resolving.setdefault(topic_cid, []).append(("read", None))
+        self._resolving.setdefault(topic_cid, []).append((purpose, None))
         self._continue_resolutions(now)
 
     def _read_tree(self, now: float, tree: _Tree) -> None:

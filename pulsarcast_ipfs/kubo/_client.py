@@ -394,22 +394,13 @@ class KuboClient:
             raise KuboProtocolError("unparseable dag-json", endpoint="dag/get") from exc
 
     async def pin_add(self, cid: str | CID, *, recursive: bool = True) -> tuple[str, ...]:
-        """``pin/add``: pin a block (and what it links to if ``recursive``)."""
-        text = _check_cid(cid, "pin/add")
-        params = [("arg", text), ("recursive", "true" if recursive else "false")]
-        docs = await self._ndjson("pin/add", params, max_wait=self.config.routing_timeout)
-        pins: list[str] = []
-        for doc in docs:
-            if isinstance(doc, dict):
-                pins.extend(doc.get("Pins") or ())
-        return tuple(pins)
+        """``pin/add``: pin a block (and what it links to if ``recursive``); Kubo
+        announces the pinned root at once when its provide strategy covers pins."""
+        return await self.pin_add_many([cid], recursive=recursive, fast_provide_root=True)
 
     async def pin_rm(self, cid: str | CID, *, recursive: bool = True) -> tuple[str, ...]:
         """``pin/rm``: unpin (``KuboNotFound`` if it was not pinned)."""
-        text = _check_cid(cid, "pin/rm")
-        params = [("arg", text), ("recursive", "true" if recursive else "false")]
-        doc = await self._json("pin/rm", params)
-        return tuple(doc.get("Pins") or ())
+        return await self.pin_rm_many([cid], recursive=recursive)
 
     async def pin_add_many(
         self,
