@@ -58,14 +58,18 @@ class StoreBlock:
 
     Fire-and-forget: the core never waits for it (§8). ``own``: a block this node
     made (a topic version it authored, an event it published, also for a
-    requester): the driver pins and announces it; other blocks (forwarded,
-    delivered, recovered) are kept without pinning or announcing them
-    (docs/sidecar.md "Providing").
+    requester): the driver pins it; other blocks (forwarded, delivered, recovered)
+    are kept without pinning them (docs/sidecar.md "Providing"). Only ``announce``
+    blocks are announced in the DHT one by one: never an event (issue 13: the topic
+    is announced once per subscriber, a missed event is fetched from neighbours).
     """
 
     cid: CID
     data: bytes
     own: bool = False
+    announce: bool = False
+    """A topic version this node authored: announce it (``provide``) so that a node
+    subscribing by CID finds it. Events are never announced one by one."""
     retain: bool = False
     """An event of a topic whose history this node keeps (its retention policy): pin
     it, without announcing it (the topic is announced once, not each event)."""

@@ -527,7 +527,9 @@ class PulsarcastNode:
         """A topic version of a retained history is pinned too: the events name it, and
         a reader must be able to check them after the author is gone."""
         own = desc.author == self.peer_id
-        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=own, retain=True))
+        self._emit(
+            StoreBlock(cid=desc.cid, data=desc.encode(), own=own, retain=True, announce=own)
+        )
 
     def _release_history(self, tree: _Tree) -> None:
         """Stop keeping ``tree``'s history: unpin its events and topic versions."""
@@ -1742,7 +1744,7 @@ class PulsarcastNode:
 
     def _store_topic(self, desc: TopicDescriptor) -> None:
         self._topic_blocks.put(desc.cid, desc)
-        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=True))
+        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=True, announce=True))
 
     def create_topic(
         self,
