@@ -13,6 +13,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import (
+    KuboAPIError,
     KuboClient,
     KuboConfig,
     KuboInvalidArgument,
@@ -68,6 +69,34 @@ async def test_block_put_stores_exact_bytes_and_is_fetched_by_a_peer(
         node = await a.dag_get(cid)
     assert node["parent"] == {"/": str(parent)}
     assert node["n"] == 16
+
+
+async def test_block_put_many_is_one_request_in_order_and_names_a_refused_block(
+    kubo_pair: LocalCluster,
+) -> None:
+    blocks = [_event_bytes(os.urandom(8 + i)) for i in range(100)]
+    async with kubo_pair[0].client() as kubo:
+        assert await kubo.block_put_many([]) == ()  # no request at all
+        cids = await kubo.block_put_many(blocks)
+        assert cids == tuple(dag_cbor_cid(b) for b in blocks)
+        for i in (0, 57, 99):
+            assert await kubo.block_get(cids[i], max_wait=1) == blocks[i]
+        direct = await kubo.pin_ls(pin_type="direct")
+        assert not {str(c) for c in cids} & set(direct)  # put unpinned
+        # Kubo refuses a block over 2 MiB and stops there: the one before it is stored,
+        # the one after it is not, and the error says which block was refused.
+        before, big, after = (
+            _event_bytes(os.urandom(8)),
+            _event_bytes(os.urandom(2 << 20)),
+            _event_bytes(os.urandom(8)),
+        )
+        with pytest.raises(KuboAPIError, match=r"stored 1 of 3 blocks and refused block 1"):
+            await kubo.block_put_many([before, big, after])
+        assert await kubo.block_get(dag_cbor_cid(before), max_wait=1) == before
+        with pytest.raises(KuboTimeout):
+            await kubo.block_get(dag_cbor_cid(after), max_wait=1)
+        with pytest.raises(KuboAPIError, match="over 2MiB"):
+            await kubo.block_put_many([big])
 
 
 async def test_pin_add_and_rm(kubo_pair: LocalCluster) -> None:

@@ -130,6 +130,44 @@ async def test_block_put_checks_the_returned_cid() -> None:
             await kubo.block_put(data)
 
 
+async def test_block_put_many_sends_one_request_and_checks_every_cid() -> None:
+    blocks = [b"\xa1aa\x01", b"\xa1aa\x02", b"\xa1aa\x03"]
+    seen: list[httpx.Request] = []
+
+    def answer(keys: list[str]) -> Handler:
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            lines = "".join(json.dumps({"Key": k, "Size": 4}) + "\n" for k in keys)
+            return httpx.Response(200, text=lines)
+
+        return handler
+
+    right = [str(dag_cbor_cid(b)) for b in blocks]
+    async with _client(answer(right)) as kubo:
+        assert await kubo.block_put_many([]) == ()
+        assert not seen  # no request for nothing
+        assert await kubo.block_put_many(blocks) == tuple(dag_cbor_cid(b) for b in blocks)
+    (request,) = seen
+    assert request.url.path == "/api/v0/block/put"
+    assert request.url.params.get_list("cid-codec") == ["dag-cbor"]
+    assert request.url.params.get_list("pin") == ["false"]
+    body = request.read()
+    assert body.count(b'filename="data"') == 3
+    assert body.index(blocks[0]) < body.index(blocks[1]) < body.index(blocks[2])
+
+    swapped = [right[0], right[2], right[1]]
+    async with _client(answer(swapped)) as kubo:
+        with pytest.raises(BlockCIDMismatch) as exc:
+            await kubo.block_put_many(blocks)
+    assert exc.value.expected == right[1] and exc.value.got == right[2]
+    async with _client(answer(right[:2])) as kubo:  # Kubo stopped at block 2
+        with pytest.raises(KuboAPIError, match="stored 2 of 3 blocks and refused block 2"):
+            await kubo.block_put_many(blocks)
+    async with _client(answer(right + right[:1])) as kubo:
+        with pytest.raises(KuboProtocolError, match="4 answers for 3 blocks"):
+            await kubo.block_put_many(blocks)
+
+
 def test_stats_dht_parsing() -> None:
     peer = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"
     docs = [

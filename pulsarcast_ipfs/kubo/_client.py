@@ -2,7 +2,9 @@
 
 RPC facts it relies on (PROTOCOL.md §2): every call is POST; positional arguments
 are repeated ``arg=``; pubsub topics are multibase base64url (``u…``);
-``block/put?cid-codec=dag-cbor&mhtype=sha2-256`` stores the exact bytes given;
+``block/put?cid-codec=dag-cbor&mhtype=sha2-256`` stores the exact bytes given
+(one multipart file per block, many per request; the answer is one
+``{"Key","Size"}`` line per block, in order, and stops at the first refused one);
 ``stats/dht`` dumps the local routing table without network traffic; a ``p2p``
 listener with ``report-peer-id`` writes the remote peer ID and ``\\n`` first on
 every incoming connection.
@@ -25,6 +27,7 @@ from multiformats import CID, multibase
 
 from pulsarcast_ipfs.kubo._errors import (
     BlockCIDMismatch,
+    KuboAPIError,
     KuboNotFound,
     KuboProtocolError,
     error_from_response,
@@ -46,6 +49,8 @@ from pulsarcast_ipfs.kubo._types import (
 __all__ = ["KuboClient", "KuboConfig", "PubsubSubscription", "decode_topic", "encode_topic"]
 
 Params = Sequence[tuple[str, str]]
+
+_BLOCK_PUT_PARAMS = (("cid-codec", "dag-cbor"), ("mhtype", "sha2-256"))
 
 # routing/* answers are streams of QueryEvents; their "Type" field:
 _QUERY_FINAL_PEER = 2
@@ -131,6 +136,23 @@ def _providers_in(doc: Any, found: dict[str, PeerAddrs]) -> None:
             found[r["ID"]] = PeerAddrs(
                 peer_id=r["ID"], addresses=tuple(str(a) for a in addrs if isinstance(a, str))
             )
+
+
+def _checked_key(doc: Any, expected: CID) -> CID:
+    """The ``Key`` of one ``block/put`` answer, which must be ``expected`` (our own
+    CID of the bytes sent)."""
+    got = doc.get("Key") if isinstance(doc, dict) else None
+    if not isinstance(got, str):
+        raise KuboProtocolError(f"no Key in {doc!r}", endpoint="block/put")
+    try:
+        got_cid = CID.decode(got)
+    except Exception as exc:
+        raise KuboProtocolError(
+            f"Kubo returned an invalid CID {got!r}", endpoint="block/put"
+        ) from exc
+    if got_cid != expected:
+        raise BlockCIDMismatch(expected=str(expected), got=got)
+    return expected
 
 
 def _check_cid(cid: str | CID, endpoint: str) -> str:
@@ -264,10 +286,16 @@ class KuboClient:
         params: Params = (),
         *,
         data: bytes | None = None,
+        parts: Sequence[bytes] = (),
         max_wait: float | None = None,
     ) -> bytes:
-        """POST one RPC and return the body of a successful answer."""
-        files = {"data": ("data", data, "application/octet-stream")} if data is not None else None
+        """POST one RPC and return the body of a successful answer.
+
+        ``data`` is sent as the one file argument; ``parts`` as one file argument each.
+        """
+        if data is not None:
+            parts = (data, *parts)
+        files = [("data", ("data", part, "application/octet-stream")) for part in parts] or None
         t = httpx.Timeout(max_wait or self.config.timeout, connect=self.config.connect_timeout)
         with map_transport_errors(endpoint):
             response = await self._http.post(
@@ -346,24 +374,40 @@ class KuboClient:
     async def block_put(self, data: bytes, *, pin: bool = False) -> CID:
         """Store exact dag-cbor bytes; return their CIDv1 (checked against our own)."""
         expected = dag_cbor_cid(data)
-        params = [
-            ("cid-codec", "dag-cbor"),
-            ("mhtype", "sha2-256"),
-            ("pin", "true" if pin else "false"),
-        ]
+        params = [*_BLOCK_PUT_PARAMS, ("pin", "true" if pin else "false")]
         doc = await self._json("block/put", params, data=data)
-        got = doc.get("Key")
-        if not isinstance(got, str):
-            raise KuboProtocolError(f"no Key in {doc!r}", endpoint="block/put")
-        try:
-            got_cid = CID.decode(got)
-        except Exception as exc:
+        return _checked_key(doc, expected)
+
+    async def block_put_many(self, blocks: Sequence[bytes]) -> tuple[CID, ...]:
+        """Store several exact dag-cbor blocks with ONE ``block/put`` request (one
+        multipart file per block, unpinned); return their CIDv1s in order, each checked
+        against our own (:class:`BlockCIDMismatch`).
+
+        Kubo stops at the first block it refuses (too big, ...): the ones before it are
+        stored, and that error reaches only an HTTP trailer, which httpx does not read.
+        Fewer answers than blocks is therefore a :class:`KuboAPIError` naming the first
+        block not stored; callers that must know which one put the rest one by one.
+        An empty ``blocks`` makes no request.
+        """
+        if not blocks:
+            return ()
+        endpoint = "block/put"
+        expected = [dag_cbor_cid(data) for data in blocks]
+        params = [*_BLOCK_PUT_PARAMS, ("pin", "false")]
+        docs = _parse_ndjson(endpoint, await self._call(endpoint, params, parts=blocks))
+        if len(docs) > len(blocks):
             raise KuboProtocolError(
-                f"Kubo returned an invalid CID {got!r}", endpoint="block/put"
-            ) from exc
-        if got_cid != expected:
-            raise BlockCIDMismatch(expected=str(expected), got=got)
-        return expected
+                f"{len(docs)} answers for {len(blocks)} blocks", endpoint=endpoint
+            )
+        got = tuple(_checked_key(doc, cid) for doc, cid in zip(docs, expected, strict=False))
+        if len(got) < len(blocks):
+            raise KuboAPIError(
+                f"Kubo stored {len(got)} of {len(blocks)} blocks and refused block "
+                f"{len(got)} ({expected[len(got)]}, {len(blocks[len(got)])} bytes)",
+                endpoint=endpoint,
+                status=200,
+            )
+        return got
 
     async def block_get(self, cid: str | CID, *, max_wait: float | None = None) -> bytes:
         """``block/get``: the raw bytes of a block (fetched from the network if needed).
