@@ -251,10 +251,12 @@ class Driver:
                 self.blocks[out.cid] = out.data
                 if len(self.blocks) > 4096:
                     self.blocks.popitem(last=False)
-                # the core says whose block it is and whether its history is kept:
-                # own blocks are pinned and announced, retained events pinned only
-                # (docs/sidecar.md "Providing")
-                self.store.store(out.cid, out.data, provide=out.own, retain=out.retain)
+                # the core says whose block it is, whether to announce it and whether
+                # its history is kept: own blocks and retained events are pinned, only
+                # own topic versions announced (docs/sidecar.md "Providing")
+                self.store.store(
+                    out.cid, out.data, own=out.own, announce=out.announce, retain=out.retain
+                )
             elif isinstance(out, ReleaseBlocks):
                 self.store.release(out.cids)
             elif isinstance(out, FetchBlock):

@@ -1,23 +1,30 @@
 """Descriptor blocks in Kubo (PROTOCOL.md §5 "Persistence"; docs/sidecar.md "Providing").
 
-``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CID checked by the
-client), in order, by one writer task. What is pinned and what is announced:
+``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CIDs checked by the
+client), in order, by one writer task: up to :data:`PUT_BATCH` queued blocks and
+:data:`PUT_BATCH_BYTES` bytes per request (``KuboClient.block_put_many``; one
+request per received event was 40 % of a sidecar's CPU at 20 events/s, issue 13).
+While Kubo is unavailable the batch stays queued, in order (an own block may exist
+nowhere else); a batch Kubo refuses for another reason is put again one block at a
+time, so that only the bad block is dropped. What is pinned and what is announced:
 
-* a block this node created itself (``provide=True``, from the core's
-  ``StoreBlock.own``: a topic version it authored, an event it published, also
-  for a requester, §6) is put and pinned
+* a topic version this node authored (``StoreBlock.announce``) is put, pinned
   *directly* (not recursively: that would pin, fetch and reprovide the whole
-  parent DAG). Kubo announces a pinned block at once under the ``pinned``,
-  ``roots`` and ``all`` strategies, and its reprovider again every
-  ``Provide.DHT.Interval``, with or without the sidecar; under any other strategy
-  the sidecar also calls ``provide/once`` from a separate background queue
+  parent DAG) and announced: Kubo announces a pinned block at once under the
+  ``pinned``, ``roots`` and ``all`` strategies; under any other strategy the
+  sidecar also calls ``provide/once`` from a separate background queue
   (``announce`` setting). Either way dissemination never waits for the DHT (§5, §8);
+* any other block this node created (``StoreBlock.own``: an event it published,
+  also for a requester, §6) is put and pinned directly in batches of up to
+  :data:`PIN_BATCH` CIDs per ``pin/add`` call with ``fast-provide-root=false``:
+  events are never announced. The topic is (once per subscriber, below); a node
+  that missed an event fetches it over bitswap from the peers it is connected to,
+  and tree neighbours always are;
 * an event of a history this node retains (``retain=True``, from
   ``StoreBlock.retain``: a subscriber's, author's or reader's topic, within the
-  retention policy) is put, then pinned directly in batches of up to
-  :data:`PIN_BATCH` CIDs per ``pin/add`` call, with ``fast-provide-root=false``:
-  never announced one by one. ``ReleaseBlocks`` (fell out of the policy, topic
-  left) unpins them in batches (``pin/rm``); own blocks stay pinned;
+  retention policy) is put, then pinned directly in the same kind of batches, not
+  announced. ``ReleaseBlocks`` (fell out of the policy, topic left) unpins them in
+  batches (``pin/rm``); own blocks stay pinned;
 * a topic this node subscribes to is announced once (:meth:`BlockStore.pin_topic`):
   its first-version descriptor is pinned directly and announced with
   ``provide/once``: one provider record per topic per node, never one per event;
@@ -33,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final, Literal
 
 import anyio
@@ -42,19 +49,27 @@ from multiformats import CID
 
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboNotFound, KuboUnavailable
 
-__all__ = ["PIN_BATCH", "BlockStore", "kubo_announces_pins"]
+__all__ = ["PIN_BATCH", "PUT_BATCH", "PUT_BATCH_BYTES", "BlockStore", "kubo_announces_pins"]
 
 log = logging.getLogger("pulsarcast.sidecar.store")
 
 PIN_BATCH: Final = 100
-"""CIDs per ``pin/add`` / ``pin/rm`` call for retained events."""
+"""CIDs per ``pin/add`` / ``pin/rm`` call for retained and own events."""
+PUT_BATCH: Final = 100
+"""Blocks per ``block/put`` request (Kubo 0.43: 100 in one call 39 ms, in 100 calls 1.7 s)."""
+PUT_BATCH_BYTES: Final = 1 << 20
+"""Bytes of blocks per ``block/put`` request (a bigger block goes alone)."""
 _PROVIDE_QUEUE_MAX = 50_000
 _RETRY_DELAY = 0.5
 _KUBO_DOWN_WAIT = 60.0
 """How long a fetch waits for an unavailable Kubo before it counts as failed."""
 
 
-_Kind = Literal["plain", "own", "retain", "topic"]
+_Kind = Literal["plain", "own", "announce", "retain", "topic"]
+"""What to do with a block once put: nothing, pin it (own event), pin and announce it
+(own topic version), pin it as retained (unpinned when released), pin and announce
+it as a subscribed topic."""
+_PinCall = Callable[[list[CID]], Awaitable[None]]
 
 
 def kubo_announces_pins(strategy: object) -> bool:
@@ -86,14 +101,18 @@ class BlockStore:
         provide_workers: int = 2,
         provide_once: bool = True,
         pin_batch: int = PIN_BATCH,
+        put_batch: int = PUT_BATCH,
+        put_batch_bytes: int = PUT_BATCH_BYTES,
     ) -> None:
         self.kubo = kubo
         self.provide_once = provide_once
-        """Also ``provide/once`` own blocks after pinning them (off when Kubo's provide
-        strategy announces pins by itself, :func:`kubo_announces_pins`)."""
+        """Also ``provide/once`` the blocks to announce after pinning them (off when
+        Kubo's provide strategy announces pins by itself, :func:`kubo_announces_pins`)."""
         self.fetch_timeout = fetch_timeout
         self.provide_workers = provide_workers
         self.pin_batch = pin_batch
+        self.put_batch = put_batch
+        self.put_batch_bytes = put_batch_bytes
         self._puts: deque[tuple[CID, bytes, _Kind]] = deque()
         self._put_wake = anyio.Event()
         self._provides: deque[CID] = deque()
@@ -106,19 +125,31 @@ class BlockStore:
         self._pinned: set[CID] = set()
         """Retained events and topics this store pinned in Kubo (not own blocks)."""
         self._pin_due: dict[CID, None] = {}
+        """Retained events and topics put, to be pinned in batches."""
         self._unpin_due: dict[CID, None] = {}
+        self._own_due: dict[CID, None] = {}
+        """Own events put, to be pinned in batches (never unpinned, never announced)."""
+        self._announce_due: dict[CID, None] = {}
+        """Own topic versions put, to be pinned one by one and announced."""
         self._tg: anyio.abc.TaskGroup | None = None
         self.stored = 0
+        """Blocks put (each time one is put)."""
+        self.put_calls = 0
+        """``block/put`` requests (one per batch; one per block while isolating a
+        refused one; retries while Kubo is down included)."""
         self.provided = 0
         self.provide_failed = 0
         self.provide_skipped = 0
         self.store_failed = 0
+        """Blocks Kubo refused to store (dropped)."""
         self.pins_added = 0
         """Retained events and topics pinned (each CID once per pin)."""
+        self.own_pins_added = 0
+        """Own blocks pinned: events (in batches) and topic versions."""
         self.pins_removed = 0
         self.pin_failed = 0
         self.pin_calls = 0
-        """``pin/add`` + ``pin/rm`` calls for retained events (batches)."""
+        """``pin/add`` + ``pin/rm`` calls for retained and own events (batches)."""
         self.topics_announced = 0
         self.on_topic_announced: Callable[[CID, bool], None] | None = None
         """Told whether each topic announcement (``provide/once``) succeeded."""
@@ -134,7 +165,13 @@ class BlockStore:
 
     @property
     def pending(self) -> int:
-        return len(self._puts) + len(self._pin_due) + len(self._unpin_due)
+        return (
+            len(self._puts)
+            + len(self._pin_due)
+            + len(self._unpin_due)
+            + len(self._own_due)
+            + len(self._announce_due)
+        )
 
     @property
     def retained_pinned(self) -> int:
@@ -148,30 +185,35 @@ class BlockStore:
         self._puts.append((cid, data, kind))
         self._put_wake.set()
 
-    def store(self, cid: CID, data: bytes, *, provide: bool, retain: bool = False) -> None:
+    def store(
+        self, cid: CID, data: bytes, *, own: bool, announce: bool = False, retain: bool = False
+    ) -> None:
         """Queue a block for ``block/put`` (never blocks).
 
-        ``provide``: this node's own block, pinned and announced. ``retain``: an event
-        of a retained history, pinned (in a batch) and not announced; a block first
-        stored unretained is put again and pinned when it comes back retained.
-        Otherwise kept unpinned and unannounced.
+        ``own``: this node's own block, pinned (in a batch) and never announced, unless
+        ``announce`` (a topic version this node authored; implies ``own``): pinned and
+        announced. ``retain``: an event of a retained history, pinned (in a batch) and
+        not announced; a block first stored unretained is put again and pinned when it
+        comes back retained. Otherwise kept unpinned and unannounced.
         """
+        own = own or announce
+        kind: _Kind = "announce" if announce else "own" if own else "retain" if retain else "plain"
         if retain:
             if cid in self._retained:
                 return
-            self._retained[cid] = provide
+            self._retained[cid] = own
             self._unpin_due.pop(cid, None)
-            if provide and cid in self._stored:
-                return  # already pinned (and announced) as this node's own block
-            if not provide and cid in self._pinned:
+            if own and cid in self._stored:
+                return  # already pinned (or queued to be) as this node's own block
+            if not own and cid in self._pinned:
                 return  # released, then retained again before the unpin ran
             # Put again even if stored before: an unpinned copy may have been
             # collected, and a direct pin of a missing block would wait for the network.
-            self._queue(cid, data, "own" if provide else "retain")
+            self._queue(cid, data, kind)
             return
         if cid in self._stored:
             return
-        self._queue(cid, data, "own" if provide else "plain")
+        self._queue(cid, data, kind)
 
     def release(self, cids: Iterable[CID]) -> None:
         """``ReleaseBlocks``: unpin these retained events (own blocks stay pinned)."""
@@ -204,6 +246,7 @@ class BlockStore:
         """The subscription ended: unpin the topic descriptor (own blocks stay pinned)."""
         if cid in self._topics:
             self._topics.discard(cid)
+            self._pin_due.pop(cid, None)
             if cid in self._pinned and cid not in self._retained:
                 self._unpin_due[cid] = None
                 self._put_wake.set()
@@ -217,63 +260,100 @@ class BlockStore:
 
     async def _put_loop(self) -> None:
         while True:
-            while not (self._puts or self._pin_due or self._unpin_due):
+            while not self.pending:
                 self._put_wake = anyio.Event()
                 await self._put_wake.wait()
             if self._puts:
-                if not await self._put_one():
+                if not await self._put_batch():
                     await anyio.sleep(_RETRY_DELAY)
                     continue
                 batch = self.pin_batch
-                if self._puts and len(self._pin_due) < batch and len(self._unpin_due) < batch:
+                dues = (self._pin_due, self._unpin_due, self._own_due)
+                if self._puts and not self._announce_due and all(len(d) < batch for d in dues):
                     continue  # keep putting; pin in batches once the queue drains
             if not await self._flush_pins():
                 await anyio.sleep(_RETRY_DELAY)
 
-    async def _put_one(self) -> bool:
-        """Put the queue's first block (and pin it if own or a topic); False: Kubo is
-        down, keep it queued."""
-        cid, data, kind = self._puts[0]
+    def _next_batch(self) -> list[tuple[CID, bytes, _Kind]]:
+        """The queue's first blocks: up to ``put_batch`` of them and ``put_batch_bytes``
+        bytes (at least one block)."""
+        batch: list[tuple[CID, bytes, _Kind]] = []
+        size = 0
+        for item in self._puts:
+            if batch and (
+                len(batch) >= self.put_batch or size + len(item[1]) > self.put_batch_bytes
+            ):
+                break
+            batch.append(item)
+            size += len(item[1])
+        return batch
+
+    async def _put_batch(self) -> bool:
+        """Put the queue's first blocks with one ``block/put``; False: Kubo is down
+        (they stay queued, in order)."""
+        batch = self._next_batch()
         try:
-            await self.kubo.block_put(data, pin=False)
-            if kind == "own":
-                # A direct pin: ``block/put --pin`` pins recursively, i.e. the whole
-                # parent DAG, which Kubo then fetches if missing and reprovides
-                # with every one of this node's own events.
-                await self.kubo.pin_add(cid, recursive=False)
-            self.stored += 1
+            await self._put(batch)
         except KuboUnavailable as exc:
-            # Kubo is down (restarting): keep the block queued, in order, and retry;
-            # dropping it would lose the only copy of a block this node published.
-            if not self.kubo_down:
-                log.warning("block/put %s: Kubo unavailable, will retry: %s", cid, exc)
-            self.kubo_down = True
+            self._down(len(batch), exc)
             return False
         except KuboError as exc:
-            self.store_failed += 1
-            log.warning("block/put %s failed: %s", cid, exc)
-            self.kubo_down = False
-            self._puts.popleft()
-            return True
+            if len(batch) == 1:
+                self._refused(batch[0][0], exc)
+                return True
+            # Kubo refused one of them (and stored those before it): find which,
+            # store the others.
+            log.info("block/put of %d blocks failed, one by one: %s", len(batch), exc)
+            for cid, data, kind in batch:
+                try:
+                    await self._put([(cid, data, kind)])
+                except KuboUnavailable as down:
+                    self._down(1, down)
+                    return False
+                except KuboError as refused:
+                    self._refused(cid, refused)
+        return True
+
+    async def _put(self, batch: list[tuple[CID, bytes, _Kind]]) -> None:
+        """One ``block/put`` of ``batch`` (the head of the queue); dequeue the blocks
+        and queue their pins once Kubo has them all."""
+        self.put_calls += 1
+        await self.kubo.block_put_many([data for _, data, _ in batch])
         self.kubo_down = False
+        for cid, _, kind in batch:
+            self._puts.popleft()
+            self.stored += 1
+            self._after_put(cid, kind)
+
+    def _down(self, blocks: int, exc: KuboError) -> None:
+        # Kubo is down (restarting): keep the blocks queued, in order, and retry;
+        # dropping them would lose the only copy of a block this node published.
+        if not self.kubo_down:
+            log.warning("block/put of %d blocks: Kubo unavailable, will retry: %s", blocks, exc)
+        self.kubo_down = True
+
+    def _refused(self, cid: CID, exc: KuboError) -> None:
+        self.store_failed += 1
+        self.kubo_down = False
+        log.warning("block/put %s failed: %s", cid, exc)
         self._puts.popleft()
-        if kind == "retain":
+
+    def _after_put(self, cid: CID, kind: _Kind) -> None:
+        if kind == "own":
+            # A direct pin: ``block/put --pin`` pins recursively, i.e. the whole
+            # parent DAG, which Kubo then fetches if missing and reprovides with
+            # every one of this node's own events.
+            self._own_due[cid] = None
+        elif kind == "announce":
+            self._announce_due[cid] = None
+        elif kind == "retain":
             if self._retained.get(cid) is False and cid not in self._pinned:
                 self._pin_due[cid] = None
         elif kind == "topic":
             if cid in self._topics:
                 if cid not in self._pinned:
-                    try:
-                        await self.kubo.pin_add_many([cid], fast_provide_root=False)
-                        self._pinned.add(cid)
-                        self.pins_added += 1
-                    except KuboError as exc:
-                        self.pin_failed += 1
-                        log.warning("pin/add of topic %s failed: %s", cid, exc)
+                    self._pin_due[cid] = None
                 self._queue_provide(cid)  # the one announcement, pinned or not
-        elif kind == "own" and self.provide_once:
-            self._queue_provide(cid)
-        return True
 
     def _take(self, due: dict[CID, None], keep: Callable[[CID], bool]) -> list[CID]:
         out: list[CID] = []
@@ -285,28 +365,55 @@ class BlockStore:
         return out
 
     async def _flush_pins(self) -> bool:
-        """One ``pin/rm`` and one ``pin/add`` batch; False: Kubo is down (requeued)."""
-        wanted = self._wanted
-        unpins = self._take(self._unpin_due, lambda c: c in self._pinned and not wanted(c))
-        if unpins:
-            try:
-                await self._unpin(unpins)
-            except KuboUnavailable:
-                self._unpin_due.update(dict.fromkeys(unpins))
+        """Own topic versions pinned (and announced); then one batch each of ``pin/rm``
+        (released), ``pin/add`` (retained events, topics) and ``pin/add`` (own events);
+        False: Kubo is down (requeued)."""
+        while self._announce_due:
+            cid = next(iter(self._announce_due))
+            if not await self._pin_announced(cid):
                 return False
-        pins = self._take(self._pin_due, lambda c: c not in self._pinned and wanted(c))
-        if pins:
+            del self._announce_due[cid]
+        wanted = self._wanted
+        steps: tuple[tuple[dict[CID, None], Callable[[CID], bool], _PinCall], ...] = (
+            (self._unpin_due, lambda c: c in self._pinned and not wanted(c), self._unpin),
+            (self._pin_due, lambda c: c not in self._pinned and wanted(c), self._pin),
+            (self._own_due, lambda c: True, self._pin_own),
+        )
+        for due, keep, call in steps:
+            cids = self._take(due, keep)
+            if not cids:
+                continue
             try:
-                await self._pin(pins)
+                await call(cids)
             except KuboUnavailable:
-                self._pin_due.update(dict.fromkeys(pins))
+                due.update(dict.fromkeys(cids))
                 return False
         return True
 
     def _wanted(self, cid: CID) -> bool:
         return self._retained.get(cid) is False or cid in self._topics
 
-    async def _pin(self, cids: list[CID]) -> None:
+    async def _pin_announced(self, cid: CID) -> bool:
+        """Pin an own topic version directly, with Kubo's fast-provide-root (it
+        announces the pin at once), and ``provide/once`` it too if that is not enough;
+        False: Kubo is down."""
+        try:
+            await self.kubo.pin_add(cid, recursive=False)
+        except KuboUnavailable:
+            return False
+        except KuboError as exc:
+            self.pin_failed += 1
+            log.warning("pin/add %s failed: %s", cid, exc)
+            return True
+        self.own_pins_added += 1
+        if self.provide_once:
+            self._queue_provide(cid)
+        return True
+
+    async def _pin_own(self, cids: list[CID]) -> None:
+        await self._pin(cids, own=True)
+
+    async def _pin(self, cids: list[CID], *, own: bool = False) -> None:
         self.pin_calls += 1
         try:
             await self.kubo.pin_add_many(cids, fast_provide_root=False)
@@ -318,10 +425,13 @@ class BlockStore:
                 log.warning("pin/add %s failed: %s", cids[0], exc)
                 return
             for cid in cids:  # find the one Kubo refuses; pin the others
-                await self._pin([cid])
+                await self._pin([cid], own=own)
             return
-        self._pinned.update(cids)
-        self.pins_added += len(cids)
+        if own:
+            self.own_pins_added += len(cids)
+        else:
+            self._pinned.update(cids)
+            self.pins_added += len(cids)
 
     async def _unpin(self, cids: list[CID]) -> None:
         self.pin_calls += 1

@@ -10,12 +10,14 @@ from typing import Any
 
 import anyio
 import dag_cbor
+import httpx
 import pytest
+from multiformats import CID
 from trio.testing import MockClock
 
 from pulsarcast_ipfs.core import RetentionPolicy, compute_cid
 from pulsarcast_ipfs.kademlia import bucket_index, peer_position
-from pulsarcast_ipfs.kubo import KuboNotFound, KuboUnavailable
+from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from sidecar import (
     ConfigError,
     SidecarConfig,
@@ -290,76 +292,136 @@ async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
     assert [(p, getattr(r, "nonce", None)) for p, r in got] == [(peer, i) for i in range(60)]
 
 
-# -- block store: retained events pinned in batches, released, topics announced ------------
+# -- block store: batched puts, own and retained events pinned in batches, topics announced --
 
 
 class FakeKubo:
-    """The few Kubo calls :class:`BlockStore` makes, recorded (no daemon)."""
+    """An in-process Kubo for :class:`BlockStore`: the RPCs it makes, answered as Kubo
+    0.43 does over an ``httpx.MockTransport`` and recorded (no daemon)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
-        self.pinned: set[Any] = set()
+        self.blocks: dict[CID, bytes] = {}
+        self.pinned: set[CID] = set()
         self.down = 0
-        """Fail this many ``pin/add`` calls with KuboUnavailable first."""
+        """Refuse this many ``pin/add`` connections first (Kubo down)."""
+        self.put_down = 0
+        """Refuse this many ``block/put`` connections first."""
+        self.refuse: set[bytes] = set()
+        """Blocks ``block/put`` refuses (as Kubo does one over 2 MiB)."""
 
-    async def block_put(self, data: bytes, *, pin: bool = False) -> Any:
-        assert not pin
-        self.calls.append(("put", data))
-        return compute_cid(data)
-
-    async def pin_add(self, cid: Any, *, recursive: bool = True) -> tuple[str, ...]:
-        assert not recursive
-        self.calls.append(("pin_own", cid))
-        self.pinned.add(cid)
-        return (str(cid),)
-
-    async def pin_add_many(
-        self, cids: list[Any], *, recursive: bool = False, fast_provide_root: bool = False
-    ) -> tuple[str, ...]:
-        assert not recursive and not fast_provide_root  # never announced one by one
-        if self.down:
-            self.down -= 1
-            raise KuboUnavailable("connection refused", endpoint="pin/add")
-        self.calls.append(("pin", list(cids)))
-        self.pinned.update(cids)
-        return tuple(str(c) for c in cids)
-
-    async def pin_rm_many(self, cids: list[Any], *, recursive: bool = False) -> tuple[str, ...]:
-        assert not recursive
-        self.calls.append(("unpin", list(cids)))
-        for c in cids:  # like Kubo: stops at the first that is not pinned
-            if c not in self.pinned:
-                raise KuboNotFound("not pinned or pinned indirectly", endpoint="pin/rm")
-            self.pinned.discard(c)
-        return tuple(str(c) for c in cids)
-
-    async def provide_once(self, cid: Any) -> None:
-        self.calls.append(("provide", cid))
+    def client(self) -> KuboClient:
+        return KuboClient(config=KuboConfig(), transport=httpx.MockTransport(self.handle))
 
     def of(self, kind: str) -> list[Any]:
         return [arg for k, arg in self.calls if k == kind]
 
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        endpoint = request.url.path.removeprefix("/api/v0/")
+        params = request.url.params
+        args = [CID.decode(a) for a in params.get_list("arg")]
+        if endpoint == "block/put":
+            assert params["pin"] == "false"
+            if self.put_down:
+                self.put_down -= 1
+                raise httpx.ConnectError("connection refused", request=request)
+            return self._put(_multipart_files(request))
+        if endpoint == "pin/add":
+            assert params["recursive"] == "false"  # direct pins only
+            if self.down:
+                self.down -= 1
+                raise httpx.ConnectError("connection refused", request=request)
+            assert all(c in self.blocks for c in args)  # every pin comes after its put
+            if params["fast-provide-root"] == "true":  # announced at once
+                (cid,) = args
+                self.calls.append(("pin_own", cid))
+            else:
+                self.calls.append(("pin", args))
+            self.pinned.update(args)
+            return httpx.Response(200, json={"Pins": [str(c) for c in args]})
+        if endpoint == "pin/rm":
+            assert params["recursive"] == "false"
+            self.calls.append(("unpin", args))
+            for c in args:  # like Kubo: stops at the first that is not pinned
+                if c not in self.pinned:
+                    return _kubo_error(f"{c} is not pinned or pinned indirectly")
+                self.pinned.discard(c)
+            return httpx.Response(200, json={"Pins": [str(c) for c in args]})
+        if endpoint == "provide/once":
+            (cid,) = args
+            self.calls.append(("provide", cid))
+            return httpx.Response(200)
+        raise AssertionError(f"unexpected call {endpoint}")
 
-def _blocks(n: int, tag: str = "e") -> list[tuple[Any, bytes]]:
+    def _put(self, files: list[bytes]) -> httpx.Response:
+        self.calls.append(("put_call", len(files)))
+        lines = ""
+        for data in files:
+            if data in self.refuse:  # Kubo stops here; the error goes to a trailer
+                return httpx.Response(200, text=lines) if lines else _kubo_error("too big")
+            cid = compute_cid(data)
+            self.calls.append(("put", data))
+            self.blocks[cid] = data
+            lines += json.dumps({"Key": str(cid), "Size": len(data)}) + "\n"
+        return httpx.Response(200, text=lines)
+
+
+def _kubo_error(message: str) -> httpx.Response:
+    return httpx.Response(500, json={"Message": message, "Code": 0, "Type": "error"})
+
+
+def _multipart_files(request: httpx.Request) -> list[bytes]:
+    boundary = request.headers["content-type"].split("boundary=")[1].encode()
+    parts = request.read().split(b"--" + boundary)[1:-1]
+    return [part.partition(b"\r\n\r\n")[2].removesuffix(b"\r\n") for part in parts]
+
+
+def _blocks(n: int, tag: str = "e", size: int = 0) -> list[tuple[CID, bytes]]:
     out = []
     for i in range(n):
-        data = dag_cbor.encode({"tag": tag, "n": i})
+        data = dag_cbor.encode({"tag": tag, "n": i, "pad": b"\0" * size})
         out.append((compute_cid(data), data))
     return out
 
 
 async def _with_store(
-    steps: Callable[[BlockStore, FakeKubo], Awaitable[None]], *, provide_once: bool = True
-) -> FakeKubo:
+    steps: Callable[[BlockStore, FakeKubo], Awaitable[None]],
+    *,
+    provide_once: bool = True,
+    **options: int,
+) -> tuple[FakeKubo, BlockStore]:
     kubo = FakeKubo()
-    store = BlockStore(kubo=kubo, fetch_timeout=1.0, provide_once=provide_once)  # type: ignore[arg-type]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.run, tg)
-        await steps(store, kubo)
+    async with kubo.client() as client:
+        store = BlockStore(kubo=client, fetch_timeout=1.0, provide_once=provide_once, **options)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.run, tg)
+            await steps(store, kubo)
+            await anyio.wait_all_tasks_blocked()
+            assert store.pending == 0
+            tg.cancel_scope.cancel()
+    return kubo, store
+
+
+@pytest.mark.anyio
+async def test_queued_blocks_are_put_with_one_request_per_batch() -> None:
+    blocks = _blocks(250)
+    big = _blocks(7, "big", size=300_000)  # 3 of them fit in 1 MiB
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        for cid, data in blocks:
+            store.store(cid, data, own=False)
         await anyio.wait_all_tasks_blocked()
-        assert store.pending == 0
-        tg.cancel_scope.cancel()
-    return kubo
+        for cid, data in big:
+            store.store(cid, data, own=False)
+
+    kubo, store = await _with_store(steps)
+    assert kubo.of("put_call") == [100, 100, 50, 3, 3, 1]
+    assert store.put_calls == 6 and store.stored == 257
+    assert kubo.of("put") == [data for _, data in blocks + big]  # in order
+    assert kubo.pinned == set() and kubo.of("provide") == []  # relays' copies
+
+    kubo, store = await _with_store(steps, put_batch=40, put_batch_bytes=1 << 30)
+    assert kubo.of("put_call") == [40] * 6 + [10, 7]
 
 
 @pytest.mark.anyio
@@ -368,19 +430,87 @@ async def test_retained_events_are_pinned_in_batches_and_never_announced() -> No
 
     async def steps(store: BlockStore, kubo: FakeKubo) -> None:
         for cid, data in blocks:
-            store.store(cid, data, provide=False, retain=True)
-        store.store(*blocks[0], provide=False, retain=True)  # again: nothing new
+            store.store(cid, data, own=False, retain=True)
+        store.store(*blocks[0], own=False, retain=True)  # again: nothing new
 
-    kubo = await _with_store(steps)
-    assert len(kubo.of("put")) == 250
+    kubo, store = await _with_store(steps)
+    assert len(kubo.of("put")) == 250 and kubo.of("put_call") == [100, 100, 50]
     assert [len(b) for b in kubo.of("pin")] == [100, 100, 50]
     assert kubo.pinned == {cid for cid, _ in blocks}
     assert kubo.of("provide") == [] and kubo.of("pin_own") == []
-    # every pin comes after its block/put
-    put_at = {compute_cid(d): i for i, (k, d) in enumerate(kubo.calls) if k == "put"}
-    for i, (k, arg) in enumerate(kubo.calls):
-        if k == "pin":
-            assert all(put_at[c] < i for c in arg)
+    assert (store.pin_calls, store.pins_added, store.retained_pinned) == (3, 250, 250)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provide_once", [True, False])
+async def test_own_events_are_pinned_in_batches_and_only_own_topics_announced(
+    provide_once: bool,
+) -> None:
+    """Issue 13: an own event is pinned directly with fast-provide-root=false, in
+    batches, and never provided; an own topic version is pinned with Kubo's
+    fast-provide-root (announced at once) and provide/once'd if Kubo would not."""
+    events = _blocks(150, "own")
+    (topic, topic_data), (update, update_data) = _blocks(2, "topic")
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.store(topic, topic_data, own=True, announce=True, retain=True)
+        for i, (cid, data) in enumerate(events):
+            store.store(cid, data, own=True, retain=i % 2 == 0)
+        store.store(update, update_data, own=True, announce=True)
+        store.release([cid for cid, _ in events] + [topic])  # own blocks stay pinned
+
+    kubo, store = await _with_store(steps, provide_once=provide_once)
+    assert kubo.of("put_call") == [100, 52]
+    # the first put: the topic version and 99 events, whose pins follow it at once
+    assert [len(b) for b in kubo.of("pin")] == [99, 51]
+    assert kubo.of("pin_own") == [topic, update]
+    assert kubo.of("provide") == ([topic, update] if provide_once else [])
+    assert kubo.pinned == {cid for cid, _ in events} | {topic, update}
+    assert kubo.of("unpin") == [] and store.retained_pinned == 0
+    assert (store.pin_calls, store.own_pins_added, store.put_calls) == (2, 152, 2)
+    assert store.pins_added == 0  # retained events and topics only
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_a_batch_stays_queued_in_order_while_kubo_is_down() -> None:
+    first, later = _blocks(3, "first"), _blocks(2, "later")
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        kubo.put_down = 2
+        for cid, data in first:
+            store.store(cid, data, own=True)
+        await anyio.wait_all_tasks_blocked()  # the first attempt failed
+        assert store.kubo_down and store.pending == 3
+        for cid, data in later:
+            store.store(cid, data, own=True)
+        began = anyio.current_time()
+        while store.pending:  # noqa: ASYNC110 (virtual time: each retry waits 0.5 s)
+            await anyio.sleep(0.1)
+        assert anyio.current_time() - began == pytest.approx(1.0, abs=0.11)
+
+    kubo, store = await _with_store(steps, put_batch=2)
+    assert kubo.of("put") == [data for _, data in first + later]  # none lost, in order
+    assert kubo.of("put_call") == [2, 2, 1] and store.put_calls == 5 and not store.kubo_down
+    assert kubo.of("pin") == [[cid for cid, _ in first + later]]
+
+
+@pytest.mark.anyio
+async def test_a_refused_block_is_put_alone_and_the_others_are_stored() -> None:
+    blocks = _blocks(10, "own")
+    bad = blocks[4]
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        kubo.refuse.add(bad[1])
+        for cid, data in blocks:
+            store.store(cid, data, own=True)
+
+    kubo, store = await _with_store(steps)
+    # the batch: Kubo stored 4, then stopped; then each block alone
+    assert kubo.of("put_call") == [10] + [1] * 10
+    good = [cid for cid, _ in blocks if cid != bad[0]]
+    assert set(kubo.blocks) == set(good) and kubo.pinned == set(good)
+    assert (store.stored, store.store_failed, store.put_calls) == (9, 1, 11)
 
 
 @pytest.mark.anyio
@@ -390,16 +520,17 @@ async def test_released_events_are_unpinned_in_batches_and_own_ones_stay() -> No
 
     async def steps(store: BlockStore, kubo: FakeKubo) -> None:
         for cid, data in blocks:
-            store.store(cid, data, provide=False, retain=True)
-        store.store(own_cid, own_data, provide=True, retain=True)
+            store.store(cid, data, own=False, retain=True)
+        store.store(own_cid, own_data, own=True, retain=True)
         await anyio.wait_all_tasks_blocked()
         assert store.retained_pinned == 150
         kubo.pinned.discard(blocks[3][0])  # unpinned by hand: pin/rm stops there
         store.release([own_cid] + [cid for cid, _ in blocks])
         store.release([own_cid, blocks[0][0]])  # twice: nothing more
 
-    kubo = await _with_store(steps)
-    assert kubo.of("pin_own") == [own_cid] and kubo.of("provide") == [own_cid]
+    kubo, _ = await _with_store(steps)
+    assert own_cid in kubo.of("pin")[-1]  # an own event: pinned in a batch,
+    assert kubo.of("pin_own") == [] and kubo.of("provide") == []  # never announced
     unpins = kubo.of("unpin")
     assert [len(b) for b in unpins[:1]] == [100]
     assert all(len(b) == 1 for b in unpins[1:101])  # one by one after Kubo's refusal
@@ -412,14 +543,14 @@ async def test_a_block_stored_unretained_is_pinned_when_it_comes_back_retained()
     (cid, data), (gone, gone_data) = _blocks(2)
 
     async def steps(store: BlockStore, kubo: FakeKubo) -> None:
-        store.store(cid, data, provide=False)
-        store.store(gone, gone_data, provide=False, retain=True)
+        store.store(cid, data, own=False)
+        store.store(gone, gone_data, own=False, retain=True)
         store.release([gone])  # released before its pin ran: neither pinned nor unpinned
         await anyio.wait_all_tasks_blocked()
         assert kubo.pinned == set()
-        store.store(cid, data, provide=False, retain=True)
+        store.store(cid, data, own=False, retain=True)
 
-    kubo = await _with_store(steps)
+    kubo, _ = await _with_store(steps)
     assert [compute_cid(d) for d in kubo.of("put")] == [cid, gone, cid]  # put again
     assert kubo.of("pin") == [[cid]] and kubo.of("unpin") == []
 
@@ -432,13 +563,13 @@ async def test_pins_wait_for_kubo_to_come_back() -> None:
     async def steps(store: BlockStore, kubo: FakeKubo) -> None:
         kubo.down = 2
         for cid, data in blocks:
-            store.store(cid, data, provide=False, retain=True)
+            store.store(cid, data, own=False, retain=True)
         began = anyio.current_time()
         while store.pending:  # noqa: ASYNC110 (virtual time: each retry waits 0.5 s)
             await anyio.sleep(0.1)
         assert anyio.current_time() - began == pytest.approx(1.0, abs=0.11)
 
-    kubo = await _with_store(steps)
+    kubo, _ = await _with_store(steps)
     assert kubo.pinned == {cid for cid, _ in blocks} and len(kubo.of("pin")) == 1
 
 
@@ -447,7 +578,7 @@ async def test_a_topic_is_pinned_and_announced_once() -> None:
     (topic, data), (event, event_data) = _blocks(2, "topic")
 
     async def steps(store: BlockStore, kubo: FakeKubo) -> None:
-        store.store(event, event_data, provide=False, retain=True)
+        store.store(event, event_data, own=False, retain=True)
         store.pin_topic(topic, data)
         await anyio.wait_all_tasks_blocked()
         store.announce_topic(topic)  # the 12-hourly refresh
@@ -456,9 +587,9 @@ async def test_a_topic_is_pinned_and_announced_once() -> None:
         assert store.topics_announced == 2
         store.unpin_topic(topic)
 
-    kubo = await _with_store(steps, provide_once=False)
+    kubo, _ = await _with_store(steps, provide_once=False)
     assert kubo.of("provide") == [topic, topic]  # never the event
-    assert kubo.of("pin") == [[topic], [event]] or kubo.of("pin") == [[event], [topic]]
+    assert kubo.of("pin") == [[event, topic]]  # one batch, not announced at pin time
     assert kubo.of("unpin") == [[topic]] and kubo.pinned == {event}
 
 
@@ -469,7 +600,8 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
     from sidecar._driver import event_json
 
     peer = make_peer_ids(1)[0]
-    topic = compute_cid(dag_cbor.encode({"t": 1}))
+    topic_data = dag_cbor.encode({"t": 1})
+    topic = compute_cid(topic_data)
     first = EventDescriptor(
         topic=topic, author=peer, publisher=peer, payload=b"a", created="2026-11-21T09:00:00Z"
     )
@@ -485,6 +617,9 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
     doc = event_json(second.cid, second)
     assert (doc["parents"], doc["clock"]) == ([str(first.cid)], 1) and "parent" not in doc
     assert event_json(first.cid, first)["parents"] == []
+    own = EventDescriptor(
+        topic=topic, author=peer, publisher=peer, payload=b"c", created="2026-11-21T09:00:02Z"
+    )
 
     class Node:
         def __init__(self) -> None:
@@ -492,6 +627,8 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
                 StoreBlock(cid=first.cid, data=first.encode(), retain=True),
                 StoreBlock(cid=second.cid, data=second.encode()),
                 ReleaseBlocks(cids=(first.cid,)),
+                StoreBlock(cid=own.cid, data=own.encode(), own=True, retain=True),
+                StoreBlock(cid=topic, data=topic_data, own=True, announce=True),
             ]
 
         def take_outputs(self) -> list[Any]:
@@ -501,9 +638,11 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
     driver = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
     driver._node = Node()  # type: ignore[assignment]
     driver._pump()
-    assert set(driver.blocks) == {first.cid, second.cid}
+    assert set(driver.blocks) == {first.cid, second.cid, own.cid, topic}
     assert [(c, kind) for c, _, kind in driver.store._puts] == [
         (first.cid, "retain"),
         (second.cid, "plain"),
+        (own.cid, "own"),  # pinned, not announced (issue 13)
+        (topic, "announce"),
     ]
-    assert driver.store._retained == {}  # released again
+    assert driver.store._retained == {own.cid: True}  # first released again
