@@ -207,6 +207,10 @@ def test_summary_definitions(tmp_path: Path) -> None:
     assert s.bytes_per_delivery == pytest.approx(4500 / 7)
     assert s.wire_bytes_pubsub == pytest.approx(2250)
     assert s.cpu_per_node == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+    # CPU per delivery: Kubo's (a baseline's) CPU seconds, whole cluster, ÷ received
+    assert s.cpu_seconds_by_process == {"kubo": pytest.approx(10 + 20 + 30)}
+    assert s.cpu_process == "kubo"
+    assert s.cpu_us_per_delivery == pytest.approx(60 / 7 * 1e6)
     assert s.rss_max_per_node == 202 * 2**20
     assert s.rpc_sent_per_node is None
     assert [t.topic for t in s.topics] == ["t"]
@@ -259,6 +263,41 @@ def test_summary_counts_bytes_from_the_runners_sample_series(tmp_path: Path) -> 
         "/ipfs/lan/kad/1.0.0": pytest.approx(1125),
         "/meshsub/1.3.0": pytest.approx(2250),
     }
+    # nor the window CPU is counted over (its sample at 200 s, 0.5 CPU s, is outside)
+    assert s.cpu_seconds_by_process == {"kubo": pytest.approx(60)}
+    assert s.cpu_per_node == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+
+
+def test_summary_cpu_per_delivery_is_the_sidecars_for_pulsarcast(tmp_path: Path) -> None:
+    """For Pulsarcast the dissemination process is the sidecar: its CPU seconds
+    between the runner's first and last sample (both at the Kubo sample's ``ts``),
+    not the sidecar's own samples from before the runner's first."""
+    d = tmp_path / "pulsarcast-normal"
+    _write_run(d)
+    meta = json.loads((d / "run.json").read_text())
+    meta["system"] = "pulsarcast"
+    (d / "run.json").write_text(json.dumps(meta))
+    for n in "ABC":
+        runner = RecordWriter(d / f"node-{n}.jsonl", run="r", system="pulsarcast", node=n)
+        for ts, cpu in ((0.0, 2.0), (100.0, 2.7)):
+            runner.write(
+                RecordKind.RESOURCE_SAMPLE,
+                {"process": "sidecar", "cpu_seconds": cpu, "rss_bytes": 2**20},
+                ts=ts,
+            )
+        runner.close()
+        own = RecordWriter(d / "sidecar" / f"r-{n}.jsonl", run="r", system="pulsarcast", node=n)
+        own.write(  # the sidecar's own sample, at its start: outside the window
+            RecordKind.RESOURCE_SAMPLE,
+            {"process": "sidecar", "cpu_seconds": 0.5, "rss_bytes": 2**20},
+            ts=-20.0,
+        )
+        own.close()
+    s = summarise_run(d)
+    assert s.system == "pulsarcast" and s.cpu_process == "sidecar"
+    assert s.cpu_seconds_by_process["sidecar"] == pytest.approx(3 * 0.7)
+    assert s.cpu_us_per_delivery == pytest.approx(3 * 0.7 / 7 * 1e6)
+    assert "| 300,000 (sidecar) |" in markdown_table([s])
 
 
 def _ordered_run(d: Path, parents: dict[str, str | None], order: dict[str, list[str]]) -> None:

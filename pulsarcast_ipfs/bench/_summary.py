@@ -121,6 +121,37 @@ class RunSummary:
     More than ``expected_injected`` when a node wrote no ``subscribed`` records
     (e.g. a sidecar whose metric records were lost), which the record-based
     coverage cannot see."""
+    rate: float | None = None
+    """The aggregate rate the run was scheduled at (``run.json``), events/s."""
+    max_publish_delay: float | None = None
+    """The largest delay of a publication's completion behind its schedule
+    (``run.json``), seconds: how far the publishers fell behind ``rate``."""
+    cpu_seconds_by_process: dict[str, float] = field(default_factory=dict)
+    """CPU seconds the whole cluster spent per process kind (``kubo``,
+    ``sidecar``) between each node's first and last runner sample."""
+
+    @property
+    def cpu_process(self) -> str:
+        """The process that disseminates this system's events: ``sidecar`` for
+        Pulsarcast, ``kubo`` for Kubo's own pubsub."""
+        return "sidecar" if self.system.startswith("pulsarcast") else "kubo"
+
+    @property
+    def cpu_us_per_delivery(self) -> float | None:
+        """:attr:`cpu_process` CPU seconds, whole cluster, ÷ deliveries received, in µs."""
+        cpu = self.cpu_seconds_by_process.get(self.cpu_process)
+        if cpu is None or not self.received:
+            return None
+        return 1e6 * cpu / self.received
+
+    @property
+    def complete(self) -> bool:
+        """Every expected delivery was made: received = the largest of the expected
+        counts (against injected, against published, and the schedule's own)."""
+        expected = max(
+            self.expected_injected, self.expected_published, self.expected_scheduled or 0
+        )
+        return expected > 0 and self.received >= expected
 
     @property
     def coverage_injected(self) -> float | None:
@@ -273,17 +304,22 @@ def summarise_run(run_dir: Path) -> RunSummary:
     have_bw = False
     proto: dict[str, float] = defaultdict(float)
     cpu_by_node: dict[str, float] = defaultdict(float)
+    cpu_by_process: dict[str, float] = defaultdict(float)
     rss_by_node: dict[str, float] = defaultdict(float)
+    window: dict[str, tuple[float, float]] = {}
     for (node, process), recs in samples.items():
         recs.sort(key=lambda r: r["ts"])
+        if process != "kubo":
+            continue
         bw = [r for r in recs if "bw_total_in" in r]
         # A Pulsarcast sidecar also samples its Kubo, with its own protocol only and
         # from an earlier start: count bytes from the one series with every protocol
         # (the runner's), so that all systems are measured over the same window.
         widest = max((len(r.get("bw_protocols") or {}) for r in bw), default=0)
         bw = [r for r in bw if len(r.get("bw_protocols") or {}) == widest]
-        if process == "kubo" and len(bw) >= 2:
+        if len(bw) >= 2:
             have_bw = True
+            window[node] = (bw[0]["ts"], bw[-1]["ts"])
             wire_in += bw[-1]["bw_total_in"] - bw[0]["bw_total_in"]
             wire_out += bw[-1]["bw_total_out"] - bw[0]["bw_total_out"]
             first = bw[0].get("bw_protocols") or {}
@@ -291,10 +327,15 @@ def summarise_run(run_dir: Path) -> RunSummary:
             for name, v in last.items():
                 f = first.get(name, {"in": 0, "out": 0})
                 proto[name] += (v["in"] - f["in"] + v["out"] - f["out"]) / 2
-        cpu = [r for r in recs if "cpu_seconds" in r]
+    for (node, process), recs in samples.items():
+        # The runner samples every process of a node at the same ``ts`` as its Kubo:
+        # within the node's window, the first and last CPU samples are the runner's.
+        lo, hi = window.get(node, (-math.inf, math.inf))
+        cpu = [r for r in recs if "cpu_seconds" in r and lo <= r["ts"] <= hi]
         if len(cpu) >= 2 and cpu[-1]["ts"] > cpu[0]["ts"]:
-            d = cpu[-1]["cpu_seconds"] - cpu[0]["cpu_seconds"]
-            cpu_by_node[node] += max(0.0, d) / (cpu[-1]["ts"] - cpu[0]["ts"])
+            d = max(0.0, cpu[-1]["cpu_seconds"] - cpu[0]["cpu_seconds"])
+            cpu_by_node[node] += d / (cpu[-1]["ts"] - cpu[0]["ts"])
+            cpu_by_process[process] += d
         rss = [r["rss_bytes"] for r in recs if "rss_bytes" in r]
         if rss:
             rss_by_node[node] += max(rss)
@@ -335,6 +376,11 @@ def summarise_run(run_dir: Path) -> RunSummary:
         expected_scheduled=(
             int(meta["expected_deliveries"]) if "expected_deliveries" in meta else None
         ),
+        rate=float(meta["rate"]) if meta.get("rate") is not None else None,
+        max_publish_delay=(
+            float(meta["max_publish_delay"]) if meta.get("max_publish_delay") is not None else None
+        ),
+        cpu_seconds_by_process=dict(sorted(cpu_by_process.items())),
     )
 
 
@@ -395,15 +441,21 @@ def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
     return "n/a" if v is None else fmt.format(v)
 
 
+def _cpu_cell(s: RunSummary) -> str:
+    v = s.cpu_us_per_delivery
+    return "n/a" if v is None else f"{v:,.0f} ({s.cpu_process})"
+
+
 def markdown_table(summaries: Sequence[RunSummary]) -> str:
     """One Markdown table of the runs, with the evaluation's published coverage."""
     head = (
         "| system | condition | nodes | injected | published | coverage (injected) "
         "| coverage (published) | published in the report (inj. / pub.) "
         "| latency p50 / p95 / p99 (ms) | wire bytes per delivery (total / pubsub) "
-        "| RPC msgs per node (sent / recv) | CPU per node (cores) | peak RSS per node (MiB) "
+        "| RPC msgs per node (sent / recv) | CPU per node (cores) "
+        "| CPU per delivery (µs) | peak RSS per node (MiB) "
         "| wall time (s) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for s in summaries:
@@ -421,7 +473,8 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
             f"| {_p(s.coverage_injected)} | {_p(s.coverage_published)} | {pub_txt} "
             f"| {_ms(s.latency_p50)} / {_ms(s.latency_p95)} / {_ms(s.latency_p99)} "
             f"| {_num(s.bytes_per_delivery)} / {_num(s.pubsub_bytes_per_delivery)} "
-            f"| {rpc} | {_num(s.cpu_per_node, '{:.2f}')} | {_num(rss)} "
+            f"| {rpc} | {_num(s.cpu_per_node, '{:.2f}')} "
+            f"| {_cpu_cell(s)} | {_num(rss)} "
             f"| {_num(s.wall_seconds)} |"
         )
     notes = [
