@@ -12,12 +12,14 @@ import pytest
 from pulsarcast_ipfs.bench import (
     BenchConfig,
     BenchProgress,
+    Combination,
     Latency,
     build_schedule,
     iter_records,
     load_bench_workload,
     run_bench,
     summarise_run,
+    write_summary,
 )
 from pulsarcast_ipfs.records import validate_record
 
@@ -29,9 +31,17 @@ class Watch(BenchProgress):
 
     def __init__(self, cancel_after: int | None = None) -> None:
         self.stages: list[str] = []
+        self.combinations: list[tuple[Combination, int, int]] = []
+        self.runs: list[tuple[str, str, int, int]] = []
         self.published = 0
         self.cancel_after = cancel_after
         self.reached = anyio.Event()
+
+    def combination_started(self, combination: Combination, index: int, total: int) -> None:
+        self.combinations.append((combination, index, total))
+
+    def run_started(self, system: str, condition: str, index: int, total: int) -> None:
+        self.runs.append((system, condition, index, total))
 
     def stage(self, text: str) -> None:
         self.stages.append(text)
@@ -46,8 +56,8 @@ async def test_gossipsub_run_writes_valid_records(tmp_path: Path) -> None:
     cfg = BenchConfig(
         systems=("gossipsub",),
         conditions=("normal",),
-        nodes=4,
-        rate=15.0,
+        nodes=(4,),
+        rates=(15.0,),
         events=30,
         grace=3.0,
         settle=2.0,
@@ -84,12 +94,53 @@ async def test_gossipsub_run_writes_valid_records(tmp_path: Path) -> None:
     )
 
 
+async def test_sweep_runs_every_combination(tmp_path: Path) -> None:
+    """Issue 13 item 5: two rates on one small cluster size, one run directory and
+    one run id per combination, progress per combination, the knee in bench.json."""
+    cfg = BenchConfig(
+        systems=("gossipsub",),
+        conditions=("normal",),
+        nodes=(3,),
+        rates=(5.0, 10.0),
+        events=10,
+        grace=2.0,
+        settle=1.0,
+        sample_interval=2.0,
+        out=tmp_path / "b",
+        run="t5",
+    )
+    watch = Watch()
+    result = await run_bench(cfg, progress=watch)
+    assert result.ok, result.runs
+    assert [(c.rate, i, n) for c, i, n in watch.combinations] == [(5.0, 0, 2), (10.0, 1, 2)]
+    assert [(r[2], r[3]) for r in watch.runs] == [(0, 2), (1, 2)]
+    assert sorted(p.name for p in cfg.out.iterdir() if p.is_dir()) == [
+        "gossipsub-normal-n3-r10",
+        "gossipsub-normal-n3-r5",
+    ]
+    for rate in (5.0, 10.0):
+        run_dir = cfg.run_dir("gossipsub", "normal", Combination(nodes=3, rate=rate))
+        meta = json.loads((run_dir / "run.json").read_text())
+        assert (meta["nodes"], meta["rate"], meta["status"]) == (3, rate, "ok")
+        runs = {rec["run"] for rec in iter_records(run_dir) if rec is not None}
+        assert runs == {f"t5-normal-n3-r{rate:g}"}
+        s = summarise_run(run_dir)
+        assert s.rate == rate and s.cpu_us_per_delivery is not None
+    text = write_summary(cfg.out)
+    assert "### 3 nodes, 5 events/s" in text and "### 3 nodes, 10 events/s" in text
+    doc = json.loads((cfg.out / "bench.json").read_text())
+    assert doc["config"]["rates"] == [5.0, 10.0]
+    (knee,) = doc["knees"]
+    assert (knee["system"], knee["nodes"]) == ("gossipsub", 3)
+    assert [r["rate"] for r in knee["rates"]] == [5.0, 10.0]
+
+
 async def test_cancel_tears_everything_down(tmp_path: Path) -> None:
     cfg = BenchConfig(
         systems=("floodsub",),
         conditions=("normal",),
-        nodes=3,
-        rate=2.0,
+        nodes=(3,),
+        rates=(2.0,),
         events=100,
         grace=1.0,
         settle=0.5,
@@ -120,8 +171,8 @@ async def test_latency_condition_delays_every_hop(tmp_path: Path) -> None:
     cfg = BenchConfig(
         systems=("gossipsub",),
         conditions=("latency",),
-        nodes=3,
-        rate=10.0,
+        nodes=(3,),
+        rates=(10.0,),
         events=10,
         grace=4.0,
         settle=2.0,
@@ -151,8 +202,8 @@ async def test_pulsarcast_run_collects_sidecar_records(tmp_path: Path) -> None:
     cfg = BenchConfig(
         systems=("pulsarcast",),
         conditions=("normal",),
-        nodes=3,
-        rate=5.0,
+        nodes=(3,),
+        rates=(5.0,),
         events=10,
         grace=5.0,
         settle=1.0,

@@ -2,13 +2,16 @@
 
 One workload (the Reddit 2007 files), each system × network condition on a
 fresh local cluster, back to back; metric records (``pulsarcast_ipfs/records.py``)
-for the Spark report under ``OUT/<system>-<condition>/``. See docs/benchmark.md.
+for the Spark report under ``OUT/<system>-<condition>/``. A sweep (several node
+counts and/or rates) runs them for every combination, under
+``OUT/<system>-<condition>-n<nodes>-r<rate>/``, and finds each system's knee.
+See docs/benchmark.md.
 
 ```python
-cfg = BenchConfig(systems=("gossipsub", "floodsub"), nodes=10, rate=20, events=200,
-                  out=Path("runs/b1"))
+cfg = BenchConfig(systems=("gossipsub", "floodsub"), nodes=(10,), rates=(5, 20, 50),
+                  events=200, out=Path("runs/b1"))
 result = anyio.run(run_bench, cfg)
-print(markdown_table(summarise_set(cfg.out)))
+print(write_summary(cfg.out))  # summary.md: a table per combination, the knees
 ```
 """
 
@@ -16,11 +19,17 @@ from __future__ import annotations
 
 from pulsarcast_ipfs.bench._config import (
     CONDITIONS,
+    DEFAULT_NODES,
+    DEFAULT_RATE,
     SYSTEMS,
     BenchConfig,
     BenchError,
+    Combination,
     Latency,
     parse_latency,
+    parse_node_counts,
+    parse_rates,
+    rate_label,
 )
 from pulsarcast_ipfs.bench._recorder import RecordWriter, sample_node
 from pulsarcast_ipfs.bench._runner import (
@@ -39,14 +48,25 @@ from pulsarcast_ipfs.bench._schedule import (
     unframe_payload,
 )
 from pulsarcast_ipfs.bench._summary import (
+    KNEE_CONDITION,
+    KNEE_P99_SECONDS,
     PUBLISHED,
+    Knee,
+    RateOutcome,
     RunSummary,
     TopicCoverage,
     iter_records,
+    knee_table,
+    knees,
     markdown_table,
     protocol_table,
+    set_document,
+    set_report,
+    shortfall,
     summarise_run,
     summarise_set,
+    sustained,
+    write_summary,
 )
 from pulsarcast_ipfs.bench._systems import (
     KuboPubsubSystem,
@@ -57,15 +77,22 @@ from pulsarcast_ipfs.bench._systems import (
 
 __all__ = [
     "CONDITIONS",
+    "DEFAULT_NODES",
+    "DEFAULT_RATE",
+    "KNEE_CONDITION",
+    "KNEE_P99_SECONDS",
     "PUBLISHED",
     "SYSTEMS",
     "BenchConfig",
     "BenchError",
     "BenchProgress",
     "BenchResult",
+    "Combination",
+    "Knee",
     "KuboPubsubSystem",
     "Latency",
     "PulsarcastSystem",
+    "RateOutcome",
     "RecordWriter",
     "RunOutcome",
     "RunSummary",
@@ -76,15 +103,25 @@ __all__ = [
     "build_schedule",
     "frame_payload",
     "iter_records",
+    "knee_table",
+    "knees",
     "load_bench_workload",
     "machine_info",
     "make_system",
     "markdown_table",
     "parse_latency",
+    "parse_node_counts",
+    "parse_rates",
     "protocol_table",
+    "rate_label",
     "run_bench",
     "sample_node",
+    "set_document",
+    "set_report",
+    "shortfall",
     "summarise_run",
     "summarise_set",
+    "sustained",
     "unframe_payload",
+    "write_summary",
 ]

@@ -1,11 +1,15 @@
 """Benchmark configuration: systems, network conditions and the run parameters.
 
 The issue (docs/benchmark.md) names four systems and two network conditions;
-every (system, condition) pair runs on a fresh local cluster, back to back.
+every (system, condition) pair runs on a fresh local cluster, back to back. A
+*sweep* gives several node counts and/or rates: every :class:`Combination`
+(node count × rate) then runs every (system, condition) pair, and the run
+directories and run ids name the combination (``<system>-<condition>-n20-r50``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +17,17 @@ from typing import Final
 
 __all__ = [
     "CONDITIONS",
+    "DEFAULT_NODES",
+    "DEFAULT_RATE",
     "SYSTEMS",
     "BenchConfig",
     "BenchError",
+    "Combination",
     "Latency",
     "parse_latency",
+    "parse_node_counts",
+    "parse_rates",
+    "rate_label",
 ]
 
 SYSTEMS: Final = ("pulsarcast", "pulsarcast-ordered", "gossipsub", "floodsub")
@@ -28,6 +38,19 @@ publishes, everyone else requests to publish (one ordered chain per topic).
 CONDITIONS: Final = ("normal", "latency")
 """``normal``: loopback as it is. ``latency``: a Toxiproxy latency toxic (default
 500 ms ± 300 ms) on every node's inbound connections."""
+
+MAX_NODES: Final = 200
+
+DEFAULT_NODES: Final = 20
+"""The default cluster: the node count of ``pulsarcast bench`` without ``--nodes``."""
+
+DEFAULT_RATE: Final = 50.0
+"""The default ``--rate`` (aggregate events per second). It is meant to be a rate
+that every system sustains on the default cluster (:data:`DEFAULT_NODES` nodes,
+``normal`` condition): at or below every system's knee (docs/benchmark.md,
+"Sweeps"). Not measured yet: 50 is the value the option always had, and
+BENCHMARKS.md saw 20 Pulsarcast nodes fall behind at 20 events/s on the shared
+2-core machine. Change it here once a sweep has measured the knees."""
 
 
 class BenchError(RuntimeError):
@@ -64,23 +87,89 @@ def parse_latency(text: str) -> Latency:
     return Latency(ms=int(m.group(1)), jitter=int(m.group(2) or 0))
 
 
+def _items(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _where(item: str, text: str) -> str:
+    return f"{item!r}" if item == text.strip() else f"{item!r} (in {text!r})"
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``"50"`` → ``(50.0,)``; ``"5,20,50"`` → ``(5.0, 20.0, 50.0)``: positive, finite
+    events per second, each once, in the order given."""
+    rates: list[float] = []
+    for item in _items(text):
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not (math.isfinite(rate) and rate > 0):
+            raise BenchError(
+                f"rate must be a positive number of events per second, got {_where(item, text)}"
+            )
+        rates.append(rate)
+    if not rates:
+        raise BenchError(f"give at least one rate, got {text!r}")
+    return tuple(rates)
+
+
+def parse_node_counts(text: str) -> tuple[int, ...]:
+    """``"20"`` → ``(20,)``; ``"20,50"`` → ``(20, 50)``: whole numbers in 1..200."""
+    counts: list[int] = []
+    for item in _items(text):
+        try:
+            n = int(item)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_NODES:
+            raise BenchError(
+                f"nodes must be a whole number in 1..{MAX_NODES}, got {_where(item, text)}"
+            )
+        counts.append(n)
+    if not counts:
+        raise BenchError(f"give at least one node count, got {text!r}")
+    return tuple(counts)
+
+
+def rate_label(rate: float) -> str:
+    """``50.0`` → ``"50"``, ``2.5`` → ``"2.5"`` (run directories, run ids, tables)."""
+    return str(int(rate)) if rate.is_integer() else repr(rate)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Combination:
+    """One point of a sweep: a cluster of ``nodes`` nodes publishing ``rate`` events/s."""
+
+    nodes: int
+    rate: float
+
+    @property
+    def label(self) -> str:
+        """``n20-r50``: the suffix of a sweep's run directories and run ids."""
+        return f"n{self.nodes}-r{rate_label(self.rate)}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchConfig:
     """One benchmark run set.
 
-    ``workload`` is a shipped workload (``25k``, ``10k``) or a path. ``rate`` is
-    the aggregate publication rate (events/s over the whole cluster); ``events``
-    limits the number of events (``None``: all of the workload); ``grace`` is how
-    long the runner waits after the last publication; ``settle`` how long after
-    the subscriptions before the first publication. ``sample_interval`` spaces the
-    resource samples. ``run`` names the run set (records carry ``<run>-<condition>``).
+    ``nodes`` are the cluster sizes and ``rates`` the aggregate publication rates
+    (events/s over the whole cluster) to run: one value each for a single
+    combination, several for a sweep (:meth:`combinations`). ``workload`` is a
+    shipped workload (``25k``, ``10k``) or a path. ``events`` limits the number of
+    events (``None``: all of the workload); ``grace`` is how long the runner waits
+    after the last publication; ``settle`` how long after the subscriptions before
+    the first publication. ``sample_interval`` spaces the
+    resource samples. ``run`` names the run set (records carry ``<run>-<condition>``,
+    and ``<run>-<condition>-n<nodes>-r<rate>`` in a sweep).
     """
 
     systems: tuple[str, ...] = ("gossipsub",)
     conditions: tuple[str, ...] = ("normal",)
-    nodes: int = 4
+    nodes: tuple[int, ...] = (DEFAULT_NODES,)
     workload: str = "25k"
-    rate: float = 50.0
+    rates: tuple[float, ...] = (DEFAULT_RATE,)
     events: int | None = None
     topics: int | None = None
     grace: float = 30.0
@@ -107,10 +196,22 @@ class BenchConfig:
                 raise BenchError(f"unknown condition {c!r} (choose from {', '.join(CONDITIONS)})")
         if len(set(self.conditions)) != len(self.conditions):
             raise BenchError("a condition is listed twice")
-        if not 1 <= self.nodes <= 200:
-            raise BenchError(f"nodes must be in 1..200, got {self.nodes}")
-        if not self.rate > 0:
-            raise BenchError(f"rate must be positive, got {self.rate}")
+        if not self.nodes:
+            raise BenchError("give at least one node count")
+        for n in self.nodes:
+            if not 1 <= n <= MAX_NODES:
+                raise BenchError(f"nodes must be in 1..{MAX_NODES}, got {n}")
+        twice = [n for n in self.nodes if self.nodes.count(n) > 1]
+        if twice:
+            raise BenchError(f"node count {twice[0]} is listed twice")
+        if not self.rates:
+            raise BenchError("give at least one rate")
+        for r in self.rates:
+            if not (math.isfinite(r) and r > 0):
+                raise BenchError(f"rate must be positive, got {r}")
+        again = [r for r in self.rates if self.rates.count(r) > 1]
+        if again:
+            raise BenchError(f"rate {rate_label(again[0])} is listed twice")
         if self.events is not None and self.events < 1:
             raise BenchError(f"events must be at least 1, got {self.events}")
         if self.topics is not None and self.topics < 1:
@@ -122,10 +223,32 @@ class BenchConfig:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", self.run):
             raise BenchError(f"run name may hold letters, digits, '.', '_', '-': {self.run!r}")
 
-    def run_dir(self, system: str, condition: str) -> Path:
-        """Where one (system, condition) run writes: ``OUT/<system>-<condition>``."""
-        return self.out / f"{system}-{condition}"
+    @property
+    def sweep(self) -> bool:
+        """More than one node count or rate: run directories and ids name the combination."""
+        return len(self.nodes) > 1 or len(self.rates) > 1
 
-    def run_id(self, condition: str) -> str:
-        """The ``run`` field of the records of one condition (Spark keys on run+system)."""
-        return f"{self.run}-{condition}"
+    def combinations(self) -> tuple[Combination, ...]:
+        """Every (node count, rate), node counts outer, each in the order given."""
+        return tuple(Combination(nodes=n, rate=r) for n in self.nodes for r in self.rates)
+
+    def _combination(self, combination: Combination | None) -> Combination | None:
+        if combination is not None:
+            return combination
+        if self.sweep:
+            raise BenchError("a sweep's runs need their combination")
+        return None
+
+    def run_dir(self, system: str, condition: str, combination: Combination | None = None) -> Path:
+        """Where one run writes: ``OUT/<system>-<condition>`` for a single combination,
+        ``OUT/<system>-<condition>-n<nodes>-r<rate>`` in a sweep."""
+        c = self._combination(combination)
+        name = f"{system}-{condition}"
+        return self.out / (f"{name}-{c.label}" if self.sweep and c is not None else name)
+
+    def run_id(self, condition: str, combination: Combination | None = None) -> str:
+        """The ``run`` field of one run's records (the Spark report keys on run + system):
+        ``<run>-<condition>``, and ``<run>-<condition>-n<nodes>-r<rate>`` in a sweep."""
+        c = self._combination(combination)
+        name = f"{self.run}-{condition}"
+        return f"{name}-{c.label}" if self.sweep and c is not None else name

@@ -1,13 +1,15 @@
 """The benchmark runner: one workload, each system × condition on a fresh cluster.
 
-For each (system, condition), back to back: start the cluster (Toxiproxy latency
-toxic for ``latency``), take a first resource sample, create the topics at
-their creator nodes, subscribe every node to its topics, wait ``settle``
-seconds, publish the events in ``internalId`` order at the aggregate ``rate``
-(one publish in flight per node), wait ``grace`` seconds, take a last sample and
-tear everything down. ``RUN_DIR/<system>-<condition>/`` then holds the metric
+For each combination of node count and rate (one unless the configuration is a
+sweep), and in it for each (system, condition), back to back: start the cluster
+(Toxiproxy latency toxic for ``latency``), take a first resource sample, create
+the topics at their creator nodes, subscribe every node to its topics, wait
+``settle`` seconds, publish the events in ``internalId`` order at the aggregate
+``rate`` (one publish in flight per node), wait ``grace`` seconds, take a last
+sample and tear everything down. ``RUN_DIR/<system>-<condition>/`` (in a sweep
+``RUN_DIR/<system>-<condition>-n<nodes>-r<rate>/``) then holds the metric
 records (``node-<i>.jsonl``, and ``sidecar/`` for Pulsarcast) and ``run.json``
-(command, Kubo version, node count, machine, condition, wall time, errors).
+(command, Kubo version, node count, rate, machine, condition, wall time, errors).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import anyio
 import psutil
 
-from pulsarcast_ipfs.bench._config import BenchConfig, BenchError
+from pulsarcast_ipfs.bench._config import BenchConfig, BenchError, Combination
 from pulsarcast_ipfs.bench._recorder import sample_node
 from pulsarcast_ipfs.bench._schedule import Schedule, build_schedule, load_bench_workload
 from pulsarcast_ipfs.bench._systems import System, make_system
@@ -44,8 +46,12 @@ machine (e.g. two daemons dialing each other at once); each failure is kept in
 class BenchProgress:
     """Progress callbacks (no-ops here; the CLI draws ``rich`` bars)."""
 
+    def combination_started(self, combination: Combination, index: int, total: int) -> None:
+        """The runs of one (node count, rate) begin (``index`` of ``total`` combinations;
+        called for a single combination too, with ``total`` 1)."""
+
     def run_started(self, system: str, condition: str, index: int, total: int) -> None:
-        """A (system, condition) run begins (``index`` of ``total``)."""
+        """A (system, condition) run begins (``index`` of ``total``, over every combination)."""
 
     def stage(self, text: str) -> None:
         """A set-up or tear-down step."""
@@ -66,6 +72,7 @@ class RunOutcome:
 
     system: str
     condition: str
+    combination: Combination
     run_dir: Path
     status: str
     """``ok``, ``aborted`` or ``failed``."""
@@ -164,13 +171,15 @@ async def _sampler(system: System, interval: float) -> None:
 
 async def _run_one(
     cfg: BenchConfig,
+    combination: Combination,
     schedule: Schedule,
     system_name: str,
     condition: str,
     machine: dict[str, Any],
     progress: BenchProgress,
 ) -> RunOutcome:
-    run_dir = cfg.run_dir(system_name, condition)
+    run_dir = cfg.run_dir(system_name, condition, combination)
+    run_id = cfg.run_id(condition, combination)
     run_dir.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     started_at = time.time()
@@ -183,11 +192,11 @@ async def _run_one(
     meta: dict[str, Any] = {
         "system": system_name,
         "condition": condition,
-        "run": cfg.run_id(condition),
+        "run": run_id,
         "command": cfg.command,
-        "nodes": cfg.nodes,
+        "nodes": combination.nodes,
         "workload": cfg.workload,
-        "rate": cfg.rate,
+        "rate": combination.rate,
         "events": len(schedule.events),
         "topics": [t.name for t in schedule.topics],
         "subscriptions": sum(len(s) for s in schedule.subscriptions),
@@ -209,8 +218,8 @@ async def _run_one(
                 progress.stage("starting the cluster")
                 system = make_system(
                     system_name,
-                    nodes=cfg.nodes,
-                    run=cfg.run_id(condition),
+                    nodes=combination.nodes,
+                    run=run_id,
                     run_dir=run_dir,
                     latency=cfg.latency if condition == "latency" else None,
                     sample_interval=cfg.sample_interval,
@@ -271,6 +280,7 @@ async def _run_one(
         outcome = RunOutcome(
             system=system_name,
             condition=condition,
+            combination=combination,
             run_dir=run_dir,
             status=status,
             wall_seconds=time.monotonic() - began,
@@ -298,32 +308,39 @@ async def _run_one(
 
 def check_out_dir(cfg: BenchConfig) -> None:
     """Refuse to mix records into a run directory that already holds some."""
-    for s in cfg.systems:
-        for c in cfg.conditions:
-            d = cfg.run_dir(s, c)
-            if d.exists() and any(d.iterdir()):
-                raise BenchError(f"{d} already holds a run; choose another --out")
+    for combination in cfg.combinations():
+        for s in cfg.systems:
+            for c in cfg.conditions:
+                d = cfg.run_dir(s, c, combination)
+                if d.exists() and any(d.iterdir()):
+                    raise BenchError(f"{d} already holds a run; choose another --out")
 
 
 async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) -> BenchResult:
-    """Run every (system, condition) of ``cfg`` in turn; see the module docstring.
+    """Run every combination of ``cfg``, and in it every (system, condition), in
+    turn; see the module docstring.
 
-    A failed run (cluster error, system error) is recorded in its ``run.json`` and
-    the next run goes on; cancellation (Ctrl-C) tears the current one down and
-    stops.
+    Every combination's schedule is built before the first run (a bad workload or
+    an empty schedule stops the set before any cluster starts). A failed run
+    (cluster error, system error) is recorded in its ``run.json`` and the next run
+    goes on; cancellation (Ctrl-C) tears the current one down and stops.
     """
     prog = progress or BenchProgress()
     workload = load_bench_workload(cfg.workload)
-    schedule = build_schedule(
-        workload,
-        nodes=cfg.nodes,
-        rate=cfg.rate,
-        events=cfg.events,
-        topics=cfg.topics,
-        seed=cfg.seed,
-    )
-    if not schedule.events:
-        raise BenchError("the schedule has no events")
+    combinations = cfg.combinations()
+    schedules: dict[Combination, Schedule] = {}
+    for combination in combinations:
+        schedule = build_schedule(
+            workload,
+            nodes=combination.nodes,
+            rate=combination.rate,
+            events=cfg.events,
+            topics=cfg.topics,
+            seed=cfg.seed,
+        )
+        if not schedule.events:
+            raise BenchError("the schedule has no events")
+        schedules[combination] = schedule
     check_out_dir(cfg)
     cfg.out.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -331,29 +348,35 @@ async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) 
         json.dumps({"config": _config_doc(cfg), "machine": machine}, indent=2) + "\n"
     )
     pairs: Sequence[tuple[str, str]] = [(s, c) for s in cfg.systems for c in cfg.conditions]
+    total = len(combinations) * len(pairs)
     outcomes: list[RunOutcome] = []
-    for n, (s, c) in enumerate(pairs):
-        prog.run_started(s, c, n, len(pairs))
-        try:
-            outcomes.append(await _run_one(cfg, schedule, s, c, machine, prog))
-        except (BenchError, ClusterError, OSError) as exc:
-            d = cfg.run_dir(s, c)
-            outcomes.append(
-                RunOutcome(
-                    system=s,
-                    condition=c,
-                    run_dir=d,
-                    status="failed",
-                    wall_seconds=0.0,
-                    publish_seconds=0.0,
-                    publications=0,
-                    max_publish_delay=0.0,
-                    first_error=str(exc),
+    for k, combination in enumerate(combinations):
+        prog.combination_started(combination, k, len(combinations))
+        for s, c in pairs:
+            prog.run_started(s, c, len(outcomes), total)
+            try:
+                outcomes.append(
+                    await _run_one(cfg, combination, schedules[combination], s, c, machine, prog)
                 )
-            )
-            meta_path = d / "run.json"
-            if meta_path.exists():
-                meta = json.loads(meta_path.read_text())
-                meta["first_error"] = str(exc)
-                meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+            except (BenchError, ClusterError, OSError) as exc:
+                d = cfg.run_dir(s, c, combination)
+                outcomes.append(
+                    RunOutcome(
+                        system=s,
+                        condition=c,
+                        combination=combination,
+                        run_dir=d,
+                        status="failed",
+                        wall_seconds=0.0,
+                        publish_seconds=0.0,
+                        publications=0,
+                        max_publish_delay=0.0,
+                        first_error=str(exc),
+                    )
+                )
+                meta_path = d / "run.json"
+                if meta_path.exists():
+                    meta = json.loads(meta_path.read_text())
+                    meta["first_error"] = str(exc)
+                    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return BenchResult(out=cfg.out, runs=tuple(outcomes))

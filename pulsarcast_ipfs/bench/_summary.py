@@ -16,7 +16,18 @@ same definitions as ``spark/_measures.py`` (docs/metrics.md):
   sample (each byte is counted once sent and once received), in total and for
   the system's dissemination protocols;
 * RPC messages per node (Pulsarcast's ``rpc_sent`` / ``rpc_received``; Kubo's
-  pubsub exposes none), mean CPU (cores) and peak RSS per node, and wall time.
+  pubsub exposes none), mean CPU (cores) and peak RSS per node, and wall time;
+* CPU per delivery: the CPU seconds the whole cluster's dissemination processes
+  (the sidecars for Pulsarcast, Kubo for gossipsub/floodsub) spent between the
+  runner's first and last sample, ÷ deliveries received, in µs.
+
+CPU and bytes are taken over the same window for every system: each node's first
+and last sample *written by the runner* (a Pulsarcast sidecar also samples
+itself and its Kubo, on its own schedule and from its own start).
+
+A set of runs (:func:`set_report`, :func:`set_document`) is grouped by
+combination (node count, rate, from ``run.json``), and each system's *knee*
+(:func:`knees`) is the highest rate it sustains in the ``normal`` condition.
 """
 
 from __future__ import annotations
@@ -24,23 +35,36 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
+from pulsarcast_ipfs.bench._config import rate_label
 from pulsarcast_ipfs.records import RecordError, validate_record
 
 __all__ = [
+    "KNEE_CONDITION",
+    "KNEE_P99_SECONDS",
     "PUBLISHED",
+    "Knee",
+    "RateOutcome",
     "RunSummary",
     "TopicCoverage",
     "iter_records",
+    "knee_table",
+    "knees",
     "markdown_table",
     "protocol_table",
+    "set_document",
+    "set_report",
+    "shortfall",
     "summarise_run",
     "summarise_set",
+    "sustained",
+    "write_summary",
 ]
 
 PUBLISHED: Final[dict[tuple[str, str], tuple[float | None, float | None]]] = {
@@ -56,6 +80,13 @@ PUBLISHED: Final[dict[tuple[str, str], tuple[float | None, float | None]]] = {
 evaluation had no Gossipsub run."""
 
 PUBSUB_PREFIXES: Final = ("/meshsub/", "/floodsub/", "/x/pulsarcast/")
+
+KNEE_P99_SECONDS: Final = 0.25
+"""A rate is *sustained* when its run's p99 delivery latency is under this bound
+(and every expected delivery was made): :func:`sustained`."""
+
+KNEE_CONDITION: Final = "normal"
+"""The knee is measured on the runs of this network condition only."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -516,3 +547,258 @@ def protocol_table(summaries: Sequence[RunSummary]) -> str:
         cells += [_num(s.wire_bytes_by_protocol.get(n, 0.0) / 1e6, "{:.2f}") for n in names]
         rows.append(f"| {s.system} | {s.condition} | " + " | ".join(cells) + " |")
     return head + "\n".join(rows) + "\n"
+
+
+# sweeps: combinations and knees ----------------------------------------------------
+
+
+def shortfall(s: RunSummary) -> str | None:
+    """``None`` when the run sustained its rate, else the first criterion it missed.
+
+    Sustained: the run completed (status ``ok``), every expected delivery was made
+    (:attr:`RunSummary.complete`) and the p99 delivery latency is under
+    :data:`KNEE_P99_SECONDS`. A publisher's backlog is not a criterion (latency runs
+    from the publish call); :class:`Knee` shows it beside the knee.
+    """
+    if s.status not in (None, "ok"):
+        return f"run {s.status}"
+    if not s.complete:
+        expected = max(s.expected_injected, s.expected_published, s.expected_scheduled or 0)
+        if not expected:
+            return "no delivery expected"
+        return f"coverage {_p(s.received / expected)}"
+    if s.latency_p99 is None or not s.latency_p99 < KNEE_P99_SECONDS:
+        return f"p99 {_ms(s.latency_p99)} ms"
+    return None
+
+
+def sustained(s: RunSummary) -> bool:
+    """The run sustained its rate (:func:`shortfall` found nothing)."""
+    return shortfall(s) is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateOutcome:
+    """One tested rate of a system at one node count (``normal`` condition)."""
+
+    rate: float
+    shortfall: str | None
+    """``None``: sustained; else why not (:func:`shortfall`)."""
+    max_publish_delay: float | None = None
+
+    @property
+    def sustained(self) -> bool:
+        return self.shortfall is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Knee:
+    """A system's knee at one node count: the highest rate such that it *and every
+    lower rate tested* were sustained (:func:`shortfall`). A rate sustained above
+    one that was not (non-monotone results, e.g. a loaded machine during one run)
+    does not raise the knee; :attr:`sustained_above` lists such rates."""
+
+    system: str
+    nodes: int
+    rates: tuple[RateOutcome, ...]
+    """Every rate tested, ascending."""
+
+    @property
+    def knee(self) -> float | None:
+        """The knee, or ``None`` when even the lowest rate tested was not sustained."""
+        best: float | None = None
+        for r in self.rates:
+            if not r.sustained:
+                break
+            best = r.rate
+        return best
+
+    @property
+    def at_max(self) -> bool:
+        """Every rate tested was sustained: the true knee is at or above the knee."""
+        return bool(self.rates) and all(r.sustained for r in self.rates)
+
+    @property
+    def sustained_above(self) -> tuple[float, ...]:
+        """Rates sustained above the first rate that was not."""
+        failed = next((i for i, r in enumerate(self.rates) if not r.sustained), len(self.rates))
+        return tuple(r.rate for r in self.rates[failed:] if r.sustained)
+
+    @property
+    def knee_publish_delay(self) -> float | None:
+        """The largest publish delay behind the schedule at the knee rate (seconds)."""
+        k = self.knee
+        return next((r.max_publish_delay for r in self.rates if r.rate == k), None)
+
+    def label(self) -> str:
+        """``"50"``, ``"≥ 100"`` (every rate sustained) or ``"none"``."""
+        k = self.knee
+        if k is None:
+            return "none"
+        return f"≥ {rate_label(k)}" if self.at_max else rate_label(k)
+
+
+def _rate_outcome(rate: float, runs: Sequence[RunSummary]) -> RateOutcome:
+    """Runs at one (system, nodes, rate): the completed ones must all sustain it; a
+    rate with no completed run (failed at start-up, aborted) is not sustained."""
+    done = [s for s in runs if s.status in (None, "ok")]
+    why = next((w for s in done if (w := shortfall(s)) is not None), None)
+    if not done:
+        why = shortfall(runs[0])
+    delays = [s.max_publish_delay for s in done if s.max_publish_delay is not None]
+    return RateOutcome(rate=rate, shortfall=why, max_publish_delay=max(delays, default=None))
+
+
+def _system_order(name: str) -> tuple[int, str]:
+    order = ("pulsarcast", "pulsarcast-ordered", "gossipsub", "floodsub")
+    return (order.index(name) if name in order else len(order), name)
+
+
+def knees(summaries: Sequence[RunSummary]) -> list[Knee]:
+    """Each system's :class:`Knee` at each node count, from the runs of the
+    :data:`KNEE_CONDITION` condition that know their rate (``run.json``)."""
+    runs: dict[tuple[str, int], dict[float, list[RunSummary]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for s in summaries:
+        if s.condition == KNEE_CONDITION and s.rate is not None:
+            runs[(s.system, s.nodes)][s.rate].append(s)
+    return [
+        Knee(
+            system=system,
+            nodes=nodes,
+            rates=tuple(_rate_outcome(r, by_rate[r]) for r in sorted(by_rate)),
+        )
+        for (system, nodes), by_rate in sorted(
+            runs.items(), key=lambda kv: (_system_order(kv[0][0]), kv[0][1])
+        )
+    ]
+
+
+def knee_table(found: Sequence[Knee]) -> str:
+    """The knees as Markdown: a rule, a table (system, nodes, knee, every rate tested
+    with ✓ or ✗ and why) and a note for each non-monotone result."""
+    if not found:
+        return ""
+    head = (
+        f"Knee: the highest rate (events/s) such that it and every lower rate tested were "
+        f"sustained in the `{KNEE_CONDITION}` condition — the run completed, made every "
+        f"expected delivery and had p99 latency under {1000 * KNEE_P99_SECONDS:.0f} ms. "
+        '"≥ R": every rate tested was sustained; "none": not even the lowest.\n\n'
+        "| system | nodes | knee (events/s) | rates tested | largest publish delay at the "
+        "knee (s) |\n|---|---|---|---|---|\n"
+    )
+    rows = []
+    notes = []
+    for k in found:
+        tested = ", ".join(
+            f"{rate_label(r.rate)} ✓" if r.sustained else f"{rate_label(r.rate)} ✗ {r.shortfall}"
+            for r in k.rates
+        )
+        rows.append(
+            f"| {k.system} | {k.nodes} | {k.label()} | {tested} "
+            f"| {'—' if k.knee is None else _num(k.knee_publish_delay, '{:.2f}')} |"
+        )
+        if k.sustained_above:
+            above = ", ".join(rate_label(r) for r in k.sustained_above)
+            notes.append(
+                f"* {k.system}, {k.nodes} nodes: {above} events/s sustained above a rate that "
+                "was not; not counted in the knee"
+            )
+    text = head + "\n".join(rows) + "\n"
+    if notes:
+        text += "\n" + "\n".join(notes) + "\n"
+    return text
+
+
+def _combination_key(s: RunSummary) -> tuple[int, float]:
+    return (s.nodes, -1.0 if s.rate is None else s.rate)
+
+
+def set_report(summaries: Sequence[RunSummary]) -> str:
+    """``summary.md``: the runs' table and their bytes by Kubo protocol — one of each
+    per combination (node count, rate) when the set holds several — then the knees."""
+    groups: dict[tuple[int, float], list[RunSummary]] = defaultdict(list)
+    for s in summaries:
+        groups[_combination_key(s)].append(s)
+    parts: list[str] = []
+    for (nodes, rate), group in sorted(groups.items()):
+        text = markdown_table(group)
+        by_protocol = protocol_table(group)
+        if by_protocol:
+            text += "\nWire bytes by Kubo protocol (MB, whole cluster):\n\n" + by_protocol
+        if len(groups) > 1:
+            what = "rate unknown" if rate < 0 else f"{rate_label(rate)} events/s"
+            text = f"### {nodes} nodes, {what}\n\n" + text
+        parts.append(text)
+    found = knees(summaries)
+    if found:
+        parts.append("### Knee\n\n" + knee_table(found) if len(groups) > 1 else knee_table(found))
+    return "\n".join(parts)
+
+
+def _run_doc(s: RunSummary) -> dict[str, Any]:
+    doc = asdict(s)
+    doc.update(
+        coverage_injected=s.coverage_injected,
+        coverage_published=s.coverage_published,
+        bytes_per_delivery=s.bytes_per_delivery,
+        pubsub_bytes_per_delivery=s.pubsub_bytes_per_delivery,
+        cpu_process=s.cpu_process,
+        cpu_us_per_delivery=s.cpu_us_per_delivery,
+        complete=s.complete,
+        shortfall=shortfall(s),
+    )
+    return doc
+
+
+def _knee_doc(k: Knee) -> dict[str, Any]:
+    return {
+        "system": k.system,
+        "nodes": k.nodes,
+        "condition": KNEE_CONDITION,
+        "knee": k.knee,
+        "at_max": k.at_max,
+        "label": k.label(),
+        "sustained_above": list(k.sustained_above),
+        "knee_publish_delay": k.knee_publish_delay,
+        "rates": [
+            {
+                "rate": r.rate,
+                "sustained": r.sustained,
+                "shortfall": r.shortfall,
+                "max_publish_delay": r.max_publish_delay,
+            }
+            for r in k.rates
+        ],
+    }
+
+
+def set_document(summaries: Sequence[RunSummary]) -> dict[str, Any]:
+    """The machine-readable :func:`set_report`: ``runs`` (every figure of each run),
+    ``knee_rule`` and ``knees``."""
+    return {
+        "runs": [_run_doc(s) for s in summaries],
+        "knee_rule": {
+            "condition": KNEE_CONDITION,
+            "p99_under_seconds": KNEE_P99_SECONDS,
+            "every_expected_delivery": True,
+            "every_lower_rate_sustained": True,
+        },
+        "knees": [_knee_doc(k) for k in knees(summaries)],
+    }
+
+
+def write_summary(out: Path) -> str:
+    """Summarise every run under ``out``: write ``summary.md`` (returned) and add the
+    :func:`set_document` to ``bench.json`` (beside the runner's config and machine)."""
+    summaries = summarise_set(out)
+    text = set_report(summaries)
+    (out / "summary.md").write_text(text)
+    path = out / "bench.json"
+    doc: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    doc.update(set_document(summaries))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+    return text

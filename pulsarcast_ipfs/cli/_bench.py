@@ -17,37 +17,61 @@ examples:
   pulsarcast bench --systems pulsarcast,pulsarcast-ordered,gossipsub,floodsub \\
       --conditions normal,latency --nodes 20 --workload 25k --rate 50 --events 2000 \\
       --grace 30 --latency 500ms±300ms --out runs/b2 --report
+  pulsarcast bench --rate 5,20,50,100 --nodes 20,50 --events 2000 --out runs/sweep1
 
 Writes OUT/<system>-<condition>/ (metric records, run.json), OUT/bench.json and
 OUT/summary.md; --report also runs the Spark report into OUT/report/.
+
+A sweep (several --rate and/or --nodes values) runs every combination of node
+count × rate × system × condition, each under OUT/<system>-<condition>-n<N>-r<R>/.
+summary.md then has a table per combination and each system's knee per node
+count: the highest rate such that it and every lower rate tested were sustained
+under normal conditions (run completed, every expected delivery made, p99
+latency under {p99_ms} ms). bench.json holds the same figures.
 """
 
 
 def add_parser(sub: Any) -> None:
-    from pulsarcast_ipfs.bench import CONDITIONS, SYSTEMS
+    from pulsarcast_ipfs.bench import (
+        CONDITIONS,
+        DEFAULT_NODES,
+        DEFAULT_RATE,
+        KNEE_P99_SECONDS,
+        SYSTEMS,
+        rate_label,
+    )
 
     p: argparse.ArgumentParser = sub.add_parser(
         "bench",
         help="benchmark Pulsarcast against Kubo's gossipsub and floodsub on local clusters",
         description=(
             "Run one workload on a fresh local cluster for each system and network "
-            "condition, back to back, and write metric records for the Spark report. "
+            "condition, back to back, and write metric records for the Spark report; "
+            "several node counts or rates make a sweep over every combination. "
             f"Systems: {', '.join(SYSTEMS)}. Conditions: {', '.join(CONDITIONS)} "
             "(Toxiproxy latency on every node's inbound connections)."
         ),
-        epilog=_EPILOG,
+        epilog=_EPILOG.format(p99_ms=f"{1000 * KNEE_P99_SECONDS:.0f}"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--systems", default="pulsarcast,gossipsub,floodsub", help="comma-separated systems"
     )
     p.add_argument("--conditions", default="normal,latency", help="comma-separated conditions")
-    p.add_argument("--nodes", type=int, default=20, help="nodes per cluster (default 20)")
+    p.add_argument(
+        "--nodes",
+        default=str(DEFAULT_NODES),
+        help=f"nodes per cluster; comma-separated for a sweep, e.g. 20,50 "
+        f"(default {DEFAULT_NODES})",
+    )
     p.add_argument(
         "--workload", default="25k", help="25k, 10k (shipped Reddit 2007 files) or a file path"
     )
     p.add_argument(
-        "--rate", type=float, default=50.0, help="aggregate events per second (default 50)"
+        "--rate",
+        default=rate_label(DEFAULT_RATE),
+        help="aggregate events per second; comma-separated for a sweep, e.g. 5,20,50,100 "
+        f"(default {rate_label(DEFAULT_RATE)})",
     )
     p.add_argument(
         "--events", type=int, default=None, help="publish this many events (default all)"
@@ -103,12 +127,14 @@ def run(args: argparse.Namespace) -> int:
         BenchError,
         BenchProgress,
         BenchResult,
+        Combination,
         RunOutcome,
-        markdown_table,
         parse_latency,
-        protocol_table,
+        parse_node_counts,
+        parse_rates,
+        rate_label,
         run_bench,
-        summarise_set,
+        write_summary,
     )
 
     console = Console(stderr=True)
@@ -117,9 +143,9 @@ def run(args: argparse.Namespace) -> int:
         cfg = BenchConfig(
             systems=_split(args.systems),
             conditions=_split(args.conditions),
-            nodes=args.nodes,
+            nodes=parse_node_counts(args.nodes),
             workload=args.workload,
-            rate=args.rate,
+            rates=parse_rates(args.rate),
             events=args.events,
             topics=args.topics,
             grace=args.grace,
@@ -141,9 +167,16 @@ def run(args: argparse.Namespace) -> int:
             self.pub: TaskID | None = None
             self.wait: TaskID | None = None
             self.label = ""
+            self.combination = ""
+
+        def combination_started(self, combination: Combination, index: int, total: int) -> None:
+            if total > 1:
+                what = f"{combination.nodes} nodes, {rate_label(combination.rate)} events/s"
+                self.combination = f", {what}, combination {index + 1}/{total}"
+                console.log(f"combination {index + 1} of {total}: {what}")
 
         def run_started(self, system: str, condition: str, index: int, total: int) -> None:
-            self.label = f"{system}/{condition}"
+            self.label = f"{system}/{condition}{self.combination}"
             if self.runs is None:
                 self.runs = self.p.add_task("runs", total=total)
             self.p.update(self.runs, completed=index, description=f"run {self.label}")
@@ -217,12 +250,7 @@ def run(args: argparse.Namespace) -> int:
         result = anyio.run(main)
     except BenchError as exc:
         return _err(str(exc))
-    summaries = summarise_set(cfg.out)
-    table = markdown_table(summaries)
-    by_protocol = protocol_table(summaries)
-    if by_protocol:
-        table += "\nWire bytes by Kubo protocol (MB, whole cluster):\n\n" + by_protocol
-    (cfg.out / "summary.md").write_text(table)
+    table = write_summary(cfg.out)
     print(table)
     if aborted:
         print("aborted: every process was stopped; partial records kept", file=sys.stderr)
