@@ -66,7 +66,8 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
     "/meshsub/1.3.0",
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
-PULSARCAST_PROTOCOLS: tuple[str, ...] = ("/x/pulsarcast/1.0.0",)
+PULSARCAST_PROTOCOLS: tuple[str, ...] = ("/x/pulsarcast/2.2.0", "/x/pulsarcast/1.0.0")
+"""The tree stream protocol (wire 2.2, issue 13), and the earlier one's, for older run sets."""
 
 
 class System(abc.ABC):

@@ -17,12 +17,17 @@ the dissemination tree across updates)::
     JOIN               {op, topic, descriptor}        descriptor = first-version block
     JOIN_ACK           {op, topic, ok}
     LEAVE              {op, topic}
-    EVENT              {op, topic, event, topicBlock}  event block; topic-version block or null
+    EVENT              {op, topic, event, topicBlock, pushed}
+                        event block; topic-version block or null; pushed: the MEMBERS
+                        epoch the publisher pushed this event to directly, or null
     REQUEST_TO_PUBLISH {op, topic, descriptor, requestId, author, payload, parent, created,
                         injectId, signature}   signature: the author's (1.1.0) or null
     REQUEST_ACK        {op, topic, requestId, ok, event}
     PING / PONG        {op, nonce}
     HEADS              {op, topic, heads: [[CID, created seconds], ...]}
+    MEMBERS            {op, topic, epoch, members: [peer ID, ...]}   root -> its children
+    DIGEST             {op, topic, lo, hi, count, sum, have}   have: [[CID, created], ...]
+                        (the sender's events created in [lo, hi]) or null
 """
 
 from __future__ import annotations
@@ -41,13 +46,17 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "MAX_FRAME_SIZE",
+    "MAX_HAVE",
     "MAX_HEADS",
+    "MAX_MEMBERS",
+    "Digest",
     "Event",
     "FrameDecoder",
     "Heads",
     "Join",
     "JoinAck",
     "Leave",
+    "Members",
     "Ping",
     "Pong",
     "RequestAck",
@@ -61,6 +70,10 @@ __all__ = [
 MAX_FRAME_SIZE: Final = 1024 * 1024
 """Default largest frame body (1 MiB)."""
 MAX_HEADS: Final = 64
+MAX_MEMBERS: Final = 64
+"""Peers in one MEMBERS message: the fan-out of a publisher's direct first hop."""
+MAX_HAVE: Final = 2048
+"""Entries in one DIGEST listing (``have``)."""
 MAX_ID_LENGTH: Final = 256
 _MAX_VARINT_BYTES: Final = 9
 
@@ -178,12 +191,18 @@ class Event(_Message):
     event: bytes
     topic_block: bytes | None = None
     """The block of the topic version the event names, when it is not the first version."""
+    pushed: int | None = None
+    """Set by a publisher that sent this event straight to the members of the root's
+    MEMBERS list of this epoch (and to its parent): the root does not send it to them
+    again, and a member takes it from the publisher although it is no tree neighbour."""
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _bytes(self.event, "event", MAX_DESCRIPTOR_SIZE)
         if self.topic_block is not None:
             _bytes(self.topic_block, "topicBlock", MAX_DESCRIPTOR_SIZE)
+        if self.pushed is not None:
+            _uint(self.pushed, "pushed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +257,30 @@ class RequestAck(_Message):
         _opt_cid(self.event, "event")
 
 
+def _uint(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise _bad(f"{where}: expected an integer in [0, 2**63)")
+    return value
+
+
+def _entries(value: object, where: str, limit: int) -> None:
+    """``[[CID, created], ...]`` entries (HEADS, DIGEST listings)."""
+    if not isinstance(value, tuple) or len(value) > limit:
+        raise _bad(f"{where}: expected at most {limit} entries")
+    is_link = _dagcbor.is_dag_cbor_sha256_link
+    isfinite = math.isfinite
+    for entry in value:
+        if type(entry) is not tuple or len(entry) != 2:
+            if not isinstance(entry, tuple) or len(entry) != 2:
+                raise _bad(f"{where}: entries are [CID, created]")
+        cid, ts = entry
+        if not is_link(cid):
+            _cid(cid, f"{where}[].cid")  # raises with the reason
+        if type(ts) is not float or not isfinite(ts):
+            if not isinstance(ts, float) or not isfinite(ts):
+                raise _bad(f"{where}[].created: expected a finite float")
+
+
 def _nonce(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
         raise _bad("nonce: expected an integer in [0, 2**63)")
@@ -279,29 +322,90 @@ class Heads(_Message):
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
-        if not isinstance(self.heads, tuple) or len(self.heads) > MAX_HEADS:
-            raise _bad(f"heads: expected at most {MAX_HEADS} entries")
-        is_link = _dagcbor.is_dag_cbor_sha256_link
-        isfinite = math.isfinite
-        for entry in self.heads:
-            if type(entry) is not tuple or len(entry) != 2:
-                if not isinstance(entry, tuple) or len(entry) != 2:
-                    raise _bad("heads: entries are [CID, created]")
-            cid, ts = entry
-            if not is_link(cid):
-                _cid(cid, "heads[].cid")  # raises with the reason
-            if type(ts) is not float or not isfinite(ts):
-                if not isinstance(ts, float) or not isfinite(ts):
-                    raise _bad("heads[].created: expected a finite float")
+        _entries(self.heads, "heads", MAX_HEADS)
 
 
-Rpc = Join | JoinAck | Leave | Event | RequestToPublish | RequestAck | Ping | Pong | Heads
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Members(_Message):
+    """MEMBERS: a root tells its children who its children are (epoch ``epoch``), so
+    that a child publishing an event sends it to them directly: one hop
+    (docs/protocol-notes.md "First hop")."""
+
+    op: ClassVar[str] = "MEMBERS"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    epoch: int
+    members: tuple[str, ...]
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _uint(self.epoch, "epoch")
+        if not isinstance(self.members, tuple) or len(self.members) > MAX_MEMBERS:
+            raise _bad(f"members: expected at most {MAX_MEMBERS} peer IDs")
+        for peer in self.members:
+            _check_peer(peer, "members[]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Digest(_Message):
+    """DIGEST: anti-entropy between tree neighbours (docs/protocol-notes.md
+    "Anti-entropy"). The fingerprint (``count`` events, ``sum`` of their CIDs' last
+    eight digest bytes modulo 2**64) of the sender's events created in ``[lo, hi]``;
+    with ``have``, the listing of those events itself (sent when fingerprints differ)."""
+
+    op: ClassVar[str] = "DIGEST"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    lo: float
+    hi: float
+    count: int
+    sum: int
+    have: tuple[tuple[CID, float], ...] | None = None
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        for name in ("lo", "hi"):
+            value = getattr(self, name)
+            if type(value) is not float or not math.isfinite(value):
+                raise _bad(f"{name}: expected a finite float")
+        if not self.lo <= self.hi:
+            raise _bad("lo: must not exceed hi")
+        _uint(self.count, "count")
+        if not isinstance(self.sum, int) or isinstance(self.sum, bool) or not 0 <= self.sum < 2**64:
+            raise _bad("sum: expected an integer in [0, 2**64)")
+        if self.have is not None:
+            _entries(self.have, "have", MAX_HAVE)
+
+
+Rpc = (
+    Join
+    | JoinAck
+    | Leave
+    | Event
+    | RequestToPublish
+    | RequestAck
+    | Ping
+    | Pong
+    | Heads
+    | Members
+    | Digest
+)
 """Any tree RPC message."""
 
-_BY_OP: Final[dict[str, type[_Message]]] = {
-    cls.op: cls
-    for cls in (Join, JoinAck, Leave, Event, RequestToPublish, RequestAck, Ping, Pong, Heads)
-}
+_ALL: Final[tuple[type[_Message], ...]] = (
+    Join,
+    JoinAck,
+    Leave,
+    Event,
+    RequestToPublish,
+    RequestAck,
+    Ping,
+    Pong,
+    Heads,
+    Members,
+    Digest,
+)
+_BY_OP: Final[dict[str, type[_Message]]] = {cls.op: cls for cls in _ALL}
 
 
 def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
@@ -322,10 +426,7 @@ def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], .
     return bytes(head), tuple(items)
 
 
-_PLANS: Final = {
-    cls: _plan(cls)
-    for cls in (Join, JoinAck, Leave, Event, RequestToPublish, RequestAck, Ping, Pong, Heads)
-}
+_PLANS: Final = {cls: _plan(cls) for cls in _ALL}
 
 
 _HEADS_MEMO_SIZE: Final = 65536
@@ -373,6 +474,8 @@ def encode_rpc(rpc: Rpc) -> bytes:
         if name is not None:
             if name == "heads":
                 _encode_heads(rpc.heads, out)  # type: ignore[union-attr]
+            elif name == "have" and rpc.have is not None:  # type: ignore[union-attr]
+                _encode_heads(rpc.have, out)  # type: ignore[union-attr]
             else:
                 enc(getattr(rpc, name), out, 1)
     return bytes(out)
@@ -419,10 +522,14 @@ def decode_rpc(body: bytes) -> Rpc:
     kwargs: dict[str, Any] = {}
     for name, wire in names.items():
         value: Any = obj[wire]
-        if name == "heads":
+        if name in ("heads", "have") and value is not None:
             if not isinstance(value, list):
-                raise RemoteProtocolError("HEADS: heads must be a list")
+                raise RemoteProtocolError(f"{op}: {name} must be a list")
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        elif name == "members":
+            if not isinstance(value, list):
+                raise RemoteProtocolError("MEMBERS: members must be a list")
+            value = tuple(value)
         kwargs[name] = value
     try:
         rpc = cls(**kwargs)

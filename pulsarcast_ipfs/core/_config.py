@@ -38,13 +38,18 @@ class NodeConfig:
     """Tree neighbours exchange HEADS (recent event CIDs) this often when they changed."""
     heads_after_publish: float = 0.5
     """A publisher also announces its new events in HEADS this soon after publishing."""
-    heads_refresh_every: int = 6
-    """...and unconditionally every this many HEADS intervals."""
+    heads_refresh_every: int = 1
+    """Every this many HEADS intervals, a DIGEST (fingerprint of the window) goes to
+    each neighbour, if it changed (anti-entropy: catches an EVENT lost on an edge)."""
     heads_size: int = 64
-    """Recent event CIDs kept per topic and sent in HEADS."""
+    """Recent event CIDs kept per topic; a HEADS round sends each neighbour those it
+    is not known to have."""
     history_size: int = 1024
     """Older event CIDs kept per topic beyond ``heads_size``, sent (in HEADS frames)
-    on every new tree edge and every ``heads_refresh_every`` rounds (anti-entropy)."""
+    on every new tree edge, and compared by DIGESTs (anti-entropy)."""
+    members_interval: float = 1.0
+    """A root sends its children MEMBERS (who its children are: a publisher's direct
+    first hop) at most this often while that set changes."""
     request_timeout: float = 3.0
     """A REQUEST_TO_PUBLISH not acknowledged in time is sent again (same request id)."""
     request_attempts: int = 20

@@ -11,7 +11,7 @@ outputs (``SendRpc``, ``StoreBlock``, ``FetchBlock``, ``Deliver``,
 random state (the ``rng`` is injected); every timer is a deadline reported by
 :meth:`get_timer` and served by :meth:`handle_timer`.
 
-Per topic the node keeps one :class:`_Tree`, keyed by the CID of the topic's
+Per topic the node keeps one :class:`Tree`, keyed by the CID of the topic's
 *first version* (so a dissemination tree survives topic updates). Its state:
 
 ==============  ==============================================================
@@ -61,7 +61,7 @@ tree neighbours close the gaps that a lost leaf event leaves in the DAG.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, TypeVar
@@ -71,13 +71,15 @@ from multiformats import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
+from ._antientropy import AntiEntropy
 from ._codec import (
-    MAX_HEADS,
+    Digest,
     Event,
     Heads,
     Join,
     JoinAck,
     Leave,
+    Members,
     Ping,
     Pong,
     RequestAck,
@@ -127,7 +129,9 @@ from ._io import (
     TopicState,
     TopicUpdated,
 )
+from ._push import FirstHopPush
 from ._signing import verify_signature
+from ._tree import LRU, JoinAttempt, Tree
 
 __all__ = ["PulsarcastNode"]
 
@@ -155,39 +159,6 @@ def _in_force(until: dict[str, float], peer: str, now: float) -> bool:
     return True
 
 
-_Prepared = tuple[tuple[CID, ...], list[tuple[Rpc, bytes]]]
-"""HEADS ready to send: the CIDs advertised (``heads_sent``), then each frame."""
-
-
-class _LRU:
-    """An insertion-ordered set/map with a size limit (oldest evicted first)."""
-
-    __slots__ = ("_d", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self._d: OrderedDict[Any, Any] = OrderedDict()
-        self.limit = limit
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._d
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def get(self, key: Any) -> Any:
-        return self._d.get(key)
-
-    def items(self) -> list[tuple[Any, Any]]:
-        """A snapshot, oldest first."""
-        return list(self._d.items())
-
-    def put(self, key: Any, value: Any = None) -> None:
-        self._d[key] = value
-        self._d.move_to_end(key)
-        while len(self._d) > self.limit:
-            self._d.popitem(last=False)
-
-
 @dataclass(slots=True)
 class _Bucket:
     """A token bucket (flood protection): ``tokens`` as of ``last``."""
@@ -205,14 +176,14 @@ class _Bucket:
         return False
 
 
-_LIMITED_OPS = {"JOIN": "join", "EVENT": "event", "HEADS": "event", "REQUEST_TO_PUBLISH": "request"}
-
-
-@dataclass(slots=True, kw_only=True)
-class _JoinAttempt:
-    peer: str
-    deadline: float
-    tried: set[str]
+_LIMITED_OPS = {
+    "JOIN": "join",
+    "EVENT": "event",
+    "HEADS": "event",
+    "DIGEST": "event",
+    "MEMBERS": "event",
+    "REQUEST_TO_PUBLISH": "request",
+}
 
 
 _MIN_PROBE_WAIT: Final = 0.25
@@ -270,58 +241,7 @@ class _Op:
     started: bool = False
 
 
-@dataclass(slots=True, kw_only=True)
-class _Tree:
-    root: TopicDescriptor
-    author_pos: int
-    latest: TopicDescriptor
-    versions: dict[CID, TopicDescriptor] = field(default_factory=dict)
-    depth: dict[CID, int] = field(default_factory=dict)
-    subscribed: bool = False
-    publishing: bool = False
-    followers: set[CID] = field(default_factory=set)
-    since: float = 0.0
-    parent: str | None = None
-    children: dict[str, None] = field(default_factory=dict)
-    joined: bool = False
-    join: _JoinAttempt | None = None
-    recheck_at: float | None = None
-    heads_due: float | None = None
-    recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
-    older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
-    tips: dict[CID, int] = field(default_factory=dict)
-    """The DAG's heads as this node knows them: events seen that no event seen links
-    (CID -> clock). LAST_SEEN links the newest of them (docs/protocol-notes.md)."""
-    history: TopicHistory | None = None
-    """The retained history (subscribers, the author, readers); ``None``: a relay."""
-    reading_until: float | None = None
-    """A reader (history without subscription) stays in the tree until then."""
-    heads_from: set[str] = field(default_factory=set)
-    """Neighbours whose HEADS arrived (a reader is synced once its parent's did)."""
-    heads_sent: dict[str, tuple[CID, ...]] = field(default_factory=dict)
-    unsent: list[CID] = field(default_factory=list)
-    role: Role = "none"
-
-    @property
-    def key(self) -> CID:
-        return self.root.cid
-
-    @property
-    def name(self) -> str:
-        return self.root.name
-
-    @property
-    def author(self) -> str:
-        return self.root.author
-
-    def neighbours(self) -> list[str]:
-        out = list(self.children)
-        if self.parent is not None:
-            out.append(self.parent)
-        return out
-
-
-class PulsarcastNode:
+class PulsarcastNode(AntiEntropy, FirstHopPush):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md)."""
 
     def __init__(
@@ -345,16 +265,16 @@ class PulsarcastNode:
         self._rng = rng
         self._pos = peer_position(peer_id)
         self._outputs: list[Output] = []
-        self._trees: dict[CID, _Tree] = {}
+        self._trees: dict[CID, Tree] = {}
         self._version_of: dict[CID, CID] = {}
         c = self.config
-        self._topic_blocks = _LRU(1024)
-        self._events = _LRU(c.event_cache_size)  # cid -> (tree key, EventDescriptor)
-        self._seen = _LRU(c.seen_cache_size)
-        self._linked = _LRU(c.seen_cache_size)  # CIDs some seen event names as a parent
-        self._delivered = _LRU(c.delivered_cache_size)
-        self._gave_up = _LRU(c.seen_cache_size)
-        self._published_requests = _LRU(c.request_cache_size)  # request id -> event CID
+        self._topic_blocks = LRU(1024)
+        self._events = LRU(c.event_cache_size)  # cid -> (tree key, EventDescriptor)
+        self._seen = LRU(c.seen_cache_size)
+        self._linked = LRU(c.seen_cache_size)  # CIDs some seen event names as a parent
+        self._delivered = LRU(c.delivered_cache_size)
+        self._gave_up = LRU(c.seen_cache_size)
+        self._published_requests = LRU(c.request_cache_size)  # request id -> event CID
         self._waiting: dict[CID, list[tuple[CID, CID, bool]]] = {}  # parent -> (tree, ev, rec)
         self._waiting_count = 0
         self._stash: dict[CID, list[tuple[CID, bytes, str | None]]] = {}  # version -> events
@@ -369,15 +289,15 @@ class PulsarcastNode:
         self._next_probe: dict[str, float] = {}  # parent -> no late-event probe before
         self._srtt: dict[str, float] = {}  # parent -> smoothed PING round trip (in time)
         self._lag_at: float | None = None  # when the next _PingWait falls due (or earlier)
-        self._buckets = _LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
-        self._strikes = _LRU(c.rate_limit_peers)  # peer -> [window start, count]
+        self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
+        self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
         self._banned: dict[str, float] = {}  # peer -> until
         self._limits = {
             "join": (c.join_rate, c.join_burst),
             "event": (c.event_rate, c.event_burst),
             "request": (c.request_rate, c.request_burst),
         }
-        self._verified = _LRU(4096)  # CIDs of topic versions whose signature checked out
+        self._verified = LRU(4096)  # CIDs of topic versions whose signature checked out
         self._ops: deque[_Op] = deque()
         self._sign_waits: dict[str, _Op] = {}
         self._signing_requests: set[str] = set()  # requests to publish being signed
@@ -412,20 +332,20 @@ class PulsarcastNode:
         self._seq += 1
         return self._seq
 
-    def _dist(self, peer: str, tree: _Tree) -> int:
+    def _dist(self, peer: str, tree: Tree) -> int:
         pos = self._known.get(peer)
         if pos is None:
             pos = peer_position(peer)
         return pos ^ tree.author_pos
 
-    def _my_dist(self, tree: _Tree) -> int:
+    def _my_dist(self, tree: Tree) -> int:
         return self._pos ^ tree.author_pos
 
     def _is_suspect(self, now: float, peer: str) -> bool:
         return self._is_banned(now, peer) or _in_force(self._suspect, peer, now)
 
     def _next_hop(
-        self, now: float, tree: _Tree, exclude: Iterable[str] = (), *, suspects: bool = False
+        self, now: float, tree: Tree, exclude: Iterable[str] = (), *, suspects: bool = False
     ) -> str | None:
         """Algorithm 2: the known live peer closest to the author, strictly closer than us.
 
@@ -452,7 +372,7 @@ class PulsarcastNode:
                 best = (d, peer)
         return None if best is None else best[1]
 
-    def _tree_for(self, topic_cid: CID) -> _Tree:
+    def _tree_for(self, topic_cid: CID) -> Tree:
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError(f"expected a topic CID, got {type(topic_cid).__name__}")
         key = self._version_of.get(topic_cid)
@@ -461,7 +381,7 @@ class PulsarcastNode:
             raise UnknownTopic(f"unknown topic {topic_cid}")
         return tree
 
-    def _role(self, tree: _Tree) -> Role:
+    def _role(self, tree: Tree) -> Role:
         if tree.author == self.peer_id or (tree.joined and tree.parent is None):
             return "root"
         if tree.subscribed:
@@ -470,8 +390,9 @@ class PulsarcastNode:
             return "relay"
         return "none"
 
-    def _tree_changed(self, now: float, tree: _Tree, *, force: bool = False) -> None:
+    def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None:
         tree.role = self._role(tree)
+        self._members_changed(now, tree)
         self._record(
             now,
             RecordKind.TREE_CHANGED,
@@ -482,11 +403,11 @@ class PulsarcastNode:
             children=list(tree.children),
         )
 
-    def _new_tree(self, now: float, root: TopicDescriptor) -> _Tree:
+    def _new_tree(self, now: float, root: TopicDescriptor) -> Tree:
         tree = self._trees.get(root.cid)
         if tree is not None:
             return tree
-        tree = _Tree(root=root, author_pos=peer_position(root.author), latest=root, since=now)
+        tree = Tree(root=root, author_pos=peer_position(root.author), latest=root, since=now)
         tree.versions[root.cid] = root
         tree.depth[root.cid] = 0
         self._trees[root.cid] = tree
@@ -497,14 +418,14 @@ class PulsarcastNode:
             self._update_retention(now, tree)
         return tree
 
-    def _drop_tree(self, tree: _Tree) -> None:
+    def _drop_tree(self, tree: Tree) -> None:
         self._release_history(tree)
         self._trees.pop(tree.key, None)
         for v in tree.versions:
             if self._version_of.get(v) == tree.key:
                 del self._version_of[v]
 
-    def _wanted(self, tree: _Tree) -> bool:
+    def _wanted(self, tree: Tree) -> bool:
         return (
             tree.author == self.peer_id
             or tree.subscribed
@@ -514,7 +435,7 @@ class PulsarcastNode:
             or tree.reading_until is not None
         )
 
-    def _retains(self, tree: _Tree) -> bool:
+    def _retains(self, tree: Tree) -> bool:
         """Whether this node keeps the topic's history (PROTOCOL.md §5 Persistence)."""
         return (
             tree.author == self.peer_id
@@ -523,15 +444,13 @@ class PulsarcastNode:
             or tree.reading_until is not None
         )
 
-    def _retain_version(self, tree: _Tree, desc: TopicDescriptor) -> None:
+    def _retain_version(self, tree: Tree, desc: TopicDescriptor) -> None:
         """A topic version of a retained history is pinned too: the events name it, and
         a reader must be able to check them after the author is gone."""
         own = desc.author == self.peer_id
-        self._emit(
-            StoreBlock(cid=desc.cid, data=desc.encode(), own=own, retain=True, announce=own)
-        )
+        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=own, retain=True, announce=own))
 
-    def _release_history(self, tree: _Tree) -> None:
+    def _release_history(self, tree: Tree) -> None:
         """Stop keeping ``tree``'s history: unpin its events and topic versions."""
         if tree.history is None:
             return
@@ -541,7 +460,7 @@ class PulsarcastNode:
         if released:
             self._emit(ReleaseBlocks(cids=tuple(released)))
 
-    def _update_retention(self, now: float, tree: _Tree) -> None:
+    def _update_retention(self, now: float, tree: Tree) -> None:
         """Start keeping the history when the tree becomes retained; stop (unpin) when not."""
         if self._retains(tree) and tree.key in self._trees:
             if tree.history is None:
@@ -555,7 +474,7 @@ class PulsarcastNode:
             return
         self._release_history(tree)
 
-    def _retain(self, now: float, tree: _Tree, cid: CID, ev: EventDescriptor) -> bool:
+    def _retain(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> bool:
         """Keep ``ev`` in the retained history (pin it), evict what falls out, back-fill.
 
         Whether it was kept (and a ``StoreBlock`` with ``retain`` emitted)."""
@@ -574,7 +493,7 @@ class PulsarcastNode:
             self._fill_history(now, tree)
         return True
 
-    def _fill_history(self, now: float, tree: _Tree) -> None:
+    def _fill_history(self, now: float, tree: Tree) -> None:
         """§5 History: fetch the parents the retained history links but lacks, so that
         every event of the topic (within retention) is reachable from any node."""
         h = tree.history
@@ -598,7 +517,7 @@ class PulsarcastNode:
 
     # ------------------------------------------------------------ tree upkeep
 
-    def _ensure_joined(self, now: float, tree: _Tree) -> None:
+    def _ensure_joined(self, now: float, tree: Tree) -> None:
         """Algorithm 2: join towards the author unless already in the tree or joining."""
         if tree.author == self.peer_id:
             tree.joined = True
@@ -607,7 +526,7 @@ class PulsarcastNode:
             return
         self._join_next(now, tree, set())
 
-    def _join_next(self, now: float, tree: _Tree, tried: set[str]) -> None:
+    def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None:
         hop = self._next_hop(now, tree, tried)
         if hop is None and tree.parent is not None:
             # Moving away from a lagging parent, and nobody else took us: stay with it.
@@ -627,12 +546,12 @@ class PulsarcastNode:
         tried.add(hop)
         self._send_join(now, tree, hop, tried)
 
-    def _send_join(self, now: float, tree: _Tree, hop: str, tried: set[str]) -> None:
+    def _send_join(self, now: float, tree: Tree, hop: str, tried: set[str]) -> None:
         """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails."""
-        tree.join = _JoinAttempt(peer=hop, deadline=now + self.config.join_timeout, tried=tried)
+        tree.join = JoinAttempt(peer=hop, deadline=now + self.config.join_timeout, tried=tried)
         self._send(now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name)
 
-    def _parent_lost(self, now: float, tree: _Tree, *, avoid: str | None) -> None:
+    def _parent_lost(self, now: float, tree: Tree, *, avoid: str | None) -> None:
         """§6: a node that lost its parent re-joins through another peer; children stay."""
         tree.parent = None
         tree.joined = False
@@ -644,7 +563,7 @@ class PulsarcastNode:
             return
         self._join_next(now, tree, {avoid} if avoid else set())
 
-    def _maybe_leave(self, now: float, tree: _Tree) -> None:
+    def _maybe_leave(self, now: float, tree: Tree) -> None:
         """§5 Unsubscribe: an empty relay leaves its parent, which may leave in turn."""
         if self._wanted(tree) or tree.key not in self._trees:
             return
@@ -665,7 +584,7 @@ class PulsarcastNode:
             changed = False
             if peer in tree.children:
                 del tree.children[peer]
-                tree.heads_sent.pop(peer, None)
+                tree.edges.pop(peer, None)
                 changed = True
             if tree.parent == peer:
                 self._parent_lost(now, tree, avoid=peer)
@@ -881,7 +800,7 @@ class PulsarcastNode:
         self._verified.put(desc.cid)
         return None
 
-    def _event_refused(self, tree: _Tree, ev: EventDescriptor) -> str | None:
+    def _event_refused(self, tree: Tree, ev: EventDescriptor) -> str | None:
         """Why an event is refused: unsigned, or a signature that does not check out."""
         if ev.protocol_version == PROTOCOL_VERSION:
             return "unsigned" if self.config.require_signatures else None
@@ -920,6 +839,10 @@ class PulsarcastNode:
             self._on_pong(now, peer, rpc)
         elif isinstance(rpc, Heads):
             self._on_heads(now, peer, rpc)
+        elif isinstance(rpc, Digest):
+            self._on_digest(now, peer, rpc)
+        elif isinstance(rpc, Members):
+            self._on_members(now, peer, rpc)
         elif isinstance(rpc, Join):
             self._on_join(now, peer, rpc)
         elif isinstance(rpc, JoinAck):
@@ -963,13 +886,13 @@ class PulsarcastNode:
             return
         self._adopt_child(now, tree, peer)
 
-    def _adopt_child(self, now: float, tree: _Tree, peer: str) -> None:
+    def _adopt_child(self, now: float, tree: Tree, peer: str) -> None:
         new = peer not in tree.children
         tree.children[peer] = None
         self._last_heard[peer] = now
         self._send(now, peer, JoinAck(topic=tree.key, ok=True), tree.name)
         if new:
-            tree.heads_sent.pop(peer, None)
+            tree.edges.pop(peer, None)
             self._tree_changed(now, tree)
             self._send_history(now, tree, peer)
         self._ensure_joined(now, tree)
@@ -1013,7 +936,7 @@ class PulsarcastNode:
             return
         if peer in tree.children:
             del tree.children[peer]
-            tree.heads_sent.pop(peer, None)
+            tree.edges.pop(peer, None)
             self._tree_changed(now, tree)
             self._maybe_leave(now, tree)
         elif tree.parent == peer:
@@ -1024,7 +947,7 @@ class PulsarcastNode:
     # ------------------------------------------------------------------ events
 
     def _version_for(
-        self, now: float, tree: _Tree, version: CID, block: bytes | None
+        self, now: float, tree: Tree, version: CID, block: bytes | None
     ) -> TopicDescriptor | str | None:
         """The topic version an event names; a drop reason if its block is refused."""
         desc = tree.versions.get(version)
@@ -1050,33 +973,45 @@ class PulsarcastNode:
             self._drop(now, "unknown_topic", peer=peer)
             self._send(now, peer, Leave(topic=rpc.topic), None)
             return
-        if peer not in tree.children and peer != tree.parent:
-            # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
-            self._send(now, peer, Leave(topic=tree.key), tree.name)
         try:
             ev = decode_cached(EventDescriptor, rpc.event)
         except DescriptorError:
             self._drop(now, "invalid", topic=tree.name, peer=peer)
             return
+        if peer not in tree.children and peer != tree.parent:
+            if rpc.pushed is None or ev.publisher != peer:
+                # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
+                # (A publisher's direct first hop is no edge: docs "First hop".)
+                self._send(now, peer, Leave(topic=tree.key), tree.name)
         if peer == tree.parent and now - ev.created_ts > self.config.slow_parent_after / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
-        self._accept_event(now, tree, ev, sender=peer, recovered=False, block=rpc.topic_block)
+        self._accept_event(
+            now,
+            tree,
+            ev,
+            sender=peer,
+            recovered=False,
+            block=rpc.topic_block,
+            pushed=rpc.pushed,
+        )
 
     def _accept_event(
         self,
         now: float,
-        tree: _Tree,
+        tree: Tree,
         ev: EventDescriptor,
         *,
         sender: str | None,
         recovered: bool,
         block: bytes | None = None,
         forward: bool = True,
+        pushed: int | None = None,
     ) -> bool:
         """§5 Forward: verify, drop duplicates, store, forward, deliver.
 
         ``forward=False``: history back-fill (kept and offered, not sent on)."""
         cid = ev.cid
+        self._edge_knows(tree, sender, cid)
         if cid in self._seen:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
             return True
@@ -1113,21 +1048,21 @@ class PulsarcastNode:
             self._emit(StoreBlock(cid=cid, data=ev.encode(), own=ev.publisher == self.peer_id))
         self._note_recent(tree, cid, ev)
         if forward:
-            self._forward(now, tree, cid, exclude=sender)
+            self._forward_received(now, tree, cid, sender, pushed)
         self._offer(now, tree, cid, recovered)
         return True
 
-    def _note_recent(self, tree: _Tree, cid: CID, ev: EventDescriptor) -> None:
+    def _note_recent(self, tree: Tree, cid: CID, ev: EventDescriptor) -> None:
         created = ev.created_ts
         tree.older.pop(cid, None)
         tree.recent[cid] = created
         tree.recent.move_to_end(cid)
         while len(tree.recent) > self.config.heads_size:
             old, ts = tree.recent.popitem(last=False)
-            # Older CIDs stay advertisable (history HEADS on new edges and refreshes).
+            # Older CIDs stay advertisable (history HEADS on new edges, DIGESTs).
             tree.older[old] = ts
             if len(tree.older) > self.config.history_size:
-                tree.older.popitem(last=False)
+                self._window_dropped(tree, *tree.older.popitem(last=False))
         # LAST_SEEN heads: an event seen is a head until an event seen links it.
         tips = tree.tips
         for p in ev.parents:
@@ -1138,7 +1073,7 @@ class PulsarcastNode:
             if len(tips) > _MAX_TIPS:
                 del tips[min(tips, key=lambda c: (tips[c], bytes(c)))]
 
-    def _link_heads(self, tree: _Tree) -> tuple[tuple[CID, ...], int]:
+    def _link_heads(self, tree: Tree) -> tuple[tuple[CID, ...], int]:
         """LAST_SEEN: the parents of a new event (the newest known heads, at most
         ``MAX_PARENTS``) and its clock (one more than theirs)."""
         tips = tree.tips
@@ -1160,8 +1095,19 @@ class PulsarcastNode:
         return None
 
     def _forward(
-        self, now: float, tree: _Tree, cid: CID, *, exclude: str | None, only: str | None = None
+        self,
+        now: float,
+        tree: Tree,
+        cid: CID,
+        *,
+        exclude: str | None = None,
+        only: str | None = None,
+        skip: frozenset[str] | set[str] = frozenset(),
+        direct: tuple[str, ...] = (),
+        pushed: int | None = None,
     ) -> None:
+        """EVENT ``cid`` to every tree neighbour (or ``only`` one) but ``exclude`` and
+        ``skip``; also to ``direct`` peers (a publisher's first hop, ``pushed``)."""
         entry = self._events.get(cid)
         if entry is None:
             return
@@ -1170,14 +1116,17 @@ class PulsarcastNode:
         if ev.topic != tree.key:
             desc = tree.versions.get(ev.topic)
             block = desc.encode() if desc is not None else None
-        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block)
+        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed)
         targets = [only] if only is not None else tree.neighbours()
         data = encode_frame(rpc)  # one frame for every neighbour
         for peer in targets:
-            if peer != exclude:
+            if peer != exclude and peer not in skip:
                 self._send(now, peer, rpc, tree.name, data)
+                tree.edge(peer).known.add(cid)
+        for peer in direct:
+            self._send(now, peer, rpc, tree.name, data)
 
-    def _offer(self, now: float, tree: _Tree, cid: CID, recovered: bool) -> None:
+    def _offer(self, now: float, tree: Tree, cid: CID, recovered: bool) -> None:
         """Deliver ``cid`` once, after all its parents (causal order), or park it (gap
         repair: an unknown parent is fetched, on every branch of the DAG)."""
         stack: list[tuple[CID, CID, bool]] = [(tree.key, cid, recovered)]
@@ -1235,7 +1184,7 @@ class PulsarcastNode:
                 self._offer(now, tree, ev_cid, rec)
 
     def _deliver(
-        self, now: float, tree: _Tree, cid: CID, ev: EventDescriptor, recovered: bool
+        self, now: float, tree: Tree, cid: CID, ev: EventDescriptor, recovered: bool
     ) -> None:
         self._delivered.put(cid)
         if tree.subscribed:
@@ -1252,7 +1201,7 @@ class PulsarcastNode:
         if tree.followers:
             self._on_meta_event(now, tree, ev)
 
-    def _on_meta_event(self, now: float, meta: _Tree, ev: EventDescriptor) -> None:
+    def _on_meta_event(self, now: float, meta: Tree, ev: EventDescriptor) -> None:
         """§5 Updating: a topic version published on the meta topic."""
         try:
             desc = TopicDescriptor.decode(ev.payload)
@@ -1268,7 +1217,7 @@ class PulsarcastNode:
             if tree is not None and desc.name == tree.name and desc.author == tree.author:
                 self._learn_version(now, tree, desc)
 
-    def _learn_version(self, now: float, tree: _Tree, desc: TopicDescriptor) -> None:
+    def _learn_version(self, now: float, tree: Tree, desc: TopicDescriptor) -> None:
         if desc.cid in tree.versions or len(tree.versions) >= _MAX_VERSIONS:
             return
         tree.versions[desc.cid] = desc
@@ -1297,80 +1246,6 @@ class PulsarcastNode:
                 self._accept_event(
                     now, t, EventDescriptor.decode(data), sender=sender, recovered=True
                 )
-
-    # ------------------------------------------------------------------ HEADS
-
-    def _heads(self, tree: _Tree) -> tuple[tuple[CID, float], ...]:
-        return tuple((cid, ts) for cid, ts in reversed(tree.recent.items()))
-
-    def _heads_message(self, tree: _Tree) -> _Prepared:
-        """The HEADS of ``tree`` now, encoded once for every neighbour it goes to."""
-        heads = self._heads(tree)
-        rpc = Heads(topic=tree.key, heads=heads)
-        return tuple(c for c, _ in heads), [(rpc, encode_frame(rpc))]
-
-    def _history_message(self, tree: _Tree) -> _Prepared:
-        """HEADS then the older CIDs in frames of ``heads_size`` (see :meth:`_send_history`)."""
-        ids, frames = self._heads_message(tree)
-        older = tuple((cid, ts) for cid, ts in reversed(tree.older.items()))
-        step = min(self.config.heads_size, MAX_HEADS)
-        for i in range(0, len(older), step):
-            rpc = Heads(topic=tree.key, heads=older[i : i + step])
-            frames.append((rpc, encode_frame(rpc)))
-        return ids, frames
-
-    def _send_heads(
-        self, now: float, tree: _Tree, peer: str, prepared: _Prepared | None = None
-    ) -> None:
-        ids, frames = prepared if prepared is not None else self._heads_message(tree)
-        tree.heads_sent[peer] = ids
-        for rpc, data in frames:
-            self._send(now, peer, rpc, tree.name, data)
-
-    def _send_history(
-        self, now: float, tree: _Tree, peer: str, prepared: _Prepared | None = None
-    ) -> None:
-        """HEADS, then the older event CIDs too, in HEADS frames of at most ``heads_size``.
-
-        Sent on every new edge and on refresh rounds: a neighbour that missed events
-        while partitioned (a crash, a lost EVENT followed by more than ``heads_size``
-        newer events) learns them even when they are no longer among the newest.
-        """
-        self._send_heads(now, tree, peer, prepared or self._history_message(tree))
-
-    def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
-        tree = self._trees.get(rpc.topic)
-        if tree is None:
-            self._send(now, peer, Leave(topic=rpc.topic), None)
-            return
-        if peer not in tree.children and peer != tree.parent:
-            if tree.join is not None and tree.join.peer == peer:
-                pass  # the parent we are joining: its HEADS can overtake its JOIN_ACK
-            elif tree.joined and self._dist(peer, tree) > self._my_dist(tree):
-                self._adopt_child(now, tree, peer)  # it still takes us for its parent
-            else:
-                self._send(now, peer, Leave(topic=tree.key), tree.name)
-                return
-        tree.heads_from.add(peer)
-        if len(tree.heads_from) > 64:
-            tree.heads_from = {peer}
-        # A node with children repairs everything advertised (its subtree may have
-        # subscribed before it did); a leaf only what it could deliver; a reader what
-        # its history keeps. (Older events reach a subscriber's history through the
-        # parent links of what it holds: ``_fill_history``.)
-        bound = tree.since if not tree.children else float("-inf")
-        if tree.reading_until is not None:
-            bound = min(bound, now - self.config.retention.max_age)
-        for cid, created in rpc.heads:
-            if cid in self._seen or cid in self._fetches or created < bound:
-                continue
-            self._fetch(now, cid, "event", tree.key, peer)
-        theirs = {c for c, _ in rpc.heads}
-        mine = tuple(tree.recent)
-        if any(c not in theirs for c in mine) and tree.heads_sent.get(peer) != tuple(
-            reversed(mine)
-        ):
-            self._send_heads(now, tree, peer)
 
     # ------------------------------------------------------------------ fetches
 
@@ -1548,6 +1423,9 @@ class PulsarcastNode:
                 at = tree.heads_due
                 if at is not None and at < best:
                     best = at
+                at = tree.members_due
+                if at is not None and at < best:
+                    best = at
         at = self._lag_at
         if at is not None and (best is None or at < best):
             best = at
@@ -1586,13 +1464,9 @@ class PulsarcastNode:
                         self._send_join(now, tree, hop, {hop})
         for tree in list(self._trees.values()):
             if tree.heads_due is not None and tree.heads_due <= now:
-                tree.heads_due = None
-                current = tuple(reversed(tree.recent))
-                prepared: _Prepared | None = None
-                for peer in tree.neighbours():
-                    if tree.heads_sent.get(peer) != current:
-                        prepared = prepared or self._heads_message(tree)
-                        self._send_heads(now, tree, peer, prepared)
+                self._heads_due(now, tree)
+            if tree.members_due is not None and tree.members_due <= now:
+                self._send_members(now, tree)
         for cid, f in list(self._fetches.items()):
             if f.due > now:
                 continue
@@ -1707,38 +1581,13 @@ class PulsarcastNode:
             ]
             for peer in gone:
                 del tree.children[peer]
-                tree.heads_sent.pop(peer, None)
+                tree.edges.pop(peer, None)
             if gone:
                 self._tree_changed(now, tree)
                 self._maybe_leave(now, tree)
         live = {p for t in self._trees.values() for p in t.neighbours()}
         for peer in [p for p in self._last_heard if p not in live]:
             del self._last_heard[peer]
-
-    def _heads_round(self, now: float) -> None:
-        refresh = self._heads_tick % self.config.heads_refresh_every == 0
-        for tree in list(self._trees.values()):
-            if tree.reading_until is not None and tree.reading_until <= now:
-                tree.reading_until = None  # the reader's time is up
-                self._update_retention(now, tree)
-                self._tree_changed(now, tree)
-                self._maybe_leave(now, tree)
-                continue
-            if tree.history is not None and tree.history.missing:
-                self._fill_history(now, tree)  # retry what could not be fetched yet
-        for tree in self._trees.values():
-            if not tree.recent:
-                continue
-            current = tuple(reversed(tree.recent))
-            # Built on first use, then the same frames go to every neighbour.
-            prepared: _Prepared | None = None
-            for peer in tree.neighbours():
-                if refresh:
-                    prepared = prepared or self._history_message(tree)
-                    self._send_history(now, tree, peer, prepared)
-                elif tree.heads_sent.get(peer) != current:
-                    prepared = prepared or self._heads_message(tree)
-                    self._send_heads(now, tree, peer, prepared)
 
     # ------------------------------------------------------------ API commands
 
@@ -1935,7 +1784,7 @@ class PulsarcastNode:
             self._resume_since[topic_cid] = since
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
-    def _subscribe_tree(self, now: float, tree: _Tree) -> None:
+    def _subscribe_tree(self, now: float, tree: Tree) -> None:
         if tree.subscribed:
             return
         tree.subscribed = True
@@ -1952,7 +1801,7 @@ class PulsarcastNode:
         self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
 
-    def _follow(self, now: float, meta: _Tree, tree: _Tree) -> None:
+    def _follow(self, now: float, meta: Tree, tree: Tree) -> None:
         if not tree.subscribed or tree.key in meta.followers:
             return
         if not meta.followers and not meta.subscribed:
@@ -2091,7 +1940,7 @@ class PulsarcastNode:
             status="requested", event_cid=None, request_id=request_id, inject_id=inject_id
         )
 
-    def _check_parent(self, tree: _Tree, parent: CID | None) -> CID | None:
+    def _check_parent(self, tree: Tree, parent: CID | None) -> CID | None:
         """§5 Event linking: CUSTOM names a known parent of the same topic; LAST_SEEN none."""
         if parent is None:
             return None
@@ -2111,7 +1960,7 @@ class PulsarcastNode:
     def _publish_event(
         self,
         now: float,
-        tree: _Tree,
+        tree: Tree,
         ev: EventDescriptor,
         *,
         via: Literal["direct", "request"],
@@ -2147,7 +1996,7 @@ class PulsarcastNode:
             if len(tree.unsent) < _MAX_UNSENT:
                 tree.unsent.append(cid)
             self._ensure_joined(now, tree)
-        self._forward(now, tree, cid, exclude=None)
+        self._push_own(now, tree, cid)
         self._offer(now, tree, cid, False)
         # Announce it again soon in HEADS: if the EVENT to a neighbour was lost and this
         # node then fails, the block can still be fetched by whoever heard of it.
@@ -2197,7 +2046,7 @@ class PulsarcastNode:
             probe = (
                 tree
                 if tree is not None
-                else _Tree(root=root, author_pos=peer_position(root.author), latest=root)
+                else Tree(root=root, author_pos=peer_position(root.author), latest=root)
             )
             hop = self._next_hop(now, probe, {peer})
         if hop is None or hop == peer:
@@ -2220,7 +2069,7 @@ class PulsarcastNode:
         peer: str,
         rpc: RequestToPublish,
         root: TopicDescriptor,
-        tree: _Tree | None,
+        tree: Tree | None,
         version: TopicDescriptor,
     ) -> None:
         """Algorithm 4 at the first allowed node: check the requester, then publish."""
@@ -2378,7 +2227,7 @@ class PulsarcastNode:
         self._when_resolved(now, topic_cid, "read", self._read_tree)
 
     def _when_resolved(
-        self, now: float, topic_cid: CID, purpose: str, then: Callable[[float, _Tree], None]
+        self, now: float, topic_cid: CID, purpose: str, then: Callable[[float, Tree], None]
     ) -> None:
         """``then(now, tree)`` for topic ``topic_cid``'s tree, now if it is known, else
         once its descriptor chain is fetched (``purpose`` names it in the queue)."""
@@ -2389,7 +2238,7 @@ class PulsarcastNode:
         self._resolving.setdefault(topic_cid, []).append((purpose, None))
         self._continue_resolutions(now)
 
-    def _read_tree(self, now: float, tree: _Tree) -> None:
+    def _read_tree(self, now: float, tree: Tree) -> None:
         tree.reading_until = now + self.config.reader_ttl
         self._update_retention(now, tree)
         if tree.author != self.peer_id:

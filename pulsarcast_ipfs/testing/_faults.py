@@ -51,7 +51,7 @@ __all__ = [
     "scenario_unwritable_state",
 ]
 
-PROTOCOL = "/x/pulsarcast/1.0.0"
+PROTOCOL = "/x/pulsarcast/2.2.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

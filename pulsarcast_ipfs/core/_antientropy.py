@@ -1,0 +1,350 @@
+"""Anti-entropy between tree neighbours: HEADS deltas and DIGESTs (issue 13).
+
+Theory of operation
+-------------------
+Events travel the tree eagerly (EVENT). Anti-entropy finds what a neighbour may
+still lack, without resending what just crossed the edge:
+
+* **Per-edge knowledge.** For each neighbour a node keeps the set of event CIDs the
+  neighbour has or has been told of (:class:`~._tree.EdgeSync`): received from it,
+  sent to it, or advertised either way. A HEADS round (every ``heads_interval``)
+  sends each neighbour only the delta: the recent CIDs outside that set. On a busy,
+  loss-free tree the delta is empty, so HEADS rounds send nothing, and nothing at
+  all when the topic is idle.
+* **New edges** (a JOIN accepted, a JOIN_ACK received) get the whole window, HEADS
+  then the older CIDs, as before: the neighbour may have missed anything.
+* **DIGEST** (every ``heads_refresh_every`` rounds, when it changed): a fingerprint
+  of the events created in the window ``[lo, hi]``: their count and the sum of their
+  CIDs' last eight digest bytes modulo 2**64 (order-free, like Negentropy's
+  fingerprints). ``lo`` is where the sender's window is complete (its delivery
+  bound, or the newest event it has dropped from its bounded window); ``hi`` is
+  half a ``heads_interval`` ago, so that events in flight do not count.
+
+  - The receiver whose window covers ``[lo, hi]`` compares: equal, nothing more;
+    different, it answers with a DIGEST listing (``have``) of its own events there.
+    The listing's receiver fetches what it lacks (gap repair) and answers with a
+    HEADS of what the listing lacks, which the other side fetches in turn: three
+    messages, a few hundred bytes unless something is missing.
+  - A receiver whose window starts later (a leaf subscribed later) answers with its
+    own fingerprint from its ``lo``; the first sender's window covers that, so it
+    compares. Answers only ever move ``lo`` up: no loops.
+
+  - Each side learns where the other's window starts (``peer_lo``) and sends its
+    DIGESTs from there on, so that both can compare.
+  - An unchanged DIGEST is repeated after 1, 2, 4 and 8 rounds, then no more (a
+    lost DIGEST must not stall a repair; an idle topic then sends nothing); an edge
+    that found a difference compares every round until a DIGEST matches.
+
+  That catches an EVENT lost on an edge (a stream that broke, a message dropped
+  under load) within ``heads_refresh_every * heads_interval`` plus the fetch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from multiformats import CID
+
+from . import _dagcbor
+from ._codec import MAX_HAVE, MAX_HEADS, Digest, Heads, Leave, Rpc, encode_frame
+from ._config import NodeConfig
+from ._tree import LRU, Tree
+
+__all__ = ["DIGEST_REPEATS", "AntiEntropy", "fingerprint"]
+
+_MASK = (1 << 64) - 1
+DIGEST_REPEATS = 4
+"""An unchanged DIGEST is sent again this many times (after 1, 2, 4, 8 rounds)."""
+
+
+def fingerprint(cids: Iterable[CID]) -> tuple[int, int]:
+    """``(count, sum)`` of a set of event CIDs: the sum of each CID's last eight
+    bytes (the end of its sha2-256 digest) modulo 2**64."""
+    count = 0
+    total = 0
+    cid_bytes = _dagcbor._cid_bytes
+    for cid in cids:
+        count += 1
+        total += int.from_bytes(cid_bytes(cid)[-8:], "big")
+    return count, total & _MASK
+
+
+class AntiEntropy:
+    """The HEADS and DIGEST half of :class:`~._node.PulsarcastNode` (a mixin: it reads
+    the node's trees, caches and configuration)."""
+
+    config: NodeConfig
+    peer_id: str
+    _trees: dict[CID, Tree]
+    _seen: LRU
+    _fetches: dict[CID, Any]
+    _heads_tick: int
+
+    if TYPE_CHECKING:
+
+        def _send(
+            self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
+        ) -> None: ...
+
+        def _fetch(
+            self,
+            now: float,
+            cid: CID,
+            kind: Literal["event", "topic", "history"],
+            tree: CID | None,
+            hint: str | None,
+        ) -> None: ...
+
+        def _dist(self, peer: str, tree: Tree) -> int: ...
+
+        def _my_dist(self, tree: Tree) -> int: ...
+
+        def _adopt_child(self, now: float, tree: Tree, peer: str) -> None: ...
+
+        def _update_retention(self, now: float, tree: Tree) -> None: ...
+
+        def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None: ...
+
+        def _maybe_leave(self, now: float, tree: Tree) -> None: ...
+
+        def _fill_history(self, now: float, tree: Tree) -> None: ...
+
+    # ------------------------------------------------------------ bookkeeping
+
+    @staticmethod
+    def _is_edge(tree: Tree, peer: str | None) -> bool:
+        return peer is not None and (peer in tree.children or peer == tree.parent)
+
+    def _edge_knows(self, tree: Tree, peer: str | None, cid: CID) -> None:
+        """``peer`` (if a tree neighbour) has ``cid`` or has been told of it."""
+        if peer is not None and (peer in tree.children or peer == tree.parent):
+            tree.edge(peer).known.add(cid)
+
+    @staticmethod
+    def _window_dropped(tree: Tree, cid: CID, created: float) -> None:
+        """``cid`` fell out of the bounded window (``older``)."""
+        if created > tree.dropped_max:
+            tree.dropped_max = created
+        for e in tree.edges.values():
+            e.known.discard(cid)
+
+    def _heads_bound(self, now: float, tree: Tree) -> float:
+        """Events created before this are not repaired here. A node with children
+        repairs everything advertised (its subtree may have subscribed before it did);
+        a leaf only what it could deliver; a reader what its history keeps. (Older
+        events reach a subscriber's history through the parent links of what it
+        holds: ``_fill_history``.)"""
+        bound = tree.since if not tree.children else float("-inf")
+        if tree.reading_until is not None:
+            bound = min(bound, now - self.config.retention.max_age)
+        return bound
+
+    # ------------------------------------------------------------ HEADS
+
+    def _send_entries(
+        self, now: float, tree: Tree, peer: str, entries: list[tuple[CID, float]]
+    ) -> None:
+        """HEADS frames of at most ``heads_size`` entries; at least one (maybe empty)."""
+        known = tree.edge(peer).known
+        step = min(self.config.heads_size, MAX_HEADS)
+        for i in range(0, max(1, len(entries)), step):
+            chunk = tuple(entries[i : i + step])
+            rpc = Heads(topic=tree.key, heads=chunk)
+            self._send(now, peer, rpc, tree.name, encode_frame(rpc))
+            known.update(c for c, _ in chunk)
+
+    def _send_delta(self, now: float, tree: Tree, peer: str) -> None:
+        """HEADS of the recent CIDs ``peer`` is not known to have (if any)."""
+        known = tree.edge(peer).known
+        delta = [(c, ts) for c, ts in reversed(tree.recent.items()) if c not in known]
+        if delta:
+            self._send_entries(now, tree, peer, delta)
+
+    def _send_history(self, now: float, tree: Tree, peer: str) -> None:
+        """A new edge: HEADS with every CID of the window, newest first, then older
+        ones (a neighbour that missed events while partitioned learns them even when
+        they are no longer among the newest)."""
+        tree.edges.pop(peer, None)
+        entries = [(c, ts) for c, ts in reversed(tree.recent.items())]
+        entries += [(c, ts) for c, ts in reversed(tree.older.items())]
+        self._send_entries(now, tree, peer, entries)
+
+    def _repair(
+        self, now: float, tree: Tree, peer: str, entries: Iterable[tuple[CID, float]]
+    ) -> None:
+        """Fetch the advertised events this node lacks and would keep or deliver."""
+        bound = self._heads_bound(now, tree)
+        known = tree.edge(peer).known
+        for cid, created in entries:
+            known.add(cid)
+            if cid in self._seen or cid in self._fetches or created < bound:
+                continue
+            self._fetch(now, cid, "event", tree.key, peer)
+
+    def _edge_tree(self, now: float, peer: str, topic: CID) -> Tree | None:
+        """The tree a HEADS or DIGEST from ``peer`` is about, if ``peer`` is a neighbour
+        there (a peer that still takes us for its parent is adopted back)."""
+        tree = self._trees.get(topic)
+        if tree is None:
+            self._send(now, peer, Leave(topic=topic), None)
+            return None
+        if peer not in tree.children and peer != tree.parent:
+            if tree.join is not None and tree.join.peer == peer:
+                pass  # the parent we are joining: its HEADS can overtake its JOIN_ACK
+            elif tree.joined and self._dist(peer, tree) > self._my_dist(tree):
+                self._adopt_child(now, tree, peer)  # it still takes us for its parent
+            else:
+                self._send(now, peer, Leave(topic=tree.key), tree.name)
+                return None
+        return tree
+
+    def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
+        tree = self._edge_tree(now, peer, rpc.topic)
+        if tree is None:
+            return
+        tree.heads_from.add(peer)
+        if len(tree.heads_from) > 64:
+            tree.heads_from = {peer}
+        self._repair(now, tree, peer, rpc.heads)
+        if self._is_edge(tree, peer):
+            self._send_delta(now, tree, peer)  # what it may lack in turn
+
+    def _heads_round(self, now: float) -> None:
+        refresh = self._heads_tick % self.config.heads_refresh_every == 0
+        for tree in list(self._trees.values()):
+            if tree.reading_until is not None and tree.reading_until <= now:
+                tree.reading_until = None  # the reader's time is up
+                self._update_retention(now, tree)
+                self._tree_changed(now, tree)
+                self._maybe_leave(now, tree)
+                continue
+            if tree.history is not None and tree.history.missing:
+                self._fill_history(now, tree)  # retry what could not be fetched yet
+        for tree in self._trees.values():
+            neighbours = tree.neighbours()
+            for peer in [p for p in tree.edges if p not in neighbours]:
+                del tree.edges[peer]
+            if not tree.recent:
+                continue
+            windows: dict[float, tuple[float, float, int, int]] = {}
+            for peer in neighbours:
+                self._send_delta(now, tree, peer)
+                if refresh:
+                    self._send_digest(now, tree, peer, windows)
+
+    def _heads_due(self, now: float, tree: Tree) -> None:
+        """A publisher's early HEADS round (``heads_after_publish``)."""
+        tree.heads_due = None
+        for peer in tree.neighbours():
+            self._send_delta(now, tree, peer)
+
+    # ------------------------------------------------------------ DIGEST
+
+    def _window_lo(self, now: float, tree: Tree) -> float:
+        """Where this node's window is complete: nothing it would keep was dropped above
+        it, and it repairs nothing below it. Finite (dag-cbor has no infinities)."""
+        return max(self._heads_bound(now, tree), tree.dropped_max, 0.0)
+
+    @staticmethod
+    def _window_items(tree: Tree, lo: float, hi: float) -> list[tuple[CID, float]]:
+        items = [(c, ts) for c, ts in tree.recent.items() if lo <= ts <= hi]
+        items += [(c, ts) for c, ts in tree.older.items() if lo <= ts <= hi]
+        return items
+
+    def _digest_window(self, now: float, tree: Tree, lo: float) -> tuple[float, float, int, int]:
+        hi = max(lo, now - self.config.heads_interval / 2)
+        count, total = fingerprint(c for c, _ in self._window_items(tree, lo, hi))
+        return lo, hi, count, total
+
+    def _send_digest(
+        self,
+        now: float,
+        tree: Tree,
+        peer: str,
+        windows: dict[float, tuple[float, float, int, int]],
+    ) -> None:
+        """A DIGEST from where both windows are complete, if it changed (or repeats
+        are due, or the edge differs). ``windows``: computed per ``lo`` this round."""
+        edge = tree.edge(peer)
+        lo = max(self._window_lo(now, tree), edge.peer_lo)
+        window = windows.get(lo)
+        if window is None:
+            window = windows[lo] = self._digest_window(now, tree, lo)
+        lo, hi, count, total = window
+        tick = self._heads_tick
+        if edge.digest_sent != (lo, count, total):
+            edge.digest_sent = (lo, count, total)
+            edge.repeats = 0
+            edge.repeat_tick = tick + 1
+        elif edge.differs:
+            pass
+        elif edge.repeats < DIGEST_REPEATS and tick >= edge.repeat_tick:
+            edge.repeats += 1
+            edge.repeat_tick = tick + (1 << edge.repeats)
+        else:
+            return  # unchanged, repeated enough: the neighbour has compared it
+        self._send(
+            now, peer, Digest(topic=tree.key, lo=lo, hi=hi, count=count, sum=total), tree.name
+        )
+
+    def _on_digest(self, now: float, peer: str, rpc: Digest) -> None:
+        tree = self._edge_tree(now, peer, rpc.topic)
+        if tree is None:
+            return
+        edge = tree.edge(peer)
+        if rpc.have is None:
+            edge.peer_lo = rpc.lo
+        if rpc.have is not None:
+            # Its listing: fetch what we lack, tell it what it lacks; compare again
+            # next round (until a DIGEST matches).
+            edge.differs = True
+            self._repair(now, tree, peer, rpc.have)
+            listed = {c for c, _ in rpc.have}
+            lacking = [e for e in self._window_items(tree, rpc.lo, rpc.hi) if e[0] not in listed]
+            if lacking:
+                lacking.sort(key=lambda e: e[1], reverse=True)
+                self._send_entries(now, tree, peer, lacking)
+            return
+        lo = self._window_lo(now, tree)
+        if lo > rpc.lo:
+            # Our window starts later: it cannot compare ours, but ours fits in its.
+            if lo <= rpc.hi:
+                count, total = fingerprint(c for c, _ in self._window_items(tree, lo, rpc.hi))
+                self._send(
+                    now,
+                    peer,
+                    Digest(topic=tree.key, lo=lo, hi=rpc.hi, count=count, sum=total),
+                    tree.name,
+                )
+            return
+        items = self._window_items(tree, rpc.lo, rpc.hi)
+        count, total = fingerprint(c for c, _ in items)
+        if (count, total) == (rpc.count, rpc.sum):
+            if edge.differs:
+                # In step again: say so, so that the neighbour stops comparing too.
+                edge.differs = False
+                self._send(now, peer, replace(rpc, have=None), tree.name)
+            return
+        edge.differs = True
+        items.sort(key=lambda e: e[1], reverse=True)
+        lo_sent = rpc.lo
+        if len(items) > MAX_HAVE:  # the newest part; the rest on a later round
+            items = items[:MAX_HAVE]
+            lo_sent = items[-1][1]
+        count, total = fingerprint(c for c, _ in items)
+        self._send(
+            now,
+            peer,
+            Digest(
+                topic=tree.key,
+                lo=lo_sent,
+                hi=rpc.hi,
+                count=count,
+                sum=total,
+                have=tuple(items),
+            ),
+            tree.name,
+        )
+        edge.known.update(c for c, _ in items)

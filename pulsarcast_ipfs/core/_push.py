@@ -1,0 +1,141 @@
+"""The first hop of an event: a publisher sends it straight to the root's children
+(issue 13, "Hops"; docs/protocol-notes.md "First hop").
+
+Theory of operation
+-------------------
+In a tree an event from a publisher that is not the root crosses two hops or more
+(publisher → root → the others); under WAN delay each hop costs a full latency.
+Kubo's gossipsub floods a node's own message to every topic peer it knows: one hop.
+Pulsarcast does the same within a bound, the lazy half of Plumtree's eager/lazy push:
+
+* A root (the author, or an acting root) tells its children who its children are:
+  MEMBERS ``{epoch, members}`` (at most ``MAX_MEMBERS``, the direct fan-out), at
+  most every ``members_interval`` while that set changes.
+* A child of the root that publishes sends the EVENT, marked ``pushed=epoch``, to
+  its tree neighbours as always *and* straight to the members of that epoch.
+* The root, receiving a ``pushed`` event from that child, does not send it again
+  to the members of that epoch: it sends it only to its children outside it (new
+  ones, or beyond the bound). Anti-entropy counts them as having it.
+* A member receiving a ``pushed`` event straight from its publisher (not a tree
+  neighbour) verifies it like any EVENT (topic version, allowed publisher,
+  signature, at every hop), delivers it, and forwards it to its own children, not
+  to its parent (the root has it from the publisher).
+
+Nothing else changes: deduplication by CID absorbs any overlap; an event whose
+direct push was lost reaches its member through anti-entropy (DIGEST) and a fetch;
+a member list that is stale only costs a LEAVE from a peer that left, or a root
+forward to a new child.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from multiformats import CID
+
+from ._codec import MAX_MEMBERS, Members, Rpc, encode_frame
+from ._config import NodeConfig
+from ._tree import Tree
+
+__all__ = ["FirstHopPush"]
+
+_EPOCHS_KEPT = 8
+"""Member sets a root remembers (a ``pushed`` event names one of the recent epochs)."""
+
+
+class FirstHopPush:
+    """The MEMBERS half of :class:`~._node.PulsarcastNode` (a mixin)."""
+
+    config: NodeConfig
+    peer_id: str
+    _trees: dict[CID, Tree]
+
+    if TYPE_CHECKING:
+
+        def _send(
+            self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
+        ) -> None: ...
+
+        def _forward(
+            self,
+            now: float,
+            tree: Tree,
+            cid: CID,
+            *,
+            exclude: str | None = None,
+            only: str | None = None,
+            skip: frozenset[str] | set[str] = frozenset(),
+            direct: tuple[str, ...] = (),
+            pushed: int | None = None,
+        ) -> None: ...
+
+    @staticmethod
+    def _is_root(tree: Tree) -> bool:
+        return tree.joined and tree.parent is None
+
+    def _members_changed(self, now: float, tree: Tree) -> None:
+        """The root's children changed: send MEMBERS soon (at most every
+        ``members_interval``)."""
+        if self._is_root(tree) and tree.children and tree.members_due is None:
+            tree.members_due = now + self.config.members_interval
+
+    def _send_members(self, now: float, tree: Tree) -> None:
+        tree.members_due = None
+        if not self._is_root(tree) or not tree.children:
+            return
+        members = tuple(sorted(tree.children)[:MAX_MEMBERS])
+        last = tree.member_sets.get(tree.member_epoch)
+        if last is not None and last == frozenset(members):
+            return  # what the children were told already
+        tree.member_epoch += 1
+        tree.member_sets[tree.member_epoch] = frozenset(members)
+        for old in [e for e in tree.member_sets if e <= tree.member_epoch - _EPOCHS_KEPT]:
+            del tree.member_sets[old]
+        rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members)
+        data = encode_frame(rpc)
+        for peer in tree.children:
+            self._send(now, peer, rpc, tree.name, data)
+
+    def _on_members(self, now: float, peer: str, rpc: Members) -> None:
+        tree = self._trees.get(rpc.topic)
+        if tree is None or tree.parent != peer:
+            return  # only a root's children use its list; anything else is stale
+        tree.members = tuple(m for m in rpc.members if m != self.peer_id)
+        tree.members_epoch = rpc.epoch
+        tree.members_from = peer
+
+    def _push_own(self, now: float, tree: Tree, cid: CID) -> None:
+        """Send an event this node published: to its tree neighbours, and, as a child
+        of the root, straight to the root's other children."""
+        if tree.members_epoch is None or tree.parent is None or tree.members_from != tree.parent:
+            self._forward(now, tree, cid)
+            return
+        direct = tuple(
+            m
+            for m in tree.members
+            if m != tree.parent and m not in tree.children and m != self.peer_id
+        )
+        self._forward(now, tree, cid, direct=direct, pushed=tree.members_epoch)
+
+    def _forward_received(
+        self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
+    ) -> None:
+        """Send a received event on: to every neighbour but the sender, less what the
+        publisher's direct first hop covered."""
+        skip: set[str] = set()
+        if sender is not None:
+            skip.add(sender)
+        if pushed is not None and sender is not None:
+            if sender in tree.children and self._is_root(tree):
+                covered = tree.member_sets.get(pushed)
+                if covered is not None:
+                    for p in covered:
+                        if p in tree.children:
+                            tree.edge(p).known.add(cid)
+                    skip |= covered
+            elif sender not in tree.children and sender != tree.parent:
+                # A direct push: the root has it from the publisher.
+                if tree.parent is not None and tree.members_from == tree.parent:
+                    tree.edge(tree.parent).known.add(cid)
+                    skip.add(tree.parent)
+        self._forward(now, tree, cid, skip=skip)

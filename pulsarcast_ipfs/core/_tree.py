@@ -1,0 +1,146 @@
+"""Per-topic tree state of a node and the small containers the core's modules share."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from multiformats import CID
+
+from ._descriptors import TopicDescriptor
+from ._history import TopicHistory
+from ._io import Role
+
+__all__ = ["LRU", "EdgeSync", "JoinAttempt", "Tree"]
+
+
+class LRU:
+    """An insertion-ordered set/map with a size limit (oldest evicted first)."""
+
+    __slots__ = ("_d", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self._d: OrderedDict[Any, Any] = OrderedDict()
+        self.limit = limit
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def get(self, key: Any) -> Any:
+        return self._d.get(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """A snapshot, oldest first."""
+        return list(self._d.items())
+
+    def put(self, key: Any, value: Any = None) -> None:
+        self._d[key] = value
+        self._d.move_to_end(key)
+        while len(self._d) > self.limit:
+            self._d.popitem(last=False)
+
+
+@dataclass(slots=True, kw_only=True)
+class JoinAttempt:
+    peer: str
+    deadline: float
+    tried: set[str]
+
+
+@dataclass(slots=True)
+class EdgeSync:
+    """Anti-entropy state of one tree edge (docs/protocol-notes.md "Anti-entropy")."""
+
+    known: set[CID] = field(default_factory=set)
+    """Event CIDs the neighbour has or has been told of: received from it, sent to it
+    (EVENT), advertised either way (HEADS, DIGEST listings). Never advertised again."""
+    digest_sent: tuple[float, int, int] | None = None
+    """``(lo, count, sum)`` of the last DIGEST sent. Unchanged, it is sent again only
+    ``DIGEST_REPEATS`` times, after 1, 2, 4, ... rounds (a lost DIGEST must not stall
+    a repair), then no more: an idle topic sends nothing..."""
+    repeats: int = 0
+    repeat_tick: int = 0
+    differs: bool = False
+    """...unless the last comparison on this edge found a difference (and no matching
+    DIGEST has come since): then every round, so that a lost listing or HEADS cannot
+    stall the repair."""
+    peer_lo: float = 0.0
+    """Where the neighbour's window starts (from its DIGESTs): ours are sent from
+    there on, so that it can compare them."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Tree:
+    root: TopicDescriptor
+    author_pos: int
+    latest: TopicDescriptor
+    versions: dict[CID, TopicDescriptor] = field(default_factory=dict)
+    depth: dict[CID, int] = field(default_factory=dict)
+    subscribed: bool = False
+    publishing: bool = False
+    followers: set[CID] = field(default_factory=set)
+    since: float = 0.0
+    parent: str | None = None
+    children: dict[str, None] = field(default_factory=dict)
+    joined: bool = False
+    join: JoinAttempt | None = None
+    recheck_at: float | None = None
+    heads_due: float | None = None
+    recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
+    older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
+    tips: dict[CID, int] = field(default_factory=dict)
+    """The DAG's heads as this node knows them: events seen that no event seen links
+    (CID -> clock). LAST_SEEN links the newest of them (docs/protocol-notes.md)."""
+    history: TopicHistory | None = None
+    """The retained history (subscribers, the author, readers); ``None``: a relay."""
+    reading_until: float | None = None
+    """A reader (history without subscription) stays in the tree until then."""
+    heads_from: set[str] = field(default_factory=set)
+    """Neighbours whose HEADS arrived (a reader is synced once its parent's did)."""
+    edges: dict[str, EdgeSync] = field(default_factory=dict)
+    """Per neighbour: what it is known to have (anti-entropy, :mod:`._antientropy`)."""
+    dropped_max: float = float("-inf")
+    """The latest ``created`` of an event dropped from ``older``: above it, ``recent``
+    and ``older`` hold every event this node has seen (the DIGEST window starts there)."""
+    members: tuple[str, ...] = ()
+    """(child of a root) The root's children, from its last MEMBERS: a publisher's
+    direct first hop (:mod:`._push`)."""
+    members_epoch: int | None = None
+    members_from: str | None = None
+    """Who sent ``members``: used only while that peer is still the parent."""
+    member_epoch: int = 0
+    """(root) The epoch of the last MEMBERS sent."""
+    member_sets: dict[int, frozenset[str]] = field(default_factory=dict)
+    """(root) The member sets of the last few epochs (what a ``pushed`` event covered)."""
+    members_due: float | None = None
+    """(root) Send MEMBERS then (children changed)."""
+    unsent: list[CID] = field(default_factory=list)
+    role: Role = "none"
+
+    @property
+    def key(self) -> CID:
+        return self.root.cid
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def author(self) -> str:
+        return self.root.author
+
+    def edge(self, peer: str) -> EdgeSync:
+        e = self.edges.get(peer)
+        if e is None:
+            e = self.edges[peer] = EdgeSync()
+        return e
+
+    def neighbours(self) -> list[str]:
+        out = list(self.children)
+        if self.parent is not None:
+            out.append(self.parent)
+        return out

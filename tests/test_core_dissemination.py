@@ -1,0 +1,243 @@
+"""The first hop (MEMBERS, ``pushed`` events) and per-edge anti-entropy (HEADS deltas,
+DIGEST) of the pure core (issue 13; docs/protocol-notes.md "First hop",
+"Anti-entropy")."""
+
+from __future__ import annotations
+
+from multiformats import CID
+
+from pulsarcast_ipfs.core import (
+    Digest,
+    Event,
+    Heads,
+    Members,
+    NodeConfig,
+    PulsarcastNode,
+    RemoteProtocolError,
+    decode_rpc,
+    encode_rpc,
+)
+from pulsarcast_ipfs.core._antientropy import fingerprint
+from pulsarcast_ipfs.core.testing import CoreNet
+
+import pytest
+
+
+def star(n: int, **kw: object) -> tuple[CoreNet, CID, str, list[str]]:
+    """``n`` nodes, everyone knows everyone: the tree is a star around the author."""
+    net = CoreNet(n, seed=3, **kw)  # type: ignore[arg-type]
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "news")
+    net.run_for(0.5)
+    members = net.peers[1:]
+    for p in members:
+        net.call(p, "subscribe", topic)
+    net.run_for(3)
+    for p in members:
+        assert net.nodes[p].topic_state(topic).parent == author
+    return net, topic, author, members
+
+
+def events_sent(net: CoreNet, peer: str) -> list[tuple[str, Event]]:
+    return [(s.peer, s.rpc) for s in net.logs[peer].sent if isinstance(s.rpc, Event)]
+
+
+def test_root_tells_its_children_who_they_are() -> None:
+    net, topic, author, members = star(6)
+    sent = [s for s in net.logs[author].sent if isinstance(s.rpc, Members)]
+    assert sent, "the root sent no MEMBERS"
+    last = sent[-1].rpc
+    assert isinstance(last, Members) and set(last.members) == set(members)
+    # Debounced: five JOINs, far fewer than 5 x 5 MEMBERS.
+    assert len(sent) <= 3 * len(members)
+    for p in members:
+        assert net.nodes[p].topic_state(topic).parent == author
+
+
+def test_a_child_publishes_in_one_hop_and_the_root_does_not_repeat_it() -> None:
+    net, topic, author, members = star(8)
+    pub = members[0]
+    before = {p: len(net.logs[p].sent) for p in net.peers}
+    cid = net.call(pub, "publish", topic, b"one hop").event_cid
+    net.run_for(1)
+    from_pub = [(to, rpc) for to, rpc in events_sent(net, pub) if rpc.pushed is not None]
+    assert {to for to, _ in from_pub} == set(net.peers) - {pub}
+    # The root forwards it to nobody: every other child had it from the publisher.
+    root_events = [s for s in net.logs[author].sent[before[author] :] if isinstance(s.rpc, Event)]
+    assert root_events == []
+    for p in net.peers:
+        assert net.delivered(p, topic) == [cid]
+    # Each member got exactly one copy (no duplicate from the tree).
+    dups = [
+        r
+        for p in members
+        for r in net.records(p, "event_dropped")  # type: ignore[arg-type]
+        if r.fields.get("reason") == "duplicate"
+    ]
+    assert dups == []
+
+
+def test_a_member_forwards_a_direct_push_to_its_children_not_up() -> None:
+    net, topic, author, members = star(5)
+    pub, relay, child = members[0], members[1], members[2]
+    # Give `relay` a child by hand (as if a farther peer had joined it).
+    net.nodes[relay]._trees[topic].children[child] = None
+    cid = net.call(pub, "publish", topic, b"x").event_cid
+    net.run_for(1)
+    to = [p for p, rpc in events_sent(net, relay)]
+    assert child in to, "a member did not forward a direct push to its children"
+    assert author not in to, "a direct push went back up to the root"
+    assert cid in net.delivered(relay, topic)
+
+
+def test_a_root_with_a_new_child_still_sends_it_pushed_events() -> None:
+    """The publisher's member list is older than the root's newest child: the root
+    forwards to the children outside the epoch the event names."""
+    net, topic, author, members = star(5)
+    pub, newest = members[0], members[3]
+    old = frozenset(m for m in members if m != newest)
+    net.nodes[author]._trees[topic].member_sets[99] = old
+    t = net.nodes[pub]._trees[topic]
+    t.members, t.members_epoch = tuple(old - {pub}), 99
+    cid = net.call(pub, "publish", topic, b"x").event_cid
+    net.run_for(1)
+    assert cid in net.delivered(newest, topic)
+    root_to = [p for p, rpc in events_sent(net, author)]
+    assert root_to == [newest]
+
+
+def test_an_unknown_epoch_makes_the_root_forward_to_everyone() -> None:
+    net, topic, author, members = star(4)
+    pub = members[0]
+    net.nodes[pub]._trees[topic].members_epoch = 10_000
+    cid = net.call(pub, "publish", topic, b"x").event_cid
+    net.run_for(1)
+    for p in net.peers:
+        assert net.delivered(p, topic) == [cid]
+
+
+def test_direct_pushes_lost_are_repaired_by_anti_entropy() -> None:
+    net, topic, author, members = star(6)
+    pub, victim = members[0], members[1]
+    net.drop_if = lambda s, r, rpc: s == pub and r == victim and isinstance(rpc, Event)
+    cid = net.call(pub, "publish", topic, b"lost").event_cid
+    net.run_for(1)
+    net.drop_if = None
+    assert cid not in net.delivered(victim, topic)
+    net.run_for(15)
+    assert net.delivered(victim, topic) == [cid]
+
+
+def test_a_direct_push_from_a_non_publisher_is_a_stale_edge() -> None:
+    """Only the publisher itself may push outside the tree; anyone else gets LEAVE."""
+    net, topic, author, members = star(4)
+    cid = net.call(members[0], "publish", topic, b"x").event_cid
+    net.run_for(1)
+    ev = next(rpc for _, rpc in events_sent(net, members[0]))
+    outsider = members[2]
+    net.logs[outsider].sent.clear()
+    fresh = Event(topic=topic, event=ev.event, pushed=ev.pushed)
+    net.inject(outsider, members[1], fresh)
+    net.run_for(0.1)
+    assert cid in net.delivered(members[1], topic)
+
+
+def test_heads_rounds_send_nothing_when_events_crossed_the_edges() -> None:
+    net, topic, author, members = star(5)
+    for i in range(10):
+        net.call(members[i % 4], "publish", topic, f"e{i}".encode())
+        net.run_for(0.2)
+    # Deltas settle at once; an unchanged DIGEST is repeated after 1, 2, 4 and 8
+    # rounds (a lost one must not stall a repair), then never again.
+    net.run_for(16 * 5 + 5)
+    for p in net.peers:
+        net.logs[p].sent.clear()
+    net.run_for(60)  # idle topic: twelve HEADS rounds
+    for p in net.peers:
+        chatter = [s.rpc.op for s in net.logs[p].sent if isinstance(s.rpc, Heads | Digest)]
+        assert chatter == [], (p, chatter)
+
+
+def test_a_lost_tree_event_is_found_by_digest_not_by_resending_heads() -> None:
+    net, topic, author, members = star(4)
+    victim = members[2]
+    net.drop_if = lambda s, r, rpc: r == victim and isinstance(rpc, Event)
+    cid = net.call(author, "publish", topic, b"lost").event_cid
+    net.run_for(0.5)
+    net.drop_if = None
+    net.run_for(12)
+    assert net.delivered(victim, topic) == [cid]
+    listings = [
+        s.rpc
+        for p in net.peers
+        for s in net.logs[p].sent
+        if isinstance(s.rpc, Digest) and s.rpc.have is not None
+    ]
+    assert listings, "repaired without a DIGEST listing?"
+
+
+def test_digest_repair_survives_lost_listings() -> None:
+    """A lost listing or HEADS answer must not stall the repair: the edge keeps
+    comparing every round until a DIGEST matches."""
+    net, topic, author, members = star(3)
+    victim = members[1]
+    lost = {"listing": 2}
+
+    def drop(s: str, r: str, rpc: object) -> bool:
+        if r == victim and isinstance(rpc, Event):
+            return True
+        if isinstance(rpc, Digest) and rpc.have is not None and lost["listing"] > 0:
+            lost["listing"] -= 1
+            return True
+        return False
+
+    net.drop_if = drop  # type: ignore[assignment]
+    cid = net.call(author, "publish", topic, b"lost").event_cid
+    net.run_for(0.5)
+    net.drop_if = lambda s, r, rpc: isinstance(rpc, Digest) and rpc.have is not None and drop(
+        s, r, rpc
+    )
+    net.run_for(40)
+    assert lost["listing"] == 0
+    assert net.delivered(victim, topic) == [cid]
+
+
+def test_fingerprint_is_order_free_and_sensitive() -> None:
+    net, topic, author, members = star(3)
+    cids = [net.call(author, "publish", topic, f"{i}".encode()).event_cid for i in range(5)]
+    assert fingerprint(cids) == fingerprint(reversed(cids))
+    assert fingerprint(cids) != fingerprint(cids[:-1])
+    assert fingerprint([])[0] == 0
+
+
+def test_new_rpcs_round_trip_and_refuse_garbage() -> None:
+    net, topic, author, members = star(2)
+    m = Members(topic=topic, epoch=3, members=(author,))
+    assert decode_rpc(encode_rpc(m)) == m
+    d = Digest(topic=topic, lo=0.0, hi=1.0, count=0, sum=0)
+    assert decode_rpc(encode_rpc(d)) == d
+    e = Event(topic=topic, event=b"x", pushed=7)
+    assert decode_rpc(encode_rpc(e)) == e
+    from pulsarcast_ipfs.core import _dagcbor
+
+    bad = d.to_ipld() | {"lo": 2.0}
+    with pytest.raises(RemoteProtocolError, match="lo"):
+        decode_rpc(_dagcbor.encode(bad))
+    bad = m.to_ipld() | {"members": ["not a peer"]}
+    with pytest.raises(RemoteProtocolError, match="members"):
+        decode_rpc(_dagcbor.encode(bad))
+    bad = e.to_ipld() | {"pushed": -1}
+    with pytest.raises(RemoteProtocolError, match="pushed"):
+        decode_rpc(_dagcbor.encode(bad))
+
+
+def test_members_from_a_non_parent_are_ignored() -> None:
+    net, topic, author, members = star(3)
+    node: PulsarcastNode = net.nodes[members[0]]
+    before = node._trees[topic].members
+    node.receive_rpc(net.now, members[1], Members(topic=topic, epoch=99, members=(members[1],)))
+    assert node._trees[topic].members == before
+
+
+def test_config_default_is_one_round() -> None:
+    assert NodeConfig().heads_refresh_every == 1
