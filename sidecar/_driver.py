@@ -51,7 +51,7 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._config import SidecarConfig
 from ._metrics import MetricsWriter, resource_records
-from ._routing import known_peers
+from ._routing import RoutingView, topic_cid
 from ._state import StateError, StateStore
 from ._store import BlockStore, kubo_announces_pins
 from ._transport import PROTOCOL, Transport
@@ -623,9 +623,18 @@ class Driver:
     def _resubscribe(self, cid: CID, since: float) -> None:
         self.call(lambda now: self.node.subscribe(now, cid, since=since))
 
+    _routing: RoutingView | None = None
+    """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""
+
     async def _refresh_routing(self) -> None:
+        """Give the node its known peers (``swarm/peers`` each time, ``stats/dht`` every
+        30 s: :class:`RoutingView`); the node is told only when they changed or a tree
+        acts as root."""
+        if self._routing is None:
+            self._routing = RoutingView(self_id=self.peer_id, k=self.config.routing_k)
+        view = self._routing
         try:
-            peers = await known_peers(self.kubo, self.peer_id, self.config.routing_k)
+            peers = await view.refresh(self.kubo, time.monotonic())
         except KuboError as exc:
             log.warning("routing table unavailable: %s", exc)
             return
@@ -633,14 +642,21 @@ class Driver:
         # peer closer to the author, e.g. a sparse routing table): add the author, whom
         # `p2p forward` can reach by peer ID through the DHT (§5: "if the author itself
         # is reachable, go straight to it").
+        acting = False
         for root in self._topics:
             try:
-                st = self.node.topic_state(CID.decode(root))
+                st = self.node.topic_state(topic_cid(root))
             except (UnknownTopic, ValueError):
                 continue
-            if st.acting_root and st.author not in peers and st.author != self.peer_id:
-                peers.append(st.author)
-        self.call(lambda now: self.node.set_known_peers(now, peers))
+            if st.acting_root:
+                acting = True
+                if st.author not in peers and st.author != self.peer_id:
+                    peers.append(st.author)
+        # set_known_peers with the peers the node has already changes nothing, except
+        # that acting roots look for a closer peer at once: skip it unless one does.
+        if acting or peers != view.given:
+            view.given = peers
+            self.call(lambda now: self.node.set_known_peers(now, peers))
 
     async def _routing_loop(self) -> None:
         while True:

@@ -28,6 +28,7 @@ from sidecar import (
     openapi_document,
 )
 from sidecar.__main__ import build_parser, config_from_args
+from sidecar._routing import RoutingView
 from sidecar._store import BlockStore, kubo_announces_pins
 
 PEERS = [
@@ -224,6 +225,116 @@ def test_limit_per_bucket_keeps_k_per_bucket_and_progress() -> None:
     all_buckets = {bucket_index(pos, peer_position(p)) for p in PEERS[1:]}
     assert set(buckets) == all_buckets  # every non-empty bucket keeps a peer
     assert set(limit_per_bucket(me, PEERS, None)) == set(PEERS[1:])
+
+
+class FakeRoutingKubo:
+    """``stats/dht`` and ``swarm/peers`` answered from two sets, the calls counted."""
+
+    def __init__(self, table: set[str], connected: set[str]) -> None:
+        self.table, self.connected = table, connected
+        self.calls: list[str] = []
+
+    def client(self) -> KuboClient:
+        return KuboClient(config=KuboConfig(), transport=httpx.MockTransport(self.handle))
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        endpoint = request.url.path.removeprefix("/api/v0/")
+        self.calls.append(endpoint)
+        if endpoint == "stats/dht":
+            peers = [{"ID": p, "Connected": p in self.connected} for p in sorted(self.table)]
+            lan = {"Name": "lan", "Buckets": [{"Peers": peers}]}
+            return httpx.Response(200, text='{"Name":"wan","Buckets":[]}\n' + json.dumps(lan))
+        assert endpoint == "swarm/peers"
+        return httpx.Response(200, json={"Peers": [{"Peer": p} for p in self.connected]})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("k", [None, 1, 2])
+async def test_routing_view_reads_the_table_every_30_s_and_swarm_peers_every_time(
+    k: int | None,
+) -> None:
+    """Issue 13: stats/dht every TABLE_INTERVAL, swarm/peers on every refresh (a new
+    peer is known at the next one), the per-bucket limit the same as over the union
+    of the last table read and the connected peers, computed again only on a change."""
+    me, *others = PEERS
+    kubo = FakeRoutingKubo(table=set(others[:3]), connected={others[2], others[3]})
+    view = RoutingView(self_id=me, k=k)
+    async with kubo.client() as client:
+
+        async def refresh(now: float) -> list[str]:
+            got = await view.refresh(client, now)
+            assert got == limit_per_bucket(me, view_table | kubo.connected, k)
+            return got
+
+        view_table = set(kubo.table)
+        await refresh(100.0)
+        kubo.table.add(others[4])  # not read again before 30 s
+        kubo.connected.add(others[5])  # ... but a new connection is known at once
+        second = await refresh(101.0)
+        assert others[5] in second or k is not None
+        assert kubo.calls == ["stats/dht", "swarm/peers", "swarm/peers"]
+        assert await refresh(105.0) == second and await refresh(129.9) == second
+        assert (view.table_reads, view.swarm_reads, view.limits) == (1, 4, 2)
+        view_table = set(kubo.table)
+        await refresh(130.0)  # 30 s after the last table read
+        assert (view.table_reads, view.swarm_reads, view.limits) == (2, 5, 3)
+        kubo.connected.discard(others[5])
+        view_table = set(kubo.table)
+        await view.refresh(client, 130.5, table=True)  # asked for: read now
+        assert view.table_reads == 3
+        await refresh(100.0)  # the clock went back: read again
+        assert view.table_reads == 4
+
+
+@pytest.mark.anyio
+async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
+    tmp_path: Path,
+) -> None:
+    from pulsarcast_ipfs.core import UnknownTopic
+    from sidecar import Driver
+
+    me, author, *others = PEERS
+    topic = compute_cid(dag_cbor.encode({"t": "acting"}))
+    gone = compute_cid(dag_cbor.encode({"t": "gone"}))
+
+    class Node:
+        def __init__(self) -> None:
+            self.given: list[list[str]] = []
+            self.acting = False
+
+        def set_known_peers(self, now: float, peers: list[str]) -> None:
+            self.given.append(list(peers))
+
+        def topic_state(self, cid: CID) -> Any:
+            if cid != topic:
+                raise UnknownTopic(f"unknown topic {cid}")
+            return type("State", (), {"acting_root": self.acting, "author": author})()
+
+        def take_outputs(self) -> list[Any]:
+            return []
+
+    kubo = FakeRoutingKubo(table={others[0]}, connected={others[1]})
+    driver = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
+    node = Node()
+    driver._node = node  # type: ignore[assignment]
+    driver.peer_id = me
+    driver._topics = {str(topic): "acting", str(gone): "gone", "not a CID": "?"}
+    async with kubo.client() as client:
+        driver.kubo = client
+        await driver._refresh_routing()
+        await driver._refresh_routing()  # nothing new: the node is not told again
+        assert node.given == [limit_per_bucket(me, others[:2], None)]
+        kubo.connected.add(others[2])
+        await driver._refresh_routing()
+        assert node.given[-1] == limit_per_bucket(me, others[:3], None)
+        node.acting = True  # acting root: the author is added, every time
+        await driver._refresh_routing()
+        await driver._refresh_routing()
+        assert node.given[-2:] == [[*limit_per_bucket(me, others[:3], None), author]] * 2
+        node.acting = False
+        await driver._refresh_routing()
+        assert len(node.given) == 5 and author not in node.given[-1]
+    assert kubo.calls.count("stats/dht") == 1 and kubo.calls.count("swarm/peers") == 6
 
 
 # -- OpenAPI equals the contract -------------------------------------------------------------
