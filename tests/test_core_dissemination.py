@@ -241,3 +241,38 @@ def test_members_from_a_non_parent_are_ignored() -> None:
 
 def test_config_default_is_one_round() -> None:
     assert NodeConfig().heads_refresh_every == 1
+
+
+def _two_events_out_of_order(gap: float | None) -> tuple[CoreNet, CID, list[CID], int]:
+    """The author publishes e1 then e2 (e2's parent); ``victim`` gets e2 first, then
+    e1 ``gap`` seconds later (``None``: never). Returns the fetches it made."""
+    net, topic, author, members = star(3)
+    victim = members[0]
+    net.drop_if = lambda s, r, rpc: r == victim and isinstance(rpc, Event | Heads | Digest)
+    e1 = net.call(author, "publish", topic, b"e1").event_cid
+    e2 = net.call(author, "publish", topic, b"e2").event_cid
+    net.run_for(0.2)
+    net.drop_if = None
+    frames = {
+        rpc.event: rpc for to, rpc in events_sent(net, author) if to == members[1]
+    }
+    ev1, ev2 = (next(r for r in frames.values() if r.event == net.store[c]) for c in (e1, e2))
+    before = net.fetches
+    net.inject(author, victim, ev2)
+    if gap is not None:
+        net.run_for(gap)
+        net.inject(author, victim, ev1)
+    net.run_for(3)
+    return net, topic, [e1, e2], net.fetches - before
+
+
+def test_a_live_events_parent_on_its_way_is_not_fetched() -> None:
+    net, topic, (e1, e2), fetches = _two_events_out_of_order(0.3)
+    assert fetches == 0
+    assert net.delivered(net.peers[1], topic) == [e1, e2]
+
+
+def test_a_live_events_parent_that_does_not_come_is_fetched_after_the_grace() -> None:
+    net, topic, (e1, e2), fetches = _two_events_out_of_order(None)
+    assert fetches == 1
+    assert net.delivered(net.peers[1], topic) == [e1, e2]

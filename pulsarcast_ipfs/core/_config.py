@@ -55,6 +55,10 @@ class NodeConfig:
     request_attempts: int = 20
     fetch_timeout: float = 10.0
     """A FetchBlock not answered in time is retried."""
+    parent_grace: float = 1.0
+    """A live event's unknown parent is fetched (``FetchBlock``) only if it has not
+    arrived this long after (concurrent publishers: it is usually on its way along
+    another path); a recovered event's parents are fetched at once."""
     fetch_retry_delay: float = 2.0
     fetch_attempts: int = 4
     """After this many failed fetches, gap repair gives up on that event."""

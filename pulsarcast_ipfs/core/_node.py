@@ -1012,6 +1012,9 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         ``forward=False``: history back-fill (kept and offered, not sent on)."""
         cid = ev.cid
         self._edge_knows(tree, sender, cid)
+        pending = self._fetches.get(cid)
+        if pending is not None and not pending.outstanding and pending.kind == "event":
+            del self._fetches[cid]  # it came by itself within its grace
         if cid in self._seen:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
             return True
@@ -1161,7 +1164,10 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
                     elif parent in self._seen:
                         continue  # seen long ago, evicted from the cache
                     else:
-                        self._fetch(now, parent, "event", key, None)
+                        # A live event's parent is usually on its way (concurrent
+                        # publishers, another path): fetch it only if it does not come.
+                        grace = 0.0 if rec else self.config.parent_grace
+                        self._fetch(now, parent, "event", key, None, grace=grace)
                     if wait_on is None:
                         wait_on = parent
             if wait_on is not None:
@@ -1256,7 +1262,11 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         kind: Literal["event", "topic", "history"],
         tree: CID | None,
         hint: str | None,
+        *,
+        grace: float = 0.0,
     ) -> None:
+        """Fetch ``cid`` (``FetchBlock``); after ``grace`` seconds if it may still
+        arrive by itself (a live event's parent, on its way along another path)."""
         if cid in self._fetches:
             return
         if len(self._fetches) >= self.config.max_pending_fetches:
@@ -1268,10 +1278,11 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             tree=tree,
             hint=hint,
             attempts=1,
-            due=now + self.config.fetch_timeout,
-            outstanding=True,
+            due=now + (grace or self.config.fetch_timeout),
+            outstanding=not grace,
         )
-        self._emit(FetchBlock(cid=cid))
+        if not grace:
+            self._emit(FetchBlock(cid=cid))
 
     def _fetch_failed(self, now: float, cid: CID, f: _Fetch) -> None:
         if f.attempts < self.config.fetch_attempts:
