@@ -108,9 +108,20 @@ class Listener:
 class Driver:
     """Runs a :class:`PulsarcastNode` beside one Kubo daemon."""
 
-    def __init__(self, config: SidecarConfig) -> None:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        *,
+        kubo: KuboClient | None = None,
+        transport_factory: Callable[..., Transport] = Transport,
+    ) -> None:
+        """``kubo`` and ``transport_factory`` replace the Kubo client and the p2p
+        transport (in-process fakes: benchmarks/driver_bench.py); the factory is called
+        with :class:`Transport`'s keyword arguments. By default both come from ``config``."""
         self.config = config
-        self.kubo = KuboClient(config=KuboConfig(base_url=config.kubo_api))
+        self.kubo = (
+            kubo if kubo is not None else KuboClient(config=KuboConfig(base_url=config.kubo_api))
+        )
         self.state = StateStore(config.state_path, log_max=config.delivery_log_max)
         self.metrics = MetricsWriter(config.metrics_path, run=config.run, system=config.system)
         self.store = BlockStore(kubo=self.kubo, fetch_timeout=config.fetch_timeout)
@@ -128,7 +139,7 @@ class Driver:
                 max_bytes=config.retain_bytes,
             ),
         )
-        self.transport = Transport(
+        self.transport = transport_factory(
             kubo=self.kubo,
             port=config.p2p_port,
             on_rpc=self._on_rpc,

@@ -1,0 +1,104 @@
+"""The sidecar driver against in-process fakes of Kubo and of its peers (issue 13).
+
+``benchmarks/driver_bench.py`` at a tiny size: a real :class:`sidecar.Driver` (core,
+block store, Kubo client, state, API) with a fake Kubo behind ``httpx.MockTransport``
+and a fake p2p transport. These tests check what its scenarios did, never how fast:
+every event delivered to the application once and in order, forwarded to each child
+exactly once, written to and pinned in Kubo.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import dag_cbor
+import pytest
+
+from pulsarcast_ipfs.core import compute_cid
+from pulsarcast_ipfs.core.testing import make_signers
+
+EVENTS = 50
+CHILDREN = 3
+
+
+def _load_bench() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "driver_bench.py"
+    spec = importlib.util.spec_from_file_location("driver_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+@pytest.mark.anyio
+async def test_a_leaf_delivers_every_received_event_once_in_order() -> None:
+    o = await bench.run_scenario("receive", events=EVENTS, children=CHILDREN)
+    assert o.children == 0 and o.forwarded == {}
+    assert len(set(o.expected)) == EVENTS
+    assert o.delivered == o.expected
+    assert o.stored == set(o.expected) and o.pinned == set(o.expected)  # retained: pinned
+    assert o.kubo_calls["block/put"] >= 1 and o.bad_frames == 0
+    assert o.problems() == []
+
+
+@pytest.mark.anyio
+async def test_a_relay_forwards_every_event_to_each_child_exactly_once() -> None:
+    o = await bench.run_scenario("forward", events=EVENTS, children=CHILDREN)
+    assert len(o.forwarded) == CHILDREN
+    for child, got in o.forwarded.items():
+        assert got == Counter(o.expected), child
+    assert o.delivered == o.expected
+    assert o.stored == set(o.expected) and o.pinned == set(o.expected)
+    assert o.frames_out >= EVENTS * CHILDREN and o.bytes_out > 0
+    assert o.problems() == []
+
+
+@pytest.mark.anyio
+async def test_a_publisher_signs_sends_stores_and_delivers_each_event() -> None:
+    o = await bench.run_scenario("publish", events=EVENTS, children=CHILDREN)
+    assert len(set(o.expected)) == EVENTS
+    assert o.kubo_calls["key/sign"] == 2 * EVENTS  # publisher and author signature
+    for child, got in o.forwarded.items():
+        assert got == Counter(o.expected), child
+    assert len(o.forwarded) == CHILDREN
+    assert o.delivered == o.expected  # the author is subscribed to its topic
+    assert o.stored == set(o.expected) and o.pinned == set(o.expected)  # own: pinned
+    assert o.problems() == []
+
+
+@pytest.mark.anyio
+async def test_the_fake_kubo_answers_a_multipart_block_put_line_by_line() -> None:
+    """One ``{"Key","Size"}`` line per multipart file, as Kubo does for ``block/put``."""
+    kubo = bench.FakeKubo(make_signers(1)[0])
+    blocks = [dag_cbor.encode({"n": i}) for i in range(3)]
+    async with kubo.client() as client:
+        cids = await client.block_put_many(blocks)
+        assert list(cids) == [compute_cid(b) for b in blocks]
+        assert await client.block_get(cids[1]) == blocks[1]
+        await client.pin_add_many(list(cids), fast_provide_root=False)
+    assert kubo.calls["block/put"] == 1 and kubo.blocks_put == 3
+    assert kubo.pinned == {str(c) for c in cids}
+    costs = await bench.kubo_call_costs(calls=3)
+    assert len(costs) == 4 and all(us > 0 for us in costs.values())
+
+
+def test_the_command_line_prints_a_table_json_and_a_profile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench.main(["--events", "20", "--children", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["scenario"]: r for r in doc["results"]}
+    assert set(rows) == {"receive", "forward", "publish"}
+    assert all(r["problems"] == [] and r["cpu_us_per_event"] > 0 for r in rows.values())
+    assert bench.main(["--events", "10", "--scenarios", "forward", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU µs/event" in out and "cumulative" in out
