@@ -499,11 +499,18 @@ async def _with_store(
     steps: Callable[[BlockStore, FakeKubo], Awaitable[None]],
     *,
     provide_once: bool = True,
+    put_linger: float = 0.0,
     **options: int,
 ) -> tuple[FakeKubo, BlockStore]:
     kubo = FakeKubo()
     async with kubo.client() as client:
-        store = BlockStore(kubo=client, fetch_timeout=1.0, provide_once=provide_once, **options)
+        store = BlockStore(
+            kubo=client,
+            fetch_timeout=1.0,
+            provide_once=provide_once,
+            put_linger=put_linger,
+            **options,
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(store.run, tg)
             await steps(store, kubo)
@@ -533,6 +540,37 @@ async def test_queued_blocks_are_put_with_one_request_per_batch() -> None:
 
     kubo, store = await _with_store(steps, put_batch=40, put_batch_bytes=1 << 30)
     assert kubo.of("put_call") == [40] * 6 + [10, 7]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_the_writer_waits_a_little_for_more_blocks_unless_the_batch_is_full() -> None:
+    """Events 50 ms apart: with a 0.1 s wait two or three per request, not one. A full
+    batch goes at once: queued while the writer was idle, or while it waited."""
+    trickle = _blocks(20, "trickle")
+    bursts = {False: _blocks(100, "idle"), True: _blocks(100, "late")}
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        for cid, data in trickle:
+            store.store(cid, data, own=False)
+            await anyio.sleep(0.05)
+        for late, burst in bursts.items():
+            await anyio.sleep(1)
+            assert store.pending == 0
+            began = anyio.current_time()
+            store.store(*burst[0], own=False)
+            if late:
+                await anyio.sleep(0.01)  # the writer is waiting for more
+            for cid, data in burst[1:]:
+                store.store(cid, data, own=False)
+            while store.pending:  # noqa: ASYNC110 (virtual time)
+                await anyio.sleep(0.001)
+            assert anyio.current_time() - began < 0.02
+
+    kubo, _ = await _with_store(steps, put_linger=0.1)
+    sizes = kubo.of("put_call")
+    assert sizes[-2:] == [100, 100] and sum(sizes[:-2]) == 20 and len(sizes[:-2]) <= 10
+    assert kubo.of("put")[:20] == [data for _, data in trickle]
 
 
 @pytest.mark.anyio
