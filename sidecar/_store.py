@@ -5,7 +5,8 @@ client), in order, by one writer task: up to :data:`PUT_BATCH` queued blocks and
 :data:`PUT_BATCH_BYTES` bytes per request (``KuboClient.block_put_many``; one
 request per received event was 40 % of a sidecar's CPU at 20 events/s, issue 13).
 Before a request that would not be full it waits up to :data:`PUT_LINGER` for more
-blocks: events 50 ms apart would otherwise still be put one per request.
+blocks: events 50 ms apart would otherwise still be put one per request. Pins and
+unpins wait likewise, up to :data:`PIN_LINGER`, for a batch of :data:`PIN_BATCH`.
 While Kubo is unavailable the batch stays queued, in order (an own block may exist
 nowhere else); a batch Kubo refuses for another reason is put again one block at a
 time, so that only the bad block is dropped. What is pinned and what is announced:
@@ -53,6 +54,7 @@ from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboNotFound, KuboUnavai
 
 __all__ = [
     "PIN_BATCH",
+    "PIN_LINGER",
     "PUT_BATCH",
     "PUT_BATCH_BYTES",
     "PUT_LINGER",
@@ -74,8 +76,15 @@ A Kubo round trip takes milliseconds, so at 20 events/s the queue seldom holds m
 than one block when the writer looks: 2-3 blocks per request with this wait.
 Nothing waits for a put (§8; the API reads the driver's block cache first), and a
 block asked for over bitswap meanwhile is sent once Kubo has it."""
+PIN_LINGER: Final = 1.0
+"""Seconds a block put waits at most for its ``pin/add`` (and a released event for
+its ``pin/rm``) while fewer than :data:`PIN_BATCH` are due: without it the pins went
+out whenever the put queue drained, one ``pin/add`` per ``block/put``. A block is
+safe unpinned until a ``repo gc``; own topic versions are pinned (announced) at once."""
 _PROVIDE_QUEUE_MAX = 50_000
 _RETRY_DELAY = 0.5
+_DRAIN_WAIT = 5.0
+"""How long a stopping store may take to put and pin what it still holds."""
 _KUBO_DOWN_WAIT = 60.0
 """How long a fetch waits for an unavailable Kubo before it counts as failed."""
 
@@ -119,6 +128,7 @@ class BlockStore:
         put_batch: int = PUT_BATCH,
         put_batch_bytes: int = PUT_BATCH_BYTES,
         put_linger: float = PUT_LINGER,
+        pin_linger: float = PIN_LINGER,
     ) -> None:
         self.kubo = kubo
         self.provide_once = provide_once
@@ -130,6 +140,9 @@ class BlockStore:
         self.put_batch = put_batch
         self.put_batch_bytes = put_batch_bytes
         self.put_linger = put_linger
+        self.pin_linger = pin_linger
+        self._pins_since: float | None = None
+        """When the writer first saw pins due that it has not made yet."""
         self._puts: deque[tuple[CID, bytes, _Kind]] = deque()
         self._queued_bytes = 0
         self._put_wake = anyio.Event()
@@ -177,10 +190,17 @@ class BlockStore:
         self.kubo_down = False
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
+        """Write until cancelled; then, for at most :data:`_DRAIN_WAIT`, put what is
+        still queued and make the pins due (the waits for fuller batches would
+        otherwise lose them when the sidecar stops)."""
         self._tg = tg
         for i in range(self.provide_workers):
             tg.start_soon(self._provide_loop, name=f"provide-{i}")
-        await self._put_loop()
+        try:
+            await self._put_loop()
+        finally:
+            with anyio.move_on_after(_DRAIN_WAIT, shield=True):
+                await self._drain()
 
     @property
     def pending(self) -> int:
@@ -293,12 +313,46 @@ class BlockStore:
                 if not await self._put_batch():
                     await anyio.sleep(_RETRY_DELAY)
                     continue
-                batch = self.pin_batch
-                dues = (self._pin_due, self._unpin_due, self._own_due)
-                if self._puts and not self._announce_due and all(len(d) < batch for d in dues):
-                    continue  # keep putting; pin in batches once the queue drains
+            if self._puts and not self._pins_urgent():
+                continue  # keep putting; pin in batches
+            wait = self._pins_wait(anyio.current_time())
+            if wait > 0:
+                self._put_wake = anyio.Event()
+                with anyio.move_on_after(wait):
+                    await self._put_wake.wait()  # a new block, or the pins' time
+                continue
             if not await self._flush_pins():
                 await anyio.sleep(_RETRY_DELAY)
+                continue
+            dues = (self._pin_due, self._unpin_due, self._own_due)
+            self._pins_since = anyio.current_time() if any(dues) else None
+
+    def _pins_urgent(self) -> bool:
+        """An own topic version to pin (and announce), or a full batch of pins."""
+        dues = (self._pin_due, self._unpin_due, self._own_due)
+        return bool(self._announce_due) or any(len(d) >= self.pin_batch for d in dues)
+
+    def _pins_wait(self, now: float) -> float:
+        """How long the pins due may wait for more (0: make them now): not at all if
+        urgent, else up to ``pin_linger`` since the writer first saw them."""
+        if not any((self._pin_due, self._unpin_due, self._own_due)):
+            self._pins_since = None
+            return 0.0
+        if self._pins_urgent():
+            return 0.0
+        if self._pins_since is None:
+            self._pins_since = now
+        return max(0.0, self._pins_since + self.pin_linger - now)
+
+    async def _drain(self) -> None:
+        """Put what is queued and make every pin due, without waiting for fuller
+        batches; stop at once if Kubo is down."""
+        while self._puts:
+            if not await self._put_batch():
+                return
+        while self._pin_due or self._unpin_due or self._own_due or self._announce_due:
+            if not await self._flush_pins():
+                return
 
     async def _linger(self) -> None:
         """Wait up to ``put_linger`` for more blocks unless a batch is full already."""

@@ -500,6 +500,7 @@ async def _with_store(
     *,
     provide_once: bool = True,
     put_linger: float = 0.0,
+    pin_linger: float = 0.0,
     **options: int,
 ) -> tuple[FakeKubo, BlockStore]:
     kubo = FakeKubo()
@@ -509,6 +510,7 @@ async def _with_store(
             fetch_timeout=1.0,
             provide_once=provide_once,
             put_linger=put_linger,
+            pin_linger=pin_linger,
             **options,
         )
         async with anyio.create_task_group() as tg:
@@ -571,6 +573,66 @@ async def test_the_writer_waits_a_little_for_more_blocks_unless_the_batch_is_ful
     sizes = kubo.of("put_call")
     assert sizes[-2:] == [100, 100] and sum(sizes[:-2]) == 20 and len(sizes[:-2]) <= 10
     assert kubo.of("put")[:20] == [data for _, data in trickle]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_pins_wait_up_to_a_second_for_a_batch_but_own_topics_do_not() -> None:
+    """Own events 50 ms apart: one pin/add per second, not one per block/put; an own
+    topic version is pinned (announced) at once, a full batch of pins goes at once."""
+    events, retained = _blocks(40, "own"), _blocks(100, "kept")
+    (topic, topic_data), (update, update_data) = _blocks(2, "topic")
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        for i, (cid, data) in enumerate(events):
+            store.store(cid, data, own=True)
+            if i == 10:
+                store.store(topic, topic_data, own=True, announce=True)
+            await anyio.sleep(0.05)
+        await anyio.sleep(2)
+        assert store.pending == 0 and kubo.pinned == {topic} | {c for c, _ in events}
+        began = anyio.current_time()
+        for cid, data in retained:  # a full batch: put and pinned at once
+            store.store(cid, data, own=False, retain=True)
+        while store.pending:  # noqa: ASYNC110 (virtual time)
+            await anyio.sleep(0.001)
+        assert anyio.current_time() - began < 0.02
+        began = anyio.current_time()
+        store.store(update, update_data, own=True, announce=True)
+        while store.pending:  # noqa: ASYNC110 (virtual time)
+            await anyio.sleep(0.001)
+        assert anyio.current_time() - began < 0.2  # the put's wait only
+
+    kubo, store = await _with_store(steps, put_linger=0.1, pin_linger=1.0)
+    own_pins = [len(b) for b in kubo.of("pin")][:-1]
+    assert sum(own_pins) == 40 and len(own_pins) <= 3  # 2 s of events, not 1 per put
+    assert kubo.of("pin")[-1] == [c for c, _ in retained]
+    assert kubo.of("pin_own") == [topic, update]
+    # the topic version is pinned right after the block/put that stored it
+    after = kubo.calls[kubo.calls.index(("put", topic_data)) : kubo.calls.index(("pin_own", topic))]
+    assert "put_call" not in {kind for kind, _ in after}
+    assert store.put_calls < 25
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_a_stopping_store_puts_and_pins_what_it_still_holds() -> None:
+    """Cancelled (the sidecar stops) while it waits for fuller batches: nothing lost."""
+    own, kept = _blocks(5, "own"), _blocks(5, "kept")
+    kubo = FakeKubo()
+    async with kubo.client() as client:
+        store = BlockStore(kubo=client, fetch_timeout=1.0, put_linger=0.1, pin_linger=1.0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.run, tg)
+            for cid, data in own:
+                store.store(cid, data, own=True)
+            await anyio.sleep(0.5)  # put; the pins wait for more
+            for cid, data in kept:
+                store.store(cid, data, own=False, retain=True)  # waiting to be put
+            assert kubo.pinned == set() and len(kubo.of("put")) == 5
+            tg.cancel_scope.cancel()
+    assert store.pending == 0 and len(kubo.of("put")) == 10
+    assert kubo.pinned == {cid for cid, _ in own + kept}
 
 
 @pytest.mark.anyio
