@@ -47,7 +47,8 @@ def test_root_tells_its_children_who_they_are() -> None:
     sent = [s for s in net.logs[author].sent if isinstance(s.rpc, Members)]
     assert sent, "the root sent no MEMBERS"
     last = sent[-1].rpc
-    assert isinstance(last, Members) and set(last.members) == set(members)
+    assert isinstance(last, Members) and last.members[0] == author
+    assert set(last.members) == {author, *members}
     # Debounced: five JOINs, far fewer than 5 x 5 MEMBERS.
     assert len(sent) <= 3 * len(members)
     for p in members:

@@ -307,6 +307,8 @@ class AntiEntropy:
                 lacking.sort(key=lambda e: e[1], reverse=True)
                 self._send_entries(now, tree, peer, lacking)
             return
+        if any(f.tree == tree.key for f in self._fetches.values()):
+            return  # our window is about to change: compare when the fetches are done
         lo = self._window_lo(now, tree)
         if lo > rpc.lo:
             # Our window starts later: it cannot compare ours, but ours fits in its.

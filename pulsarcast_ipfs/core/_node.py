@@ -895,6 +895,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             tree.edges.pop(peer, None)
             self._tree_changed(now, tree)
             self._send_history(now, tree, peer)
+            self._members_to_new_child(now, tree, peer)
         self._ensure_joined(now, tree)
 
     def _on_join_ack(self, now: float, peer: str, rpc: JoinAck) -> None:

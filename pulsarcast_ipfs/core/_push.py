@@ -1,4 +1,4 @@
-"""The first hop of an event: a publisher sends it straight to the root's children
+"""The first hop of an event: a publisher sends it straight to the root and its children
 (issue 13, "Hops"; docs/protocol-notes.md "First hop").
 
 Theory of operation
@@ -8,18 +8,22 @@ In a tree an event from a publisher that is not the root crosses two hops or mor
 Kubo's gossipsub floods a node's own message to every topic peer it knows: one hop.
 Pulsarcast does the same within a bound, the lazy half of Plumtree's eager/lazy push:
 
-* A root (the author, or an acting root) tells its children who its children are:
-  MEMBERS ``{epoch, members}`` (at most ``MAX_MEMBERS``, the direct fan-out), at
-  most every ``members_interval`` while that set changes.
-* A child of the root that publishes sends the EVENT, marked ``pushed=epoch``, to
-  its tree neighbours as always *and* straight to the members of that epoch.
-* The root, receiving a ``pushed`` event from that child, does not send it again
-  to the members of that epoch: it sends it only to its children outside it (new
-  ones, or beyond the bound). Anti-entropy counts them as having it.
-* A member receiving a ``pushed`` event straight from its publisher (not a tree
-  neighbour) verifies it like any EVENT (topic version, allowed publisher,
-  signature, at every hop), delivers it, and forwards it to its own children, not
-  to its parent (the root has it from the publisher).
+* A root (the author, or an acting root) tells its children who it and its
+  children are: MEMBERS ``{epoch, members}`` (the root, then at most
+  ``MAX_MEMBERS - 1`` children: the direct fan-out bound), at most every
+  ``members_interval`` while that set changes. Every node below passes the list
+  on to its own children, unchanged.
+* A node that publishes sends the EVENT, marked ``pushed=epoch``, to its tree
+  neighbours as always *and* straight to the members of that epoch (the root
+  included): one hop to the root and its children, two at most to the nodes below
+  them (their parents forward it down).
+* A node that receives a ``pushed`` event never sends it up the tree (the root has
+  it from the publisher), only down. The root sends it only to its children
+  outside that epoch's members (new ones, beyond the bound, or all if it no longer
+  remembers the epoch; it keeps 8). Anti-entropy counts the members as having it.
+* A member takes a ``pushed`` EVENT from its *publisher* although that is no tree
+  neighbour (from anyone else it is a stale edge: LEAVE), and verifies it like any
+  EVENT: topic version, allowed publisher, signatures, at every hop.
 
 Nothing else changes: deduplication by CID absorbs any overlap; an event whose
 direct push was lost reaches its member through anti-entropy (DIGEST) and a fetch;
@@ -83,7 +87,7 @@ class FirstHopPush:
         tree.members_due = None
         if not self._is_root(tree) or not tree.children:
             return
-        members = tuple(sorted(tree.children)[:MAX_MEMBERS])
+        members = (self.peer_id, *sorted(tree.children)[: MAX_MEMBERS - 1])
         last = tree.member_sets.get(tree.member_epoch)
         if last is not None and last == frozenset(members):
             return  # what the children were told already
@@ -100,13 +104,24 @@ class FirstHopPush:
         tree = self._trees.get(rpc.topic)
         if tree is None or tree.parent != peer:
             return  # only a root's children use its list; anything else is stale
-        tree.members = tuple(m for m in rpc.members if m != self.peer_id)
+        tree.members = rpc.members
         tree.members_epoch = rpc.epoch
         tree.members_from = peer
+        # Deeper nodes push straight to the root's children too (two hops at most
+        # for the rest): the list goes down the tree unchanged.
+        data = encode_frame(rpc)
+        for child in tree.children:
+            self._send(now, child, rpc, tree.name, data)
+
+    def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None:
+        """A new child of a non-root node gets the root's list it holds."""
+        if tree.members_epoch is not None and tree.members_from == tree.parent:
+            rpc = Members(topic=tree.key, epoch=tree.members_epoch, members=tree.members)
+            self._send(now, peer, rpc, tree.name)
 
     def _push_own(self, now: float, tree: Tree, cid: CID) -> None:
-        """Send an event this node published: to its tree neighbours, and, as a child
-        of the root, straight to the root's other children."""
+        """Send an event this node published: to its tree neighbours, and straight to
+        the members of the root's list (the root and its children)."""
         if tree.members_epoch is None or tree.parent is None or tree.members_from != tree.parent:
             self._forward(now, tree, cid)
             return
@@ -125,17 +140,16 @@ class FirstHopPush:
         skip: set[str] = set()
         if sender is not None:
             skip.add(sender)
-        if pushed is not None and sender is not None:
-            if sender in tree.children and self._is_root(tree):
+        if pushed is not None:
+            if self._is_root(tree):
                 covered = tree.member_sets.get(pushed)
                 if covered is not None:
                     for p in covered:
                         if p in tree.children:
                             tree.edge(p).known.add(cid)
                     skip |= covered
-            elif sender not in tree.children and sender != tree.parent:
-                # A direct push: the root has it from the publisher.
-                if tree.parent is not None and tree.members_from == tree.parent:
-                    tree.edge(tree.parent).known.add(cid)
-                    skip.add(tree.parent)
-        self._forward(now, tree, cid, skip=skip)
+            elif tree.parent is not None:
+                # The publisher sent it to the root itself: never up the tree.
+                tree.edge(tree.parent).known.add(cid)
+                skip.add(tree.parent)
+        self._forward(now, tree, cid, skip=skip, pushed=pushed)
