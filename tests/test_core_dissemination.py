@@ -4,6 +4,7 @@ DIGEST) of the pure core (issue 13; docs/protocol-notes.md "First hop",
 
 from __future__ import annotations
 
+import pytest
 from multiformats import CID
 
 from pulsarcast_ipfs.core import (
@@ -19,8 +20,6 @@ from pulsarcast_ipfs.core import (
 )
 from pulsarcast_ipfs.core._antientropy import fingerprint
 from pulsarcast_ipfs.core.testing import CoreNet
-
-import pytest
 
 
 def star(n: int, **kw: object) -> tuple[CoreNet, CID, str, list[str]]:
@@ -108,7 +107,7 @@ def test_a_root_with_a_new_child_still_sends_it_pushed_events() -> None:
 
 
 def test_an_unknown_epoch_makes_the_root_forward_to_everyone() -> None:
-    net, topic, author, members = star(4)
+    net, topic, _author, members = star(4)
     pub = members[0]
     net.nodes[pub]._trees[topic].members_epoch = 10_000
     cid = net.call(pub, "publish", topic, b"x").event_cid
@@ -118,7 +117,7 @@ def test_an_unknown_epoch_makes_the_root_forward_to_everyone() -> None:
 
 
 def test_direct_pushes_lost_are_repaired_by_anti_entropy() -> None:
-    net, topic, author, members = star(6)
+    net, topic, _author, members = star(6)
     pub, victim = members[0], members[1]
     net.drop_if = lambda s, r, rpc: s == pub and r == victim and isinstance(rpc, Event)
     cid = net.call(pub, "publish", topic, b"lost").event_cid
@@ -131,7 +130,7 @@ def test_direct_pushes_lost_are_repaired_by_anti_entropy() -> None:
 
 def test_a_direct_push_from_a_non_publisher_is_a_stale_edge() -> None:
     """Only the publisher itself may push outside the tree; anyone else gets LEAVE."""
-    net, topic, author, members = star(4)
+    net, topic, _author, members = star(4)
     cid = net.call(members[0], "publish", topic, b"x").event_cid
     net.run_for(1)
     ev = next(rpc for _, rpc in events_sent(net, members[0]))
@@ -144,7 +143,7 @@ def test_a_direct_push_from_a_non_publisher_is_a_stale_edge() -> None:
 
 
 def test_heads_rounds_send_nothing_when_events_crossed_the_edges() -> None:
-    net, topic, author, members = star(5)
+    net, topic, _author, members = star(5)
     for i in range(10):
         net.call(members[i % 4], "publish", topic, f"e{i}".encode())
         net.run_for(0.2)
@@ -192,11 +191,11 @@ def test_digest_repair_survives_lost_listings() -> None:
             return True
         return False
 
-    net.drop_if = drop  # type: ignore[assignment]
+    net.drop_if = drop
     cid = net.call(author, "publish", topic, b"lost").event_cid
     net.run_for(0.5)
-    net.drop_if = lambda s, r, rpc: isinstance(rpc, Digest) and rpc.have is not None and drop(
-        s, r, rpc
+    net.drop_if = lambda s, r, rpc: (
+        isinstance(rpc, Digest) and rpc.have is not None and drop(s, r, rpc)
     )
     net.run_for(40)
     assert lost["listing"] == 0
@@ -204,7 +203,7 @@ def test_digest_repair_survives_lost_listings() -> None:
 
 
 def test_fingerprint_is_order_free_and_sensitive() -> None:
-    net, topic, author, members = star(3)
+    net, topic, author, _members = star(3)
     cids = [net.call(author, "publish", topic, f"{i}".encode()).event_cid for i in range(5)]
     assert fingerprint(cids) == fingerprint(reversed(cids))
     assert fingerprint(cids) != fingerprint(cids[:-1])
@@ -212,7 +211,7 @@ def test_fingerprint_is_order_free_and_sensitive() -> None:
 
 
 def test_new_rpcs_round_trip_and_refuse_garbage() -> None:
-    net, topic, author, members = star(2)
+    _net, topic, author, _members = star(2)
     m = Members(topic=topic, epoch=3, members=(author,))
     assert decode_rpc(encode_rpc(m)) == m
     d = Digest(topic=topic, lo=0.0, hi=1.0, count=0, sum=0)
@@ -233,7 +232,7 @@ def test_new_rpcs_round_trip_and_refuse_garbage() -> None:
 
 
 def test_members_from_a_non_parent_are_ignored() -> None:
-    net, topic, author, members = star(3)
+    net, topic, _author, members = star(3)
     node: PulsarcastNode = net.nodes[members[0]]
     before = node._trees[topic].members
     node.receive_rpc(net.now, members[1], Members(topic=topic, epoch=99, members=(members[1],)))
@@ -254,9 +253,7 @@ def _two_events_out_of_order(gap: float | None) -> tuple[CoreNet, CID, list[CID]
     e2 = net.call(author, "publish", topic, b"e2").event_cid
     net.run_for(0.2)
     net.drop_if = None
-    frames = {
-        rpc.event: rpc for to, rpc in events_sent(net, author) if to == members[1]
-    }
+    frames = {rpc.event: rpc for to, rpc in events_sent(net, author) if to == members[1]}
     ev1, ev2 = (next(r for r in frames.values() if r.event == net.store[c]) for c in (e1, e2))
     before = net.fetches
     net.inject(author, victim, ev2)
@@ -277,3 +274,35 @@ def test_a_live_events_parent_that_does_not_come_is_fetched_after_the_grace() ->
     net, topic, (e1, e2), fetches = _two_events_out_of_order(None)
     assert fetches == 1
     assert net.delivered(net.peers[1], topic) == [e1, e2]
+
+
+def test_a_difference_lists_only_the_ranges_that_differ() -> None:
+    """One event missing out of 200 (the newest: no later event links it, so only
+    anti-entropy finds it): the answer splits the window in ranges and only the
+    range holding it is listed, not the whole window."""
+    net, topic, author, members = star(3)
+    victim = members[0]
+    cids = []
+    for i in range(200):
+        if i == 199:
+            net.drop_if = lambda s, r, rpc: r == victim and isinstance(rpc, Event)
+        cids.append(net.call(author, "publish", topic, f"e{i}".encode()).event_cid)
+        net.drop_if = None
+        net.run_for(0.01)
+    assert cids[199] not in net.delivered(victim, topic)
+    net.run_for(15)
+    assert set(net.delivered(victim, topic)) == set(cids)
+    listings = [
+        s.rpc
+        for p in net.peers
+        for s in net.logs[p].sent
+        if isinstance(s.rpc, Digest) and s.rpc.have is not None
+    ]
+    answers = [
+        s.rpc
+        for p in net.peers
+        for s in net.logs[p].sent
+        if isinstance(s.rpc, Digest) and s.rpc.ranges
+    ]
+    assert listings and answers
+    assert max(len(d.have or ()) for d in listings) <= 2 * 200 // 16

@@ -21,10 +21,12 @@ still lack, without resending what just crossed the edge:
   half a ``heads_interval`` ago, so that events in flight do not count.
 
   - The receiver whose window covers ``[lo, hi]`` compares: equal, nothing more;
-    different, it answers with a DIGEST listing (``have``) of its own events there.
-    The listing's receiver fetches what it lacks (gap repair) and answers with a
-    HEADS of what the listing lacks, which the other side fetches in turn: three
-    messages, a few hundred bytes unless something is missing.
+    different, it answers with the window split in at most ``MAX_RANGES`` ranges
+    (``ranges``: upper bound, count, sum). The first sender lists its events in each
+    range that differs (``have``); the listing's receiver fetches what it lacks
+    (gap repair) and answers with a HEADS of what the listing lacks, which the other
+    side fetches in turn: four messages, a few hundred bytes plus the listing of
+    the ranges that differ.
   - A receiver whose window starts later (a leaf subscribed later) answers with its
     own fingerprint from its ``lo``; the first sender's window covers that, so it
     compares. Answers only ever move ``lo`` up: no loops.
@@ -41,6 +43,8 @@ still lack, without resending what just crossed the edge:
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from multiformats import CID
 
 from . import _dagcbor
-from ._codec import MAX_HAVE, MAX_HEADS, Digest, Heads, Leave, Rpc, encode_frame
+from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, Rpc, encode_frame
 from ._config import NodeConfig
 from ._tree import LRU, Tree
 
@@ -309,6 +313,9 @@ class AntiEntropy:
             return
         if any(f.tree == tree.key for f in self._fetches.values()):
             return  # our window is about to change: compare when the fetches are done
+        if rpc.ranges:
+            self._list_ranges(now, tree, peer, rpc)
+            return
         lo = self._window_lo(now, tree)
         if lo > rpc.lo:
             # Our window starts later: it cannot compare ours, but ours fits in its.
@@ -327,26 +334,62 @@ class AntiEntropy:
             if edge.differs:
                 # In step again: say so, so that the neighbour stops comparing too.
                 edge.differs = False
-                self._send(now, peer, replace(rpc, have=None), tree.name)
+                self._send(now, peer, replace(rpc, ranges=(), have=None), tree.name)
             return
         edge.differs = True
-        items.sort(key=lambda e: e[1], reverse=True)
-        lo_sent = rpc.lo
-        if len(items) > MAX_HAVE:  # the newest part; the rest on a later round
-            items = items[:MAX_HAVE]
-            lo_sent = items[-1][1]
-        count, total = fingerprint(c for c, _ in items)
-        self._send(
-            now,
-            peer,
-            Digest(
-                topic=tree.key,
-                lo=lo_sent,
-                hi=rpc.hi,
-                count=count,
-                sum=total,
-                have=tuple(items),
-            ),
-            tree.name,
+        # Answer with the window split in ranges: the sender lists those that differ.
+        items.sort(key=lambda e: e[1])
+        answer = Digest(
+            topic=tree.key,
+            lo=rpc.lo,
+            hi=rpc.hi,
+            count=count,
+            sum=total,
+            ranges=_split(items, rpc.hi),
         )
-        edge.known.update(c for c, _ in items)
+        self._send(now, peer, answer, tree.name)
+
+    def _list_ranges(self, now: float, tree: Tree, peer: str, rpc: Digest) -> None:
+        """The answer to our DIGEST: list our events in each range that differs."""
+        uppers = [u for u, _, _ in rpc.ranges]
+        mine: list[list[tuple[CID, float]]] = [[] for _ in uppers]
+        for cid, ts in self._window_items(tree, rpc.lo, rpc.hi):
+            i = bisect.bisect_left(uppers, ts)
+            if i < len(mine):
+                mine[i].append((cid, ts))
+        edge = tree.edge(peer)
+        for i, (upper, count, total) in enumerate(rpc.ranges):
+            items = mine[i]
+            if fingerprint(c for c, _ in items) == (count, total):
+                continue
+            lo = rpc.lo if i == 0 else math.nextafter(uppers[i - 1], math.inf)
+            if lo > upper:
+                continue
+            items.sort(key=lambda e: e[1], reverse=True)
+            if len(items) > MAX_HAVE:  # the newest part; the rest on a later round
+                items = items[:MAX_HAVE]
+                lo = items[-1][1]
+            n, fp = fingerprint(c for c, _ in items)
+            listing = Digest(topic=tree.key, lo=lo, hi=upper, count=n, sum=fp, have=tuple(items))
+            self._send(now, peer, listing, tree.name)
+            edge.known.update(c for c, _ in items)
+
+
+def _split(items: list[tuple[CID, float]], hi: float) -> tuple[tuple[float, int, int], ...]:
+    """``items`` (ascending by ``created``) in at most ``MAX_RANGES`` ranges of about
+    equal size: ``(upper bound, count, sum)``, the last ending at ``hi``."""
+    n = len(items)
+    k = max(1, min(MAX_RANGES, n))
+    step = -(-n // k)
+    out: list[tuple[float, int, int]] = []
+    for start in range(0, max(n, 1), max(step, 1)):
+        chunk = items[start : start + step]
+        upper = hi if start + step >= n else chunk[-1][1]
+        # Ties at a bound belong to the range below it (upper bounds are inclusive).
+        out.append((upper, *fingerprint(c for c, _ in chunk)))
+    # Recount by the bounds themselves: equal timestamps across a cut move down.
+    uppers = [u for u, _, _ in out]
+    groups: list[list[CID]] = [[] for _ in out]
+    for cid, ts in items:
+        groups[min(bisect.bisect_left(uppers, ts), len(groups) - 1)].append(cid)
+    return tuple((u, *fingerprint(g)) for u, g in zip(uppers, groups, strict=True))

@@ -26,8 +26,10 @@ the dissemination tree across updates)::
     PING / PONG        {op, nonce}
     HEADS              {op, topic, heads: [[CID, created seconds], ...]}
     MEMBERS            {op, topic, epoch, members: [peer ID, ...]}   root -> its children
-    DIGEST             {op, topic, lo, hi, count, sum, have}   have: [[CID, created], ...]
-                        (the sender's events created in [lo, hi]) or null
+    DIGEST             {op, topic, lo, hi, count, sum, ranges, have}
+                        ranges: [[upper, count, sum], ...] (an answer: the window
+                        split) or []; have: [[CID, created], ...] (the sender's
+                        events created in [lo, hi]) or null
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "MAX_HAVE",
     "MAX_HEADS",
     "MAX_MEMBERS",
+    "MAX_RANGES",
     "Digest",
     "Event",
     "FrameDecoder",
@@ -74,6 +77,8 @@ MAX_MEMBERS: Final = 64
 """Peers in one MEMBERS message: the fan-out of a publisher's direct first hop."""
 MAX_HAVE: Final = 2048
 """Entries in one DIGEST listing (``have``)."""
+MAX_RANGES: Final = 16
+"""Ranges in one DIGEST answer (``ranges``)."""
 MAX_ID_LENGTH: Final = 256
 _MAX_VARINT_BYTES: Final = 9
 
@@ -360,6 +365,11 @@ class Digest(_Message):
     hi: float
     count: int
     sum: int
+    ranges: tuple[tuple[float, int, int], ...] = ()
+    """The answer to a DIGEST that differed: the same window split in at most
+    ``MAX_RANGES`` ranges ``(upper bound, count, sum)``, each from just above the
+    previous bound (the first from ``lo``) to its own, inclusive; the last ends at
+    ``hi``. Only the ranges that differ are then listed."""
     have: tuple[tuple[CID, float], ...] | None = None
 
     def _validate(self) -> None:
@@ -373,6 +383,19 @@ class Digest(_Message):
         _uint(self.count, "count")
         if not isinstance(self.sum, int) or isinstance(self.sum, bool) or not 0 <= self.sum < 2**64:
             raise _bad("sum: expected an integer in [0, 2**64)")
+        if not isinstance(self.ranges, tuple) or len(self.ranges) > MAX_RANGES:
+            raise _bad(f"ranges: expected at most {MAX_RANGES} entries")
+        prev = self.lo
+        for entry in self.ranges:
+            if not isinstance(entry, tuple) or len(entry) != 3:
+                raise _bad("ranges: entries are [upper, count, sum]")
+            upper, count, total = entry
+            if type(upper) is not float or not prev <= upper <= self.hi:
+                raise _bad("ranges[].upper: expected ascending floats within [lo, hi]")
+            prev = upper
+            _uint(count, "ranges[].count")
+            if not isinstance(total, int) or isinstance(total, bool) or not 0 <= total < 2**64:
+                raise _bad("ranges[].sum: expected an integer in [0, 2**64)")
         if self.have is not None:
             _entries(self.have, "have", MAX_HAVE)
 
@@ -525,6 +548,10 @@ def decode_rpc(body: bytes) -> Rpc:
         if name in ("heads", "have") and value is not None:
             if not isinstance(value, list):
                 raise RemoteProtocolError(f"{op}: {name} must be a list")
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        elif name == "ranges":
+            if not isinstance(value, list):
+                raise RemoteProtocolError("DIGEST: ranges must be a list")
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         elif name == "members":
             if not isinstance(value, list):

@@ -47,7 +47,7 @@ class NodeConfig:
     history_size: int = 1024
     """Older event CIDs kept per topic beyond ``heads_size``, sent (in HEADS frames)
     on every new tree edge, and compared by DIGESTs (anti-entropy)."""
-    members_interval: float = 1.0
+    members_interval: float = 5.0
     """A root sends its children MEMBERS (who its children are: a publisher's direct
     first hop) at most this often while that set changes."""
     request_timeout: float = 3.0
