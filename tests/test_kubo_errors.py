@@ -209,3 +209,22 @@ def test_public_names_are_exported(package: object) -> None:
         if str(getattr(value, "__module__", "")).startswith(package.__name__ + "._"):  # type: ignore[attr-defined]
             assert name in exported, f"{name} is public but not in __all__"
     assert issubclass(KuboUnavailable, KuboError) and issubclass(BlockCIDMismatch, KuboError)
+
+
+def test_dag_cbor_cid_is_multiformats_cid() -> None:
+    """The fast CID (the core's codec) is the CID multiformats computes, and the
+    CID text sent to Kubo is its canonical base32 form."""
+    import hashlib
+
+    from multiformats import CID, multihash
+
+    from pulsarcast_ipfs.kubo import dag_cbor_cid
+    from pulsarcast_ipfs.kubo._client import _check_cid
+
+    for data in (b"", b"\xa0", bytes(range(256)) * 7):
+        slow = CID("base32", 1, "dag-cbor", multihash.digest(data, "sha2-256"))
+        fast = dag_cbor_cid(data)
+        assert fast == slow and bytes(fast) == bytes(slow)
+        assert _check_cid(fast, "block/get") == str(slow)
+        assert bytes(fast)[-32:] == hashlib.sha256(data).digest()
+    assert _check_cid("not-a-cid", "block/get") == "not-a-cid"

@@ -25,6 +25,7 @@ import anyio
 import httpx
 from multiformats import CID, multibase
 
+from pulsarcast_ipfs.core import cid_str
 from pulsarcast_ipfs.kubo._errors import (
     BlockCIDMismatch,
     KuboAPIError,
@@ -144,6 +145,8 @@ def _checked_key(doc: Any, expected: CID) -> CID:
     got = doc.get("Key") if isinstance(doc, dict) else None
     if not isinstance(got, str):
         raise KuboProtocolError(f"no Key in {doc!r}", endpoint="block/put")
+    if got == cid_str(expected):
+        return expected  # the usual answer, compared as text (no multiformats parse)
     try:
         got_cid = CID.decode(got)
     except Exception as exc:
@@ -158,7 +161,7 @@ def _checked_key(doc: Any, expected: CID) -> CID:
 def _check_cid(cid: str | CID, endpoint: str) -> str:
     """The CID's text; a malformed string is left for Kubo to reject (KuboInvalidArgument)."""
     del endpoint
-    return str(cid)
+    return cid_str(cid) if isinstance(cid, CID) else str(cid)
 
 
 class PubsubSubscription:
