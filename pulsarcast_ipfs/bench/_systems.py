@@ -369,6 +369,10 @@ class PulsarcastSystem(System):
                 str(self.sample_interval),
                 "--log-level",
                 "warning",
+                # The sidecar's own default (the test harness refreshes every
+                # second, to converge fast): a benchmark runs what a user runs.
+                "--routing-interval",
+                "5",
             ],
         )
         if self.latency is not None:
