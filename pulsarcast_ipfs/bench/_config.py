@@ -44,13 +44,12 @@ MAX_NODES: Final = 200
 DEFAULT_NODES: Final = 20
 """The default cluster: the node count of ``pulsarcast bench`` without ``--nodes``."""
 
-DEFAULT_RATE: Final = 50.0
-"""The default ``--rate`` (aggregate events per second). It is meant to be a rate
-that every system sustains on the default cluster (:data:`DEFAULT_NODES` nodes,
-``normal`` condition): at or below every system's knee (docs/benchmark.md,
-"Sweeps"). Not measured yet: 50 is the value the option always had, and
-BENCHMARKS.md saw 20 Pulsarcast nodes fall behind at 20 events/s on the shared
-2-core machine. Change it here once a sweep has measured the knees."""
+DEFAULT_RATE: Final = 5.0
+"""The default ``--rate`` (aggregate events per second): a rate that every system
+sustains on the default cluster (:data:`DEFAULT_NODES` nodes, ``normal`` condition),
+at or below every system's knee (docs/benchmark.md, "Sweeps"). Measured by the
+sweep of run set "s6b" (BENCHMARKS.md): knee 5 for Pulsarcast, 20 for gossipsub on
+the shared 2-core machine. It was 50, which neither sustained there."""
 
 
 class BenchError(RuntimeError):

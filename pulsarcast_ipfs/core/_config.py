@@ -37,7 +37,8 @@ class NodeConfig:
     heads_interval: float = 5.0
     """Tree neighbours exchange HEADS (recent event CIDs) this often when they changed."""
     heads_after_publish: float = 0.5
-    """A publisher also announces its new events in HEADS this soon after publishing."""
+    """A publisher runs an early HEADS round this soon after publishing (deltas: only
+    to neighbours its EVENT did not go to)."""
     heads_refresh_every: int = 1
     """Every this many HEADS intervals, a DIGEST (fingerprint of the window) goes to
     each neighbour, if it changed (anti-entropy: catches an EVENT lost on an edge)."""

@@ -2010,8 +2010,8 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             self._ensure_joined(now, tree)
         self._push_own(now, tree, cid)
         self._offer(now, tree, cid, False)
-        # Announce it again soon in HEADS: if the EVENT to a neighbour was lost and this
-        # node then fails, the block can still be fetched by whoever heard of it.
+        # An early HEADS round: a neighbour the EVENT did not go to (one that joined
+        # meanwhile) hears of it soon, not at the next round (deltas only).
         if tree.heads_due is None:
             tree.heads_due = now + self.config.heads_after_publish
         return cid
