@@ -31,7 +31,7 @@ def star(n: int, **kw: object) -> tuple[CoreNet, CID, str, list[str]]:
     members = net.peers[1:]
     for p in members:
         net.call(p, "subscribe", topic)
-    net.run_for(3)
+    net.run_for(NodeConfig().members_interval + 1)  # the root's MEMBERS are out
     for p in members:
         assert net.nodes[p].topic_state(topic).parent == author
     return net, topic, author, members

@@ -33,6 +33,7 @@ forward to a new child.
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 from multiformats import CID
@@ -53,6 +54,7 @@ class FirstHopPush:
     config: NodeConfig
     peer_id: str
     _trees: dict[CID, Tree]
+    _rng: random.Random
 
     if TYPE_CHECKING:
 
@@ -91,6 +93,10 @@ class FirstHopPush:
         last = tree.member_sets.get(tree.member_epoch)
         if last is not None and last == frozenset(members):
             return  # what the children were told already
+        if not tree.member_sets:
+            # A random first epoch: a list from an earlier root (failover) that is
+            # still passed on below a relay cannot name one of this root's epochs.
+            tree.member_epoch = self._rng.getrandbits(40)
         tree.member_epoch += 1
         tree.member_sets[tree.member_epoch] = frozenset(members)
         for old in [e for e in tree.member_sets if e <= tree.member_epoch - _EPOCHS_KEPT]:
