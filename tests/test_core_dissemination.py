@@ -306,3 +306,22 @@ def test_a_difference_lists_only_the_ranges_that_differ() -> None:
     ]
     assert listings and answers
     assert max(len(d.have or ()) for d in listings) <= 2 * 200 // 16
+
+
+def test_a_pushed_event_of_a_stale_list_still_goes_up() -> None:
+    """A publisher whose list names another epoch than its parent's (a stale list,
+    a root that failed): the parent sends the event up as any event, so the root
+    does not wait for anti-entropy."""
+    net, topic, author, members = star(4)
+    pub, relay = members[0], members[1]
+    # `pub` hangs below `relay`, holding a list of an epoch its relay does not hold.
+    for a, b in ((pub, relay),):
+        ta, tb = net.nodes[a]._trees[topic], net.nodes[b]._trees[topic]
+        ta.parent = b
+        tb.children[a] = None
+        ta.members, ta.members_epoch, ta.members_from = (members[2],), 12345, b
+    net.nodes[author]._trees[topic].children.pop(pub, None)
+    cid = net.call(pub, "publish", topic, b"x").event_cid
+    net.run_for(0.2)
+    assert cid in net.delivered(author, topic)
+    assert author in [p for p, _ in events_sent(net, relay)]

@@ -17,9 +17,10 @@ Pulsarcast does the same within a bound, the lazy half of Plumtree's eager/lazy 
   neighbours as always *and* straight to the members of that epoch (the root
   included): one hop to the root and its children, two at most to the nodes below
   them (their parents forward it down).
-* A node that receives a ``pushed`` event never sends it up the tree (the root has
-  it from the publisher), only down. The root sends it only to its children
-  outside that epoch's members (new ones, beyond the bound, or all if it no longer
+* A node that receives a ``pushed`` event of the epoch it holds itself does not
+  send it up the tree (the root has it from the publisher), only down; of another
+  epoch (a stale list, a root that failed), up as well. The root sends it only to
+  its children outside that epoch's members (new ones, beyond the bound, or all if it no longer
   remembers the epoch; it keeps 8). Anti-entropy counts the members as having it.
 * A member takes a ``pushed`` EVENT from its *publisher* although that is no tree
   neighbour (from anyone else it is a stale edge: LEAVE), and verifies it like any
@@ -154,8 +155,14 @@ class FirstHopPush:
                         if p in tree.children:
                             tree.edge(p).known.add(cid)
                     skip |= covered
-            elif tree.parent is not None:
-                # The publisher sent it to the root itself: never up the tree.
+            elif (
+                tree.parent is not None
+                and tree.members_epoch == pushed
+                and tree.members_from == tree.parent
+            ):
+                # The publisher used our root's list, so it sent the event to that
+                # root itself: not up the tree. (A list from another epoch may be
+                # stale, e.g. from a root that failed: then up, as any event.)
                 tree.edge(tree.parent).known.add(cid)
                 skip.add(tree.parent)
         self._forward(now, tree, cid, skip=skip, pushed=pushed)
