@@ -22,7 +22,7 @@ Per topic the node keeps one :class:`Tree`, keyed by the CID of the topic's
 ``subscribed``  the local app is subscribed (deliver events to it)
 ``followers``   (meta topics) topic trees that follow this meta topic
 ``since``       events created before this are history, not delivered
-``recent``      the newest event CIDs seen (bounded; sent in HEADS)
+``recent``      the newest event CIDs seen (bounded; HEADS deltas, DIGESTs)
 ==============  ==============================================================
 
 Role (``tree_changed`` records, ``TopicState.role``)::
@@ -54,8 +54,10 @@ tree, publisher allowed by that version), drop duplicates (bounded seen-set),
 store, forward to every neighbour but the sender, deliver in causal order
 (an event waits until its parent is delivered; an unknown parent is fetched,
 walking back until a known event or one created before ``since``; what is
-found that way is delivered with ``recovered=True``). HEADS exchanged between
-tree neighbours close the gaps that a lost leaf event leaves in the DAG.
+found that way is delivered with ``recovered=True``). Anti-entropy between tree
+neighbours (HEADS deltas and DIGESTs, :mod:`._antientropy`) closes the gaps that a
+lost leaf event leaves in the DAG; a publisher's first hop goes straight to the
+root and its children (MEMBERS, :mod:`._push`). Tree state: :mod:`._tree`.
 """
 
 from __future__ import annotations
