@@ -182,6 +182,8 @@ class Driver:
         self.history_read_providers = 0
         """Holders found by those (``routing/findprovs``), summed."""
         self.history_read_connected = 0
+        self._holders: dict[CID, set[str]] = {}
+        """Holders of topics read (``find_holders``): known peers whatever the table."""
         self.history_read_incomplete = 0
         """Reads answered before the history was complete (bounded wait)."""
 
@@ -457,6 +459,9 @@ class Driver:
             for p in others:
                 tg.start_soon(connect, p)
         if connected:
+            self._holders[cid] = set(connected)
+            if len(self._holders) > 64:
+                del self._holders[next(iter(self._holders))]
             await self._refresh_routing()
         return len(others), len(connected)
 
@@ -663,6 +668,11 @@ class Driver:
                 acting = True
                 if st.author not in peers and st.author != self.peer_id:
                     peers.append(st.author)
+        # A reader also knows the holders it found (``routing/findprovs``) and
+        # connected to, whatever the per-bucket limit keeps: with the author gone for
+        # good, they are the tree it must join (a sparse table may list none of them).
+        for holders in self._holders.values():
+            peers.extend(h for h in holders if h not in peers and h != self.peer_id)
         # set_known_peers with the peers the node has already changes nothing, except
         # that acting roots look for a closer peer at once: skip it unless one does.
         if acting or peers != view.given:

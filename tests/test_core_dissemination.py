@@ -325,3 +325,24 @@ def test_a_pushed_event_of_a_stale_list_still_goes_up() -> None:
     net.run_for(0.2)
     assert cid in net.delivered(author, topic)
     assert author in [p for p, _ in events_sent(net, relay)]
+
+
+def test_a_node_not_in_step_with_its_parent_owes_a_new_child_its_window() -> None:
+    """A relay that has not had its parent's HEADS yet lists nothing to a new child
+    (a reader would take that for the whole history); it does once they come."""
+    net, topic, author, members = star(4)
+    cid = net.call(author, "publish", topic, b"x").event_cid
+    net.run_for(1)
+    relay, newcomer = members[0], members[2]
+    node = net.nodes[relay]
+    tree = node._trees[topic]
+    tree.heads_from.clear()  # as if it had just joined its parent
+    node.take_outputs()
+    node._adopt_child(net.now, tree, newcomer)
+    heads = [o for o in node.take_outputs() if isinstance(getattr(o, "rpc", None), Heads)]
+    assert heads == []
+    assert newcomer in tree.history_due
+    node.receive_rpc(net.now, author, Heads(topic=topic, heads=((cid, 1.0),)))
+    sent = [o.rpc for o in node.take_outputs() if getattr(o, "peer", None) == newcomer]
+    listed = {c for rpc in sent if isinstance(rpc, Heads) for c, _ in rpc.heads}
+    assert cid in listed and not tree.history_due

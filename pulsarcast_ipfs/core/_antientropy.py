@@ -170,10 +170,33 @@ class AntiEntropy:
         """A new edge: HEADS with every CID of the window, newest first, then older
         ones (a neighbour that missed events while partitioned learns them even when
         they are no longer among the newest)."""
+        if peer != tree.parent and not self._in_step(tree):
+            # Not in step with our own parent yet (a relay joining, or just joined):
+            # what we could list now is not what the tree holds. The child gets it
+            # once our parent's HEADS are here, or we act as root (a reader would
+            # take an empty list for the whole history).
+            tree.history_due.add(peer)
+            return
+        tree.history_due.discard(peer)
         tree.edges.pop(peer, None)
         entries = [(c, ts) for c, ts in reversed(tree.recent.items())]
         entries += [(c, ts) for c, ts in reversed(tree.older.items())]
+        # And what we are fetching, as advertised to us: the child fetches it too.
+        entries += [(c, ts) for c, ts in tree.fetching.items() if c not in self._seen]
         self._send_entries(now, tree, peer, entries)
+
+    def _in_step(self, tree: Tree) -> bool:
+        """Joined, and holding our parent's HEADS (or acting as root)."""
+        if tree.author == self.peer_id:
+            return True
+        return tree.joined and (tree.parent is None or tree.parent in tree.heads_from)
+
+    def _send_due_history(self, now: float, tree: Tree) -> None:
+        """The window owed to new children, once in step."""
+        if tree.history_due and self._in_step(tree):
+            for child in [c for c in tree.history_due if c in tree.children]:
+                self._send_history(now, tree, child)
+            tree.history_due.clear()
 
     def _repair(
         self, now: float, tree: Tree, peer: str, entries: Iterable[tuple[CID, float]]
@@ -181,11 +204,17 @@ class AntiEntropy:
         """Fetch the advertised events this node lacks and would keep or deliver."""
         bound = self._heads_bound(now, tree)
         known = tree.edge(peer).known
+        fetching = tree.fetching
+        if len(fetching) > self.config.max_pending_fetches:
+            for c in [c for c in fetching if c in self._seen or c not in self._fetches]:
+                del fetching[c]
         for cid, created in entries:
             known.add(cid)
             if cid in self._seen or cid in self._fetches or created < bound:
                 continue
             self._fetch(now, cid, "event", tree.key, peer)
+            if cid in self._fetches:
+                fetching[cid] = created
 
     def _edge_tree(self, now: float, peer: str, topic: CID) -> Tree | None:
         """The tree a HEADS or DIGEST from ``peer`` is about, if ``peer`` is a neighbour
@@ -212,6 +241,8 @@ class AntiEntropy:
         if len(tree.heads_from) > 64:
             tree.heads_from = {peer}
         self._repair(now, tree, peer, rpc.heads)
+        if peer == tree.parent:
+            self._send_due_history(now, tree)
         if self._is_edge(tree, peer):
             self._send_delta(now, tree, peer)  # what it may lack in turn
 

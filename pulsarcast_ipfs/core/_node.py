@@ -395,6 +395,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
     def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None:
         tree.role = self._role(tree)
         self._members_changed(now, tree)
+        self._send_due_history(now, tree)
         self._record(
             now,
             RecordKind.TREE_CHANGED,

@@ -106,6 +106,11 @@ class Tree:
     dropped_max: float = float("-inf")
     """The latest ``created`` of an event dropped from ``older``: above it, ``recent``
     and ``older`` hold every event this node has seen (the DIGEST window starts there)."""
+    history_due: set[str] = field(default_factory=set)
+    """New children owed the window, sent once the parent's HEADS have come."""
+    fetching: dict[CID, float] = field(default_factory=dict)
+    """Events being fetched for this tree as advertised (CID -> created): listed to a
+    new child with the window (bounded by the node's pending fetches)."""
     members: tuple[str, ...] = ()
     """(child of a root) The root's children, from its last MEMBERS: a publisher's
     direct first hop (:mod:`._push`)."""
