@@ -11,6 +11,7 @@ from pulsarcast_ipfs.core import (
     Digest,
     Event,
     Heads,
+    Leave,
     Members,
     NodeConfig,
     PulsarcastNode,
@@ -137,9 +138,18 @@ def test_a_direct_push_from_a_non_publisher_is_a_stale_edge() -> None:
     outsider = members[2]
     net.logs[outsider].sent.clear()
     fresh = Event(topic=topic, event=ev.event, pushed=ev.pushed)
-    net.inject(outsider, members[1], fresh)
+    receiver = members[1]
+    net.logs[receiver].sent.clear()
+    net.inject(outsider, receiver, fresh)
     net.run_for(0.1)
-    assert cid in net.delivered(members[1], topic)
+    leaves = [s.peer for s in net.logs[receiver].sent if isinstance(s.rpc, Leave)]
+    assert leaves == [outsider]
+    # From the publisher itself, the same push is no stale edge: no LEAVE.
+    net.logs[receiver].sent.clear()
+    net.inject(members[0], receiver, fresh)
+    net.run_for(0.1)
+    assert not [s for s in net.logs[receiver].sent if isinstance(s.rpc, Leave)]
+    assert net.delivered(receiver, topic) == [cid]
 
 
 def test_heads_rounds_send_nothing_when_events_crossed_the_edges() -> None:
