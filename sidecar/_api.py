@@ -531,7 +531,7 @@ class _Api:
             found, connected = found + more, connected + more_connected
         d.history_read_providers += found
         d.history_read_connected += connected
-        d.start_reading(cid)
+        d.start_reading(cid, root)
         known = await d.wait_for(lambda: d.known_root(cid) is not None, max_wait=DESCRIPTOR_TIMEOUT)
         if not known:
             raise ApiError(504, "timeout", f"resolving topic {cid} took too long")

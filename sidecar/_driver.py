@@ -481,10 +481,12 @@ class Driver:
             lock = self._read_locks[cid] = anyio.Lock()
         return lock
 
-    def start_reading(self, cid: CID) -> None:
-        """``node.read``: keep (and back-fill) the topic's history ``reader_ttl`` more."""
-        self.call(lambda now: self.node.read(now, cid))
-        root = self.known_root(cid)
+    def start_reading(self, cid: CID, root: CID | None = None) -> None:
+        """``node.read``: keep (and back-fill) the topic's history ``reader_ttl`` more,
+        hanging below one of the holders found (``find_holders``) if there are any."""
+        root = root or self.known_root(cid)
+        holders = sorted(self._holders.get(cid, set()) | self._holders.get(root or cid, set()))
+        self.call(lambda now: self.node.read(now, cid, holders=holders))
         if root is not None:
             self.readers[root] = time.time()
 

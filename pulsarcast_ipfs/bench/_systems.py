@@ -66,8 +66,12 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
     "/meshsub/1.3.0",
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
-PULSARCAST_PROTOCOLS: tuple[str, ...] = ("/x/pulsarcast/2.2.0", "/x/pulsarcast/1.0.0")
-"""The tree stream protocol (wire 2.2, issue 13), and the earlier one's, for older run sets."""
+PULSARCAST_PROTOCOLS: tuple[str, ...] = (
+    "/x/pulsarcast/2.3.0",
+    "/x/pulsarcast/2.2.0",
+    "/x/pulsarcast/1.0.0",
+)
+"""The tree stream protocol (wire 2.3, session 7), and the earlier ones, for older run sets."""
 
 
 class System(abc.ABC):

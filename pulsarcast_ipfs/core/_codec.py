@@ -14,7 +14,9 @@ decoder refuses further input (the stream is out of sync and must be closed).
 Messages (``topic`` is always the CID of the topic's *first version*, which keys
 the dissemination tree across updates)::
 
-    JOIN               {op, topic, descriptor}        descriptor = first-version block
+    JOIN               {op, topic, descriptor, leaf}  descriptor = first-version block;
+                        leaf: a childless reader asks a holder of the history to take
+                        it whatever its distance to the author (it takes no children)
     JOIN_ACK           {op, topic, ok}
     LEAVE              {op, topic}
     EVENT              {op, topic, event, topicBlock, pushed}
@@ -154,10 +156,14 @@ class Join(_Message):
     topic: CID
     descriptor: bytes
     """The first-version topic block, so the receiver can route without a fetch."""
+    leaf: bool = False
+    """A reader's JOIN to a holder of the history, whatever its distance to the author:
+    the sender takes no children while it hangs there (so no cycle can form)."""
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
+        _bool(self.leaf, "leaf")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

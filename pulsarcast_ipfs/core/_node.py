@@ -283,6 +283,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         self._fetches: dict[CID, _Fetch] = {}
         self._resolving: dict[CID, list[tuple[str, CID | None]]] = {}
         self._resume_since: dict[CID, float] = {}
+        self._read_holders: dict[CID, tuple[str, ...]] = {}  # read() -> _read_tree()
         self._requests: dict[str, _Request] = {}
         self._known: dict[str, int] = {}  # peer -> keyspace position
         self._suspect: dict[str, float] = {}
@@ -355,6 +356,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         recheck: a peer that failed during start-up or a partition may be back).
         """
         skip = set(exclude)
+        skip.update(tree.children)  # never below one's own child (a reader's leaf JOIN)
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
         target = tree.author_pos
@@ -529,7 +531,29 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             return
         self._join_next(now, tree, set())
 
+    def _reads_only(self, tree: Tree) -> bool:
+        """A reader and nothing else: it may hang below a holder as a leaf."""
+        return (
+            tree.reading_until is not None
+            and not (tree.subscribed or tree.publishing or tree.followers or tree.children)
+            and tree.author != self.peer_id
+        )
+
+    def _leaf_hop(self, now: float, tree: Tree, tried: set[str]) -> str | None:
+        """A reader's first choice: a holder of the history not tried yet."""
+        if not tree.holders or not self._reads_only(tree):
+            return None
+        for peer in tree.holders:
+            if peer not in tried and peer != tree.parent and not self._is_suspect(now, peer):
+                return peer
+        return None
+
     def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None:
+        leaf = self._leaf_hop(now, tree, tried)
+        if leaf is not None:
+            tried.add(leaf)
+            self._send_join(now, tree, leaf, tried, leaf=True)
+            return
         hop = self._next_hop(now, tree, tried)
         if hop is None and tree.parent is not None:
             # Moving away from a lagging parent, and nobody else took us: stay with it.
@@ -549,16 +573,22 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         tried.add(hop)
         self._send_join(now, tree, hop, tried)
 
-    def _send_join(self, now: float, tree: Tree, hop: str, tried: set[str]) -> None:
+    def _send_join(
+        self, now: float, tree: Tree, hop: str, tried: set[str], *, leaf: bool = False
+    ) -> None:
         """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails."""
-        tree.join = JoinAttempt(peer=hop, deadline=now + self.config.join_timeout, tried=tried)
-        self._send(now, hop, Join(topic=tree.key, descriptor=tree.root.encode()), tree.name)
+        tree.join = JoinAttempt(
+            peer=hop, deadline=now + self.config.join_timeout, tried=tried, leaf=leaf
+        )
+        rpc = Join(topic=tree.key, descriptor=tree.root.encode(), leaf=leaf)
+        self._send(now, hop, rpc, tree.name)
 
     def _parent_lost(self, now: float, tree: Tree, *, avoid: str | None) -> None:
         """§6: a node that lost its parent re-joins through another peer; children stay."""
         tree.parent = None
         tree.joined = False
         tree.join = None
+        tree.leaf = False
         tree.recheck_at = None
         self._tree_changed(now, tree)
         if not self._wanted(tree):
@@ -879,10 +909,19 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
                 self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
                 return
             tree = self._new_tree(now, root)
-        if tree.parent == peer or (
-            tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree)
-        ):
-            # Only a peer farther from the author may hang below us: no cycles.
+        if rpc.leaf:
+            # A reader asks to hang below a holder of the history, whatever its
+            # distance: it takes no children there, so no cycle can form.
+            refuse = tree.parent == peer or tree.history is None or not tree.joined
+        else:
+            # Only a peer farther from the author may hang below us: no cycles. A
+            # leaf takes no children at all.
+            refuse = (
+                tree.parent == peer
+                or tree.leaf
+                or (tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree))
+            )
+        if refuse:
             self._send(now, peer, JoinAck(topic=tree.key, ok=False), tree.name)
             if not self._wanted(tree) and tree.join is None and not tree.joined:
                 self._drop_tree(tree)
@@ -912,6 +951,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             self._join_next(now, tree, tree.join.tried)
             return
         old_parent = tree.parent
+        tree.leaf = tree.join.leaf
         tree.join = None
         tree.parent = peer
         tree.joined = True
@@ -1300,6 +1340,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             self._release(now, cid)
         elif f.kind == "topic":
             self._stash.pop(cid, None)
+            self._read_holders.pop(cid, None)
             if self._resolving.pop(cid, None) is not None:
                 self._drop(now, "topic_unavailable", event=cid_str(cid))
 
@@ -1383,7 +1424,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
                 if purpose == "subscribe":
                     self._subscribe_tree(now, tree)
                 elif purpose == "read":
-                    self._read_tree(now, tree)
+                    self._read_tree(now, tree, self._read_holders.pop(cid, ()))
                 elif key is not None and key in self._trees:
                     self._follow(now, tree, self._trees[key])
 
@@ -2228,7 +2269,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             retained=len(h),
         )
 
-    def read(self, now: float, topic_cid: CID) -> None:
+    def read(self, now: float, topic_cid: CID, *, holders: Iterable[str] = ()) -> None:
         """Read a topic's history without subscribing (a *reader*, PROTOCOL.md §5).
 
         The node resolves the topic (fetching its descriptor), joins its tree like a
@@ -2236,10 +2277,31 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         its tree neighbours' HEADS and the events' parent links; it delivers nothing.
         It stays ``reader_ttl`` seconds after the last call, then leaves unless
         otherwise wanted. ``history`` pages through what it has gathered.
+
+        ``holders``: peers known to hold the history (the driver found them in the
+        DHT). While it only reads, the node first JOINs one of them as a *leaf*,
+        whatever its distance to the author, and takes no children there: the tree's
+        path towards the author may end at an acting root that holds nothing when
+        the author is gone (docs/protocol-notes.md "Readers").
         """
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError("read expects a topic CID")
-        self._when_resolved(now, topic_cid, "read", self._read_tree)
+        found: list[str] = []
+        for peer in holders:
+            if not isinstance(peer, str):
+                raise LocalProtocolError("read: holders must be peer IDs")
+            if peer != self.peer_id and peer not in found:
+                found.append(peer)
+        if found:
+            if len(self._read_holders) >= 64:
+                del self._read_holders[next(iter(self._read_holders))]
+            self._read_holders[topic_cid] = tuple(found[:16])
+        self._when_resolved(
+            now,
+            topic_cid,
+            "read",
+            lambda t, tree: self._read_tree(t, tree, self._read_holders.pop(topic_cid, ())),
+        )
 
     def _when_resolved(
         self, now: float, topic_cid: CID, purpose: str, then: Callable[[float, Tree], None]
@@ -2253,11 +2315,21 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         self._resolving.setdefault(topic_cid, []).append((purpose, None))
         self._continue_resolutions(now)
 
-    def _read_tree(self, now: float, tree: Tree) -> None:
+    def _read_tree(self, now: float, tree: Tree, holders: tuple[str, ...] = ()) -> None:
         tree.reading_until = now + self.config.reader_ttl
+        if holders:
+            tree.holders = holders
         self._update_retention(now, tree)
         if tree.author != self.peer_id:
-            self._ensure_joined(now, tree)
+            if (
+                holders
+                and tree.join is None
+                and tree.parent not in tree.holders
+                and self._leaf_hop(now, tree, set()) is not None
+            ):
+                self._join_next(now, tree, set())  # below a holder (make before break)
+            else:
+                self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
 
     def topic_state(self, topic_cid: CID) -> TopicState:

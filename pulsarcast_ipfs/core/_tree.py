@@ -49,6 +49,9 @@ class JoinAttempt:
     peer: str
     deadline: float
     tried: set[str]
+    leaf: bool = False
+    """A reader's JOIN to a holder of the history, whatever its distance (it takes
+    no children while it hangs there: docs/protocol-notes.md "Readers")."""
 
 
 @dataclass(slots=True)
@@ -99,6 +102,11 @@ class Tree:
     """The retained history (subscribers, the author, readers); ``None``: a relay."""
     reading_until: float | None = None
     """A reader (history without subscription) stays in the tree until then."""
+    holders: tuple[str, ...] = ()
+    """(reader) Peers known to hold the history (the driver found them): joined as a
+    leaf first, whatever their distance to the author."""
+    leaf: bool = False
+    """Joined ``parent`` as a leaf (a reader below a holder): refuses children."""
     heads_from: set[str] = field(default_factory=set)
     """Neighbours whose HEADS arrived (a reader is synced once its parent's did)."""
     edges: dict[str, EdgeSync] = field(default_factory=dict)

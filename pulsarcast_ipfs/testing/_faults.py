@@ -51,7 +51,7 @@ __all__ = [
     "scenario_unwritable_state",
 ]
 
-PROTOCOL = "/x/pulsarcast/2.2.0"
+PROTOCOL = "/x/pulsarcast/2.3.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
