@@ -492,14 +492,17 @@ class Driver:
 
     def _history_ready(self, cid: CID) -> tuple[int, ...] | None:
         """A snapshot of a reader's progress if it looks done (in the tree under a
-        parent, history complete, no fetch in flight), else ``None``."""
+        parent, or acting as root with children; history complete, no fetch in
+        flight), else ``None``."""
         try:
             st = self.node.topic_state(cid)
             page = self.node.history(cid, limit=1)
         except (UnknownTopic, LocalProtocolError):
             return None
-        if not st.synced or (st.parent is None and st.author != self.peer_id):
-            return None  # not under a parent yet, or its HEADS not heard yet
+        if not st.synced or (st.parent is None and st.author != self.peer_id and not st.children):
+            # Not under a parent yet, or its HEADS not heard yet; or an acting root of
+            # its own (a relay acting as root with children gathers from them).
+            return None
         if not page.complete or self.node.memory_usage["fetches"]:
             return None
         return (page.retained, len(page.heads))

@@ -81,6 +81,16 @@ def test_a_leaf_takes_no_children_and_a_relay_takes_no_leaf() -> None:
     # A JOIN to the leaf: refused (a child of a leaf could close a cycle).
     net.inject(farther[0], reader, Join(topic=topic, descriptor=descriptor))
     assert farther[0] not in net.nodes[reader].topic_state(topic).children
+    # Nor while its leaf JOIN is in flight (a holder that took it as parent meanwhile
+    # would refuse the leaf JOIN, and one further down could close a cycle).
+    net2, topic2, holders2, others2, _ = _orphaned(3)
+    reader2 = _stranger(net2, topic2, others2)
+    net2.call(reader2, "read", topic2, holders=holders2)
+    while topic2 not in net2.nodes[reader2]._trees:  # its descriptor is being fetched
+        assert net2.step()
+    assert net2.nodes[reader2]._trees[topic2].join.leaf  # type: ignore[union-attr]
+    net2.inject(farther[0], reader2, Join(topic=topic2, descriptor=descriptor))
+    assert farther[0] not in net2.nodes[reader2].topic_state(topic2).children
     # A leaf JOIN to nodes that keep no history (relays, strangers): refused; to a
     # holder, whatever the distance: taken.
     for p in others:

@@ -915,10 +915,11 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             refuse = tree.parent == peer or tree.history is None or not tree.joined
         else:
             # Only a peer farther from the author may hang below us: no cycles. A
-            # leaf takes no children at all.
+            # leaf takes no children at all, nor does a node becoming one.
             refuse = (
                 tree.parent == peer
                 or tree.leaf
+                or (tree.join is not None and tree.join.leaf)
                 or (tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree))
             )
         if refuse:

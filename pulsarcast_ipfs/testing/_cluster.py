@@ -10,7 +10,8 @@ pins the blocks its node creates itself, docs/sidecar.md "Providing"),
 ``Provide.Enabled=true`` with ``Provide.DHT.Interval=0s`` (no periodic reprovide,
 which would re-announce every subscriber's retained events), Kubo's
 pubsub only when asked for (baselines).
-API and swarm listen on free loopback ports; the gateway is off.
+API and swarm listen on free loopback ports below the ephemeral range; the gateway
+is off.
 
 With ``toxiproxy=True`` one ``toxiproxy-server`` runs for the cluster and every
 node gets a proxy in front of its swarm port; the node announces the proxy's
@@ -579,6 +580,11 @@ class LocalCluster:
             )
             for key, value in settings.items():
                 _set(config, key, value)
+            # Ports below the kernel's ephemeral range (not ``tcp/0``): a restarted
+            # daemon binds the same ones again, and an ephemeral port may meanwhile
+            # be held by any outgoing connection ("address already in use" in CI).
+            _set(config, "Addresses.API", f"/ip4/127.0.0.1/tcp/{_free_port()}")
+            _set(config, "Addresses.Swarm", [f"/ip4/127.0.0.1/tcp/{_free_port()}"])
             config_path.write_text(json.dumps(config, indent=2))
 
         async with anyio.create_task_group() as tg:
