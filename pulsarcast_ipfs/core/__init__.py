@@ -50,10 +50,12 @@ from ._descriptors import (
 )
 from ._errors import (
     DescriptorError,
+    InvalidParent,
     LocalProtocolError,
     NotAllowedToPublish,
     PulsarcastError,
     RemoteProtocolError,
+    TopicConflict,
     UnknownTopic,
 )
 from ._history import HistoryKey, HistoryOrder, RetentionPolicy, TopicHistory
@@ -108,6 +110,7 @@ __all__ = [
     "HistoryKey",
     "HistoryOrder",
     "HistoryPage",
+    "InvalidParent",
     "Join",
     "JoinAck",
     "Leave",
@@ -135,6 +138,7 @@ __all__ = [
     "SignRequest",
     "SignatureError",
     "StoreBlock",
+    "TopicConflict",
     "TopicDescriptor",
     "TopicHistory",
     "TopicOptions",

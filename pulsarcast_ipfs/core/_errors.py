@@ -6,23 +6,30 @@ The hierarchy separates "you misused the API" from "the peer sent garbage"
     PulsarcastError
     ├── LocalProtocolError          you misused the API (bad argument, unknown topic, ...)
     │   ├── UnknownTopic            the node knows no topic by that CID
-    │   └── NotAllowedToPublish     neither allowed to publish nor to request it (§5)
+    │   ├── NotAllowedToPublish     neither allowed to publish nor to request it (§5)
+    │   ├── InvalidParent           a CUSTOM parent this node does not know (§5)
+    │   └── TopicConflict           a CUSTOM parent that is an event of another topic (§5)
     └── RemoteProtocolError         the peer (or a file) sent garbage; the only error
         └── DescriptorError         garbage may ever raise: invalid descriptor bytes (§4)
 
 Errors of lower layers (``dag_cbor``, ``multiformats``, peer-ID parsing) are
 translated at the boundary with ``raise ... from exc``; bytes from the network
 can only ever raise :class:`RemoteProtocolError` (a fuzz test states exactly that).
+
+Each refusal a caller may want to tell apart has its own class: the sidecar picks
+an HTTP answer by the class (``pulsarcast_ipfs.api_errors``), never by the message.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "DescriptorError",
+    "InvalidParent",
     "LocalProtocolError",
     "NotAllowedToPublish",
     "PulsarcastError",
     "RemoteProtocolError",
+    "TopicConflict",
     "UnknownTopic",
 ]
 
@@ -41,6 +48,14 @@ class UnknownTopic(LocalProtocolError):
 
 class NotAllowedToPublish(LocalProtocolError):
     """This node may neither publish in the topic nor request to publish (PROTOCOL.md §5)."""
+
+
+class InvalidParent(LocalProtocolError):
+    """The parent named for a CUSTOM-linked event is no event this node knows (PROTOCOL.md §5)."""
+
+
+class TopicConflict(LocalProtocolError):
+    """The parent named for a CUSTOM-linked event belongs to another topic (PROTOCOL.md §5)."""
 
 
 class RemoteProtocolError(PulsarcastError):

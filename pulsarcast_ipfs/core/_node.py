@@ -109,8 +109,10 @@ from ._descriptors import (
 )
 from ._errors import (
     DescriptorError,
+    InvalidParent,
     LocalProtocolError,
     NotAllowedToPublish,
+    TopicConflict,
     UnknownTopic,
 )
 from ._history import HistoryKey, HistoryOrder, TopicHistory
@@ -2009,9 +2011,9 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             raise LocalProtocolError("parent must be an event CID")
         entry = self._known_event(parent)
         if entry is None:
-            raise LocalProtocolError(f"unknown parent event {parent}")
+            raise InvalidParent(f"unknown parent event {parent}")
         if entry[0] != tree.key:
-            raise LocalProtocolError(f"parent event {parent} belongs to another topic")
+            raise TopicConflict(f"parent event {parent} belongs to another topic")
         return parent
 
     def _publish_event(
