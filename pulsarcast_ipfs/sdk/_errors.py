@@ -16,17 +16,23 @@ Hierarchy (docs/http-api.md "Errors")::
         ├── PayloadTooLarge         413 payload_too_large
         ├── InvalidParent           422 invalid_parent
         ├── KuboUnavailable         503 kubo_unavailable
+        │   └── SigningFailed       503 signing_failed
         └── Timeout                 504 timeout
 
-:func:`error_from_response` is the single place where an HTTP answer becomes one
-of these; the clients translate httpx's transport errors into
-:class:`SidecarUnavailable` with ``raise ... from exc``.
+The codes, their statuses and the class each becomes are the table of
+:mod:`pulsarcast_ipfs.api_errors` (``sdk_class``); a test checks that every row
+names a class here whose ``code_name`` is its code. :func:`error_from_response`
+is the single place where an HTTP answer becomes one of these; the clients
+translate httpx's transport errors into :class:`SidecarUnavailable` with
+``raise ... from exc``.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any, ClassVar
+
+from pulsarcast_ipfs.api_errors import ERROR_CODES
 
 __all__ = [
     "ApiError",
@@ -40,6 +46,7 @@ __all__ = [
     "PayloadTooLarge",
     "SdkError",
     "SidecarUnavailable",
+    "SigningFailed",
     "Timeout",
     "Unauthorized",
     "UnknownEvent",
@@ -137,14 +144,23 @@ class KuboUnavailable(ApiError):
     code_name = "kubo_unavailable"
 
 
+class SigningFailed(KuboUnavailable):
+    """503: Kubo's ``key/sign`` failed or timed out; the topic or event was not created.
+
+    A :class:`KuboUnavailable`, as the SDK raised it before it had its own class.
+    """
+
+    code_name = "signing_failed"
+
+
 class Timeout(ApiError):
     """504: fetching a descriptor from IPFS took too long."""
 
     code_name = "timeout"
 
 
-_BY_CODE: dict[str, type[ApiError]] = {
-    cls.code_name: cls
+_CLASSES: dict[str, type[ApiError]] = {
+    cls.__name__: cls
     for cls in (
         BadRequest,
         Unauthorized,
@@ -156,20 +172,23 @@ _BY_CODE: dict[str, type[ApiError]] = {
         PayloadTooLarge,
         InvalidParent,
         KuboUnavailable,
+        SigningFailed,
         Timeout,
     )
 }
-_BY_STATUS: dict[int, type[ApiError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: NotAllowed,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-    422: InvalidParent,
-    503: KuboUnavailable,
-    504: Timeout,
-}
+_BY_CODE: dict[str, type[ApiError]] = {e.code: _CLASSES[e.sdk_class] for e in ERROR_CODES}
+
+
+def _status_class(status: int) -> type[ApiError]:
+    """The class of an unknown code at ``status``: the base of that status's classes."""
+    classes = {_BY_CODE[e.code] for e in ERROR_CODES if e.status == status}
+    for cls in classes:
+        if all(issubclass(other, cls) for other in classes):
+            return cls
+    return ApiError
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {e.status: _status_class(e.status) for e in ERROR_CODES}
 
 
 def error_from_response(status: int, body: bytes) -> ApiError:
