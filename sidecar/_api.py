@@ -1,7 +1,10 @@
 """The sidecar's HTTP API for applications (issue 4, part 2; contract docs/http-api.md).
 
 A Starlette app served by uvicorn inside the driver's task group. Every error is
-``{"error": {"code", "message"}}`` with the status of the contract's table.
+``{"error": {"code", "message"}}`` with a status and code of the contract's table
+(:mod:`pulsarcast_ipfs.api_errors`). The errors of the core, the driver and the
+Kubo client become answers in one place, :data:`REFUSALS`, by their type: never
+by the text of their message.
 """
 
 from __future__ import annotations
@@ -26,6 +29,17 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pulsarcast_ipfs.api_errors import (
+    BAD_REQUEST,
+    CONFLICT,
+    INVALID_PARENT,
+    KUBO_UNAVAILABLE,
+    NOT_ALLOWED,
+    SIGNING_FAILED,
+    TIMEOUT,
+    UNKNOWN_TOPIC,
+    ErrorCode,
+)
 from pulsarcast_ipfs.core import (
     MAX_PAYLOAD_SIZE,
     DescriptorError,
@@ -33,9 +47,11 @@ from pulsarcast_ipfs.core import (
     EventLinking,
     HistoryOrder,
     HistoryPage,
+    InvalidParent,
     LocalProtocolError,
     NotAllowedToPublish,
     PeerPolicy,
+    TopicConflict,
     TopicDescriptor,
     TopicOptions,
     UnknownTopic,
@@ -47,7 +63,7 @@ from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnava
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 
-__all__ = ["ApiError", "build_app", "serve_api"]
+__all__ = ["REFUSALS", "ApiError", "build_app", "serve_api"]
 
 log = logging.getLogger("pulsarcast.sidecar.api")
 
@@ -73,6 +89,32 @@ class ApiError(Exception):
 
 def _error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+REFUSALS: tuple[tuple[type[Exception], ErrorCode, str], ...] = (
+    (SigningFailed, SIGNING_FAILED, "could not sign through Kubo: "),
+    (UnknownTopic, UNKNOWN_TOPIC, ""),
+    (NotAllowedToPublish, NOT_ALLOWED, ""),
+    (InvalidParent, INVALID_PARENT, ""),
+    (TopicConflict, CONFLICT, ""),
+    (LocalProtocolError, BAD_REQUEST, ""),
+    (KuboUnavailable, KUBO_UNAVAILABLE, "Kubo's API cannot be reached: "),
+    (KuboTimeout, TIMEOUT, ""),
+    (KuboError, KUBO_UNAVAILABLE, "Kubo failed: "),
+)
+"""The answer to an error of the core, the driver or the Kubo client: the row of the
+contract's table and a prefix of its message. The first entry whose type the error
+is an instance of wins (subclasses before their bases)."""
+
+_REFUSED = tuple(t for t, _, _ in REFUSALS)
+
+
+def refusal(exc: Exception) -> JSONResponse:
+    """The error answer to ``exc`` (an instance of one of the types of :data:`REFUSALS`)."""
+    for kind, row, prefix in REFUSALS:
+        if isinstance(exc, kind):
+            return _error_response(row.status, row.code, f"{prefix}{exc}")
+    raise TypeError(f"no answer for {type(exc).__name__}") from exc
 
 
 # -- input parsing ---------------------------------------------------------------------
@@ -407,23 +449,13 @@ class _Api:
         if inject_id is not None and not isinstance(inject_id, str):
             raise ApiError(400, "bad_request", "inject_id must be a string")
         self.tree_key(cid)
-        try:
-            res = await self.d.complete(
-                self.d.call(
-                    lambda now: self.d.node.publish(
-                        now, cid, payload, parent=parent, inject_id=inject_id
-                    )
+        res = await self.d.complete(
+            self.d.call(
+                lambda now: self.d.node.publish(
+                    now, cid, payload, parent=parent, inject_id=inject_id
                 )
             )
-        except NotAllowedToPublish as exc:
-            raise ApiError(403, "not_allowed", str(exc)) from None
-        except LocalProtocolError as exc:
-            msg = str(exc)
-            if "unknown parent" in msg:
-                raise ApiError(422, "invalid_parent", msg) from None
-            if "another topic" in msg:
-                raise ApiError(409, "conflict", msg) from None
-            raise
+        )
         return JSONResponse(
             {
                 "status": res.status,
@@ -676,20 +708,8 @@ def _wrap(fn: Handler) -> Handler:
             return await fn(request)
         except ApiError as exc:
             return _error_response(exc.status, exc.code, exc.message)
-        except SigningFailed as exc:
-            return _error_response(503, "signing_failed", f"could not sign through Kubo: {exc}")
-        except UnknownTopic as exc:
-            return _error_response(404, "unknown_topic", str(exc))
-        except NotAllowedToPublish as exc:
-            return _error_response(403, "not_allowed", str(exc))
-        except LocalProtocolError as exc:
-            return _error_response(400, "bad_request", str(exc))
-        except KuboUnavailable as exc:
-            return _error_response(503, "kubo_unavailable", f"Kubo's API cannot be reached: {exc}")
-        except KuboTimeout as exc:
-            return _error_response(504, "timeout", str(exc))
-        except KuboError as exc:
-            return _error_response(503, "kubo_unavailable", f"Kubo failed: {exc}")
+        except _REFUSED as exc:
+            return refusal(exc)
 
     return handler
 

@@ -1,8 +1,13 @@
-"""The OpenAPI 3.1 description of the sidecar's API (kept equal to docs/http-api.md by a test)."""
+"""The OpenAPI 3.1 description of the sidecar's API (kept equal to docs/http-api.md by a test).
+
+Its error responses are generated from the table of :mod:`pulsarcast_ipfs.api_errors`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from pulsarcast_ipfs.api_errors import ERROR_CODES
 
 __all__ = ["ENDPOINTS", "openapi_document"]
 
@@ -36,7 +41,10 @@ _ERROR = {
         "error": {
             "type": "object",
             "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            "properties": {
+                "code": {"enum": sorted({e.code for e in ERROR_CODES})},
+                "message": {"type": "string"},
+            },
         }
     },
 }
@@ -127,6 +135,28 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+def _error_responses() -> dict[str, Any]:
+    """One response per error status of the table, naming its codes."""
+    out: dict[str, Any] = {}
+    for status in sorted({e.status for e in ERROR_CODES}):
+        rows = [e for e in ERROR_CODES if e.status == status]
+        code_schema = {"enum": [e.code for e in rows]}
+        out[str(status)] = {
+            "description": "; ".join(f"`{e.code}`: {e.meaning}" for e in rows),
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "allOf": [
+                            _ref("Error"),
+                            {"properties": {"error": {"properties": {"code": code_schema}}}},
+                        ]
+                    }
+                }
+            },
+        }
+    return out
+
+
 def _op(method: str, path: str, summary: str) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "responses": {}}
     params: list[dict[str, Any]] = []
@@ -172,11 +202,7 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
     if path == "/metrics":
         content = {"text/plain": {"schema": {"type": "string"}}}
     op["responses"][ok] = {"description": "success", "content": content}
-    for status in ("400", "401", "403", "404", "409", "413", "422", "503", "504"):
-        op["responses"][status] = {
-            "description": "error",
-            "content": {"application/json": {"schema": _ref("Error")}},
-        }
+    op["responses"].update(_error_responses())
     if params:
         op["parameters"] = params
     return op
