@@ -7,7 +7,7 @@ timers and the HTTP API of docs/http-api.md (:func:`build_app`).
 
 from __future__ import annotations
 
-from ._api import ApiError, build_app
+from ._api import ApiError, build_app, serve_api
 from ._config import ConfigError, SidecarConfig, load_config
 from ._driver import Driver
 from ._openapi import openapi_document
@@ -27,4 +27,5 @@ __all__ = [
     "limit_per_bucket",
     "load_config",
     "openapi_document",
+    "serve_api",
 ]

@@ -12,6 +12,7 @@ import anyio
 
 from pulsarcast_ipfs.kubo import KuboError
 
+from ._api import serve_api
 from ._config import ANNOUNCE_MODES, ConfigError, SidecarConfig, load_config
 from ._driver import Driver
 from ._state import StateError
@@ -101,7 +102,7 @@ async def _run(config: SidecarConfig) -> str | None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(signals)
-        await driver.run()
+        await driver.run(services=[serve_api])
         tg.cancel_scope.cancel()
     return driver.fatal
 

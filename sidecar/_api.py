@@ -224,11 +224,8 @@ class _Api:
     # helpers
 
     async def block(self, cid: CID, max_wait: float = DESCRIPTOR_TIMEOUT) -> bytes:
-        data = self.d.blocks.get(cid)
-        if data is not None:
-            return data
         try:
-            return await self.d.store.get(cid, max_wait)
+            return await self.d.block(cid, max_wait)
         except KuboTimeout:
             raise ApiError(504, "timeout", f"fetching {cid} from IPFS took too long") from None
         except KuboNotFound:
@@ -292,20 +289,13 @@ class _Api:
     # endpoints
 
     async def health(self, request: Request) -> Response:
-        try:
-            with anyio.fail_after(3):
-                await self.d.kubo.id()
-        except (KuboError, TimeoutError):
+        if not await self.d.kubo_alive():
             return _error_response(503, "kubo_unavailable", "Kubo's API cannot be reached")
         return JSONResponse({"status": "ok", "kubo": "ok"})
 
     async def status(self, request: Request) -> Response:
         topics = []
-        for root in self.d.topic_roots:
-            try:
-                st = self.d.node.topic_state(CID.decode(root))
-            except UnknownTopic:
-                continue
+        for st in self.d.topic_states():
             topics.append(
                 {
                     "cid": cid_str(st.latest_cid),
@@ -344,20 +334,8 @@ class _Api:
             parent_cid = parse_cid(parent, "parent")
             self.tree_key(parent_cid)
         options = parse_options(body)
-        cid = await self.d.complete(
-            self.d.call(
-                lambda now: self.d.node.create_topic(now, name, options=options, parent=parent_cid)
-            )
-        )
+        cid = await self.d.create_topic(name, options=options, parent=parent_cid)
         root = self.d.known_root(cid) or cid
-        state = self.d.state.state
-        root_s = cid_str(root)
-        if root_s not in state.created:
-            state.created.append(root_s)
-        state.subscriptions.setdefault(root_s, time.time())
-        self.d.remember_topic(root_s, name)
-        self.d.persist()
-        self.d.announce_topics()
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         return JSONResponse(topic_json(cid, desc, root=root, latest=cid), status_code=201)
 
@@ -365,11 +343,7 @@ class _Api:
         cid = parse_cid(request.path_params["cid"], "topic CID")
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         root = await self.root_of(cid, desc)
-        latest = None
-        try:
-            latest = self.d.node.topic_state(cid).latest_cid
-        except UnknownTopic:
-            pass
+        latest = self.d.latest_version(cid)
         return JSONResponse(topic_json(cid, desc, root=root, latest=latest))
 
     async def update_topic(self, request: Request) -> Response:
@@ -377,10 +351,7 @@ class _Api:
         body = await read_json(request, self.max_body)
         self.tree_key(cid)
         options = parse_options(body)
-        new = await self.d.complete(
-            self.d.call(lambda now: self.d.node.update_topic(now, cid, options=options))
-        )
-        self.d.persist()
+        new = await self.d.update_topic(cid, options=options)
         desc = self.d.local_topic(new) or await self.topic_descriptor(new)
         return JSONResponse(
             topic_json(new, desc, root=self.d.known_root(new), latest=new), status_code=201
@@ -390,32 +361,18 @@ class _Api:
         cid = parse_cid(request.path_params["cid"], "topic CID")
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         root = await self.root_of(cid, desc)
-        self.d.call(lambda now: self.d.node.subscribe(now, cid))
         # The core may first fetch the descriptor (and its meta topic) through the
         # block store; answer once it knows the topic, so that a publish right after
         # this call finds it.
-        known = await self.d.wait_for(
-            lambda: self.d.known_root(cid) is not None, max_wait=DESCRIPTOR_TIMEOUT
-        )
-        if not known:
+        if not await self.d.subscribe(cid, root=root, name=desc.name, max_wait=DESCRIPTOR_TIMEOUT):
             raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
-        root_s = cid_str(root)
-        self.d.remember_topic(root_s, desc.name)
-        self.d.state.state.subscriptions.setdefault(root_s, time.time())
-        self.d.readers.pop(root, None)
-        self.d.persist()
-        self.d.announce_topics()  # one provider record for the topic (docs/sidecar.md)
-        return JSONResponse({"topic": root_s, "subscribed": True})
+        return JSONResponse({"topic": cid_str(root), "subscribed": True})
 
     async def unsubscribe(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
         root = self.tree_key(cid)
-        self.d.call(lambda now: self.d.node.unsubscribe(now, cid))
-        root_s = cid_str(root)
-        self.d.state.state.subscriptions.pop(root_s, None)
-        self.d.persist()
-        self.d.announce_topics()  # unpins the topic (unless this node created it)
-        return JSONResponse({"topic": root_s, "subscribed": False})
+        self.d.unsubscribe(cid, root)
+        return JSONResponse({"topic": cid_str(root), "subscribed": False})
 
     async def publish(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
@@ -449,13 +406,7 @@ class _Api:
         if inject_id is not None and not isinstance(inject_id, str):
             raise ApiError(400, "bad_request", "inject_id must be a string")
         self.tree_key(cid)
-        res = await self.d.complete(
-            self.d.call(
-                lambda now: self.d.node.publish(
-                    now, cid, payload, parent=parent, inject_id=inject_id
-                )
-            )
-        )
+        res = await self.d.publish(cid, payload, parent=parent, inject_id=inject_id)
         return JSONResponse(
             {
                 "status": res.status,
@@ -526,7 +477,7 @@ class _Api:
         d = self.d
         root = d.known_root(cid)
         if root is not None and d.keeps_history(cid):
-            if root in d.readers:
+            if d.is_reader(root):
                 d.start_reading(cid)  # extend the reader's stay
             return True
         async with d.read_lock(cid):
@@ -538,7 +489,6 @@ class _Api:
     async def become_reader(self, cid: CID, root: CID | None) -> bool:
         d = self.d
         began = time.monotonic()
-        d.history_reads += 1
         found, connected = await d.find_holders(cid)
         if root is None:
             # Not a topic this node knows: check it is one (a clear 404 otherwise),
@@ -561,33 +511,23 @@ class _Api:
         if root != cid:  # a later version: subscribers announce the first one
             more, more_connected = await d.find_holders(root)
             found, connected = found + more, connected + more_connected
-        d.history_read_providers += found
-        d.history_read_connected += connected
-        d.start_reading(cid, root)
-        known = await d.wait_for(lambda: d.known_root(cid) is not None, max_wait=DESCRIPTOR_TIMEOUT)
-        if not known:
-            raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
-        d.readers[root] = time.time()
-        left = max(1.0, READ_WAIT - (time.monotonic() - began))
-        settled = await d.settle_history(cid, max_wait=left)
-        if not settled:
-            d.history_read_incomplete += 1
-        log.info(
-            "reading topic %s: %d holder(s) found, %d connected, history %s after %.1f s",
-            cid_str(root),
-            found,
-            connected,
-            "gathered" if settled else "still incomplete",
-            time.monotonic() - began,
+        settled = await d.read_history(
+            cid,
+            root,
+            found=found,
+            connected=connected,
+            resolve_wait=DESCRIPTOR_TIMEOUT,
+            max_wait=max(1.0, READ_WAIT - (time.monotonic() - began)),
         )
+        if settled is None:
+            raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
         return settled
 
     async def history_page(
         self, cid: CID, order: HistoryOrder, cursor: CID | None, limit: int
     ) -> HistoryPage:
-        node = self.d.node
         try:
-            return node.history(cid, order=order, after=cursor, limit=limit)
+            return self.d.history(cid, order=order, after=cursor, limit=limit)
         except LocalProtocolError:
             if cursor is None:
                 raise
@@ -600,7 +540,7 @@ class _Api:
                 raise ApiError(400, "bad_request", f"bad cursor: {exc.message}") from None
             raise
         try:
-            return node.history(cid, order=order, after=ev, limit=limit)
+            return self.d.history(cid, order=order, after=ev, limit=limit)
         except LocalProtocolError as exc:
             raise ApiError(400, "bad_request", f"bad cursor: {exc}") from None
 
@@ -629,16 +569,16 @@ class _Api:
             raise ApiError(400, "bad_request", "follow must be true or false")
         follow = follow_s in ("true", "1")
         lst = self.d.listen()  # before reading the log: no gap between replay and live
-        start = after if after is not None else self.d.state.last_seq
+        start = after if after is not None else self.d.last_seq
 
         async def lines() -> AsyncIterator[bytes]:
             last = start
             try:
                 if after is not None:
-                    for obj in self.d.state.replay(after, topic):
+                    for obj in self.d.replay(after, topic):
                         last = obj["seq"]
                         yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-                while follow and not self.d.stopping.is_set():
+                while follow and not self.d.is_stopping:
                     if not lst.items:
                         lst.wake = anyio.Event()
                         with anyio.move_on_after(15):
@@ -658,42 +598,7 @@ class _Api:
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     async def metrics(self, request: Request) -> Response:
-        d = self.d
-        gauges = {
-            "pulsarcast_topics": float(len(d.topic_roots)),
-            "pulsarcast_subscriptions": float(len(d.state.state.subscriptions)),
-            "pulsarcast_neighbour_connections": float(len(d.transport.neighbours)),
-            "pulsarcast_deliveries_total": float(d.state.last_seq),
-            "pulsarcast_duplicates_suppressed_total": float(d.duplicates_suppressed),
-            "pulsarcast_blocks_stored_total": float(d.store.stored),
-            "pulsarcast_block_put_calls_total": float(d.store.put_calls),
-            "pulsarcast_blocks_store_pending": float(d.store.pending),
-            "pulsarcast_blocks_provided_total": float(d.store.provided),
-            "pulsarcast_blocks_provide_failed_total": float(d.store.provide_failed),
-            "pulsarcast_blocks_retained_pinned": float(d.store.retained_pinned),
-            "pulsarcast_pins_added_total": float(d.store.pins_added),
-            "pulsarcast_own_pins_added_total": float(d.store.own_pins_added),
-            "pulsarcast_pins_removed_total": float(d.store.pins_removed),
-            "pulsarcast_pin_failed_total": float(d.store.pin_failed),
-            "pulsarcast_pin_calls_total": float(d.store.pin_calls),
-            "pulsarcast_topics_announced_total": float(d.store.topics_announced),
-            "pulsarcast_history_reads_total": float(d.history_reads),
-            "pulsarcast_history_read_providers_total": float(d.history_read_providers),
-            "pulsarcast_history_read_connected_total": float(d.history_read_connected),
-            "pulsarcast_history_read_incomplete_total": float(d.history_read_incomplete),
-            "pulsarcast_readers": float(len(d.readers)),
-            "pulsarcast_frames_in_total": float(d.transport.frames_in),
-            "pulsarcast_frames_out_total": float(d.transport.frames_out),
-            "pulsarcast_bad_frames_total": float(d.transport.bad_frames),
-            "pulsarcast_signatures_total": float(d.signatures),
-            "pulsarcast_sign_failures_total": float(d.sign_failures),
-            "pulsarcast_sign_seconds_total": float(d.sign_seconds),
-            "pulsarcast_peers_disconnected_total": float(d.transport.disconnects),
-            "pulsarcast_connections_refused_total": float(d.transport.refused),
-        }
-        return PlainTextResponse(
-            d.metrics.prometheus(gauges), media_type="text/plain; version=0.0.4"
-        )
+        return PlainTextResponse(self.d.metrics_text(), media_type="text/plain; version=0.0.4")
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -771,7 +676,8 @@ class _Server(uvicorn.Server):
 async def serve_api(
     driver: Driver, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """Serve the API until ``driver`` stops (started inside the driver's task group)."""
+    """Serve the API until ``driver`` stops: a driver service
+    (``driver.run(services=[serve_api])``); the driver does not know the API."""
     cfg = driver.config
     server = _Server(
         uvicorn.Config(
@@ -784,15 +690,14 @@ async def serve_api(
             access_log=False,
         )
     )
-    driver._api_server = server
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve)
-            while not server.started:
-                if server.should_exit:
-                    raise OSError(f"cannot serve the API on {cfg.api}")
-                await anyio.sleep(0.02)
-            log.info("API on http://%s", cfg.api)
-            task_status.started()
-    finally:
-        driver.api_done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        while not server.started:
+            if server.should_exit:
+                raise OSError(f"cannot serve the API on {cfg.api}")
+            await anyio.sleep(0.02)
+        log.info("API on http://%s", cfg.api)
+        task_status.started()
+        await driver.stopping.wait()
+        server.should_exit = True  # serve() answers what is in flight, then returns

@@ -16,9 +16,9 @@ import logging
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -29,10 +29,13 @@ from pulsarcast_ipfs.core import (
     DisconnectPeer,
     EventDescriptor,
     FetchBlock,
+    HistoryOrder,
+    HistoryPage,
     LocalProtocolError,
     NodeConfig,
     OperationDone,
     Pending,
+    PublishResult,
     PulsarcastError,
     PulsarcastNode,
     ReleaseBlocks,
@@ -42,6 +45,8 @@ from pulsarcast_ipfs.core import (
     SignRequest,
     StoreBlock,
     TopicDescriptor,
+    TopicOptions,
+    TopicState,
     TopicUpdated,
     UnknownTopic,
     cid_str,
@@ -60,6 +65,16 @@ __all__ = ["Driver", "SigningFailed", "event_json"]
 
 log = logging.getLogger("pulsarcast.sidecar")
 T = TypeVar("T")
+
+
+class Service(Protocol):
+    """Something that runs beside a driver (the HTTP API): started with
+    ``tg.start(service, driver)``, it ends on its own once ``driver.stopping`` is set."""
+
+    def __call__(
+        self, driver: Driver, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> Awaitable[None]: ...
+
 
 VERSION = "0.1.0"
 SIGN_TIMEOUT = 10.0
@@ -114,11 +129,15 @@ class Driver:
         *,
         kubo: KuboClient | None = None,
         transport_factory: Callable[..., Transport] = Transport,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``kubo`` and ``transport_factory`` replace the Kubo client and the p2p
-        transport (in-process fakes: benchmarks/driver_bench.py); the factory is called
-        with :class:`Transport`'s keyword arguments. By default both come from ``config``."""
+        transport (in-process fakes: benchmarks/driver_bench.py, tests/test_api_fake.py);
+        the factory is called with :class:`Transport`'s keyword arguments. By default
+        both come from ``config``. ``clock`` gives the wall-clock time (seconds since
+        the epoch) of every input to the core and of the persisted state."""
         self.config = config
+        self.clock = clock
         self.kubo = (
             kubo if kubo is not None else KuboClient(config=KuboConfig(base_url=config.kubo_api))
         )
@@ -161,8 +180,7 @@ class Driver:
         self.duplicates_suppressed = 0
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
-        self._api_server: Any = None
-        self.api_done = anyio.Event()
+        self._services_done: list[anyio.Event] = []
         self._dirty = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._done: OrderedDict[str, OperationDone] = OrderedDict()
@@ -173,7 +191,7 @@ class Driver:
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
         self._announced: dict[CID, float] = {}
-        """Subscribed topics (first versions) announced, with when (time.time())."""
+        """Subscribed topics (first versions) announced, with when (:attr:`clock`)."""
         self.readers: dict[CID, float] = {}
         """Topics (first versions) this node reads without subscribing, last read."""
         self._read_locks: dict[CID, anyio.Lock] = {}
@@ -195,13 +213,13 @@ class Driver:
     # -- feeding the core ------------------------------------------------------------
 
     def call(self, fn: Callable[[float], T]) -> T:
-        """Run one input on the node with ``now = time.time()``, then carry out its outputs.
+        """Run one input on the node with ``now =`` :attr:`clock`, then carry out its outputs.
 
         Exceptions from the node (``LocalProtocolError``) propagate after the outputs
         it queued before raising were carried out.
         """
         try:
-            return fn(time.time())
+            return fn(self.clock())
         finally:
             self._pump()
 
@@ -313,7 +331,7 @@ class Driver:
             topic_root=root,
             topic_name=self._topics.get(root, ""),
             recovered=out.recovered,
-            delivered_at=time.time(),
+            delivered_at=self.clock(),
         )
         if self.fatal is not None:
             return
@@ -380,6 +398,201 @@ class Driver:
         except UnknownTopic:
             return None
 
+    # -- operations of the HTTP API (sidecar/_api.py calls these, nothing else) -------
+
+    @property
+    def is_stopping(self) -> bool:
+        return self.stopping.is_set()
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest delivery in the log."""
+        return self.state.last_seq
+
+    def replay(self, after: int, topic: str | None = None) -> Iterator[dict[str, Any]]:
+        """Logged deliveries after ``after`` (of the topic whose first version is
+        ``topic``, if given)."""
+        return self.state.replay(after, topic)
+
+    async def kubo_alive(self, max_wait: float = 3.0) -> bool:
+        """Whether Kubo's API answers ``id`` within ``max_wait``."""
+        try:
+            with anyio.fail_after(max_wait):
+                await self.kubo.id()
+        except (KuboError, TimeoutError):
+            return False
+        return True
+
+    def topic_states(self) -> list[TopicState]:
+        """This node's place in every tree it has been in and still is."""
+        out = []
+        for root in self.topic_roots:
+            try:
+                out.append(self.node.topic_state(CID.decode(root)))
+            except UnknownTopic:
+                continue
+        return out
+
+    def latest_version(self, cid: CID) -> CID | None:
+        """The newest version of topic ``cid`` the node knows, if it is in its tree."""
+        try:
+            return self.node.topic_state(cid).latest_cid
+        except UnknownTopic:
+            return None
+
+    async def block(self, cid: CID, max_wait: float) -> bytes:
+        """A block: from the descriptors just stored, else through Kubo (raises
+        ``KuboTimeout``, ``KuboNotFound``)."""
+        data = self.blocks.get(cid)
+        if data is not None:
+            return data
+        return await self.store.get(cid, max_wait)
+
+    def _subscribed(self, root: CID, name: str) -> None:
+        root_s = cid_str(root)
+        self.remember_topic(root_s, name)
+        self.state.state.subscriptions.setdefault(root_s, self.clock())
+        self.persist()
+        self.announce_topics()  # one provider record for the topic (docs/sidecar.md)
+
+    async def create_topic(self, name: str, *, options: TopicOptions, parent: CID | None) -> CID:
+        """Create (sign, store) a topic; this node is subscribed to it."""
+        cid = await self.complete(
+            self.call(lambda now: self.node.create_topic(now, name, options=options, parent=parent))
+        )
+        root = self.known_root(cid) or cid
+        if cid_str(root) not in self.state.state.created:
+            self.state.state.created.append(cid_str(root))
+        self._subscribed(root, name)
+        return cid
+
+    async def update_topic(self, cid: CID, *, options: TopicOptions) -> CID:
+        """A new version of topic ``cid`` with ``options`` (this node is its author)."""
+        new = await self.complete(
+            self.call(lambda now: self.node.update_topic(now, cid, options=options))
+        )
+        self.persist()
+        return new
+
+    async def subscribe(self, cid: CID, *, root: CID, name: str, max_wait: float) -> bool:
+        """Subscribe to topic ``cid`` (first version ``root``) and persist it; whether
+        the core knew the topic within ``max_wait`` (it may fetch its descriptor and
+        meta topic first), so that a publish right after this finds it."""
+        self.call(lambda now: self.node.subscribe(now, cid))
+        if not await self.wait_for(lambda: self.known_root(cid) is not None, max_wait=max_wait):
+            return False
+        self.readers.pop(root, None)
+        self._subscribed(root, name)
+        return True
+
+    def unsubscribe(self, cid: CID, root: CID) -> None:
+        """Unsubscribe from topic ``cid`` (first version ``root``) and persist it."""
+        self.call(lambda now: self.node.unsubscribe(now, cid))
+        self.state.state.subscriptions.pop(cid_str(root), None)
+        self.persist()
+        self.announce_topics()  # unpins the topic (unless this node created it)
+
+    async def publish(
+        self, cid: CID, payload: bytes, *, parent: CID | None, inject_id: str | None
+    ) -> PublishResult:
+        """Publish (or request to publish) ``payload`` in topic ``cid``."""
+        return await self.complete(
+            self.call(
+                lambda now: self.node.publish(now, cid, payload, parent=parent, inject_id=inject_id)
+            )
+        )
+
+    def history(
+        self,
+        cid: CID,
+        *,
+        order: HistoryOrder,
+        after: CID | EventDescriptor | None,
+        limit: int,
+    ) -> HistoryPage:
+        """One page of the retained history of topic ``cid`` (``node.history``)."""
+        return self.node.history(cid, order=order, after=after, limit=limit)
+
+    def is_reader(self, root: CID) -> bool:
+        return root in self.readers
+
+    async def read_history(
+        self,
+        cid: CID,
+        root: CID,
+        *,
+        found: int,
+        connected: int,
+        resolve_wait: float,
+        max_wait: float,
+    ) -> bool | None:
+        """Become a reader of topic ``cid`` (first version ``root``), the holders
+        already looked up (``found`` providers, ``connected`` to); wait at most
+        ``max_wait`` in all for the back-fill. Whether the history was gathered in
+        time, or ``None`` if the core did not resolve the topic within
+        ``resolve_wait``."""
+        began = time.monotonic()
+        self.history_reads += 1
+        self.history_read_providers += found
+        self.history_read_connected += connected
+        self.start_reading(cid, root)
+        resolved = await self.wait_for(
+            lambda: self.known_root(cid) is not None, max_wait=resolve_wait
+        )
+        if not resolved:
+            return None
+        self.readers[root] = self.clock()
+        left = max(1.0, max_wait - (time.monotonic() - began))
+        settled = await self.settle_history(cid, max_wait=left)
+        if not settled:
+            self.history_read_incomplete += 1
+        log.info(
+            "reading topic %s: %d holder(s) found, %d connected, history %s after %.1f s",
+            cid_str(root),
+            found,
+            connected,
+            "gathered" if settled else "still incomplete",
+            time.monotonic() - began,
+        )
+        return settled
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: counters and gauges in Prometheus' text format."""
+        store, transport = self.store, self.transport
+        gauges = {
+            "pulsarcast_topics": len(self.topic_roots),
+            "pulsarcast_subscriptions": len(self.state.state.subscriptions),
+            "pulsarcast_neighbour_connections": len(transport.neighbours),
+            "pulsarcast_deliveries_total": self.state.last_seq,
+            "pulsarcast_duplicates_suppressed_total": self.duplicates_suppressed,
+            "pulsarcast_blocks_stored_total": store.stored,
+            "pulsarcast_block_put_calls_total": store.put_calls,
+            "pulsarcast_blocks_store_pending": store.pending,
+            "pulsarcast_blocks_provided_total": store.provided,
+            "pulsarcast_blocks_provide_failed_total": store.provide_failed,
+            "pulsarcast_blocks_retained_pinned": store.retained_pinned,
+            "pulsarcast_pins_added_total": store.pins_added,
+            "pulsarcast_own_pins_added_total": store.own_pins_added,
+            "pulsarcast_pins_removed_total": store.pins_removed,
+            "pulsarcast_pin_failed_total": store.pin_failed,
+            "pulsarcast_pin_calls_total": store.pin_calls,
+            "pulsarcast_topics_announced_total": store.topics_announced,
+            "pulsarcast_history_reads_total": self.history_reads,
+            "pulsarcast_history_read_providers_total": self.history_read_providers,
+            "pulsarcast_history_read_connected_total": self.history_read_connected,
+            "pulsarcast_history_read_incomplete_total": self.history_read_incomplete,
+            "pulsarcast_readers": len(self.readers),
+            "pulsarcast_frames_in_total": transport.frames_in,
+            "pulsarcast_frames_out_total": transport.frames_out,
+            "pulsarcast_bad_frames_total": transport.bad_frames,
+            "pulsarcast_signatures_total": self.signatures,
+            "pulsarcast_sign_failures_total": self.sign_failures,
+            "pulsarcast_sign_seconds_total": self.sign_seconds,
+            "pulsarcast_peers_disconnected_total": transport.disconnects,
+            "pulsarcast_connections_refused_total": transport.refused,
+        }
+        return self.metrics.prometheus({k: float(v) for k, v in gauges.items()})
+
     # -- topic announcement and readers (docs/sidecar.md "History") --------------------
 
     def announce_topics(self) -> None:
@@ -388,7 +601,7 @@ class Driver:
         never one per event, so that a non-member can find who holds its history."""
         if self._tg is None:
             return
-        now = time.time()
+        now = self.clock()
         for root_s in list(self.state.state.subscriptions):
             try:
                 root = CID.decode(root_s)
@@ -417,7 +630,7 @@ class Driver:
 
     def _topic_announced(self, root: CID, ok: bool) -> None:
         if not ok and root in self._announced:  # try again soon, not in 12 h
-            self._announced[root] = time.time() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
+            self._announced[root] = self.clock() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
 
     async def _pin_topic(self, root: CID) -> None:
         data = self.blocks.get(root)
@@ -426,7 +639,7 @@ class Driver:
                 data = await self.kubo.block_get(root, max_wait=self.config.fetch_timeout)
             except KuboError as exc:
                 log.warning("cannot announce topic %s (descriptor not readable: %s)", root, exc)
-                self._announced[root] = time.time() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
+                self._announced[root] = self.clock() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
                 return
         log.info("announcing topic %s (pinned, provide/once)", cid_str(root))
         self.store.pin_topic(root, data)
@@ -488,7 +701,7 @@ class Driver:
         holders = sorted(self._holders.get(cid, set()) | self._holders.get(root or cid, set()))
         self.call(lambda now: self.node.read(now, cid, holders=holders))
         if root is not None:
-            self.readers[root] = time.time()
+            self.readers[root] = self.clock()
 
     def _history_ready(self, cid: CID) -> tuple[int, ...] | None:
         """A snapshot of a reader's progress if it looks done (in the tree under a
@@ -557,9 +770,17 @@ class Driver:
     # -- running -----------------------------------------------------------------------
 
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        *,
+        services: Sequence[Service] = (),
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Start everything, serve until :meth:`stop`, then shut down gracefully."""
+        """Start everything, serve until :meth:`stop`, then shut down gracefully.
+
+        ``services`` (e.g. :func:`sidecar._api.serve_api`) are started with the driver,
+        once it runs, each as ``await tg.start(service, driver)``; they watch
+        :attr:`stopping` and end on their own, and the driver waits (at most 5 s) for
+        them before it closes its connections. The driver knows nothing more of them."""
         async with self.kubo:
             ident = await self.kubo.id()
             self.peer_id = ident.peer_id
@@ -574,7 +795,7 @@ class Driver:
                 peer_id=self.peer_id,
                 config=self.node_config,
                 rng=random.Random(),
-                now=time.time(),
+                now=self.clock(),
             )
             log.info(
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
@@ -591,17 +812,15 @@ class Driver:
                     if self.config.resource_interval > 0:
                         tg.start_soon(self._resource_loop)
                     self._resume()
-                    from ._api import serve_api
-
-                    await tg.start(serve_api, self)
+                    for service in services:
+                        await tg.start(self._run_service, service)
                     self.ready.set()
                     task_status.started()
                     await self.stopping.wait()
                     log.info("shutting down")
-                    if self._api_server is not None:
-                        self._api_server.should_exit = True
-                        with anyio.move_on_after(5):
-                            await self.api_done.wait()
+                    with anyio.move_on_after(5):
+                        for done in self._services_done:
+                            await done.wait()
                     tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
@@ -616,6 +835,19 @@ class Driver:
                             log.exception("could not save the state")
                     self.metrics.close()
                     log.info("stopped")
+
+    async def _run_service(
+        self,
+        service: Service,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        done = anyio.Event()
+        self._services_done.append(done)
+        try:
+            await service(self, task_status=task_status)
+        finally:
+            done.set()
 
     def fail(self, why: str) -> None:
         """Stop because the state cannot be written (issue 7: a clear error, no
@@ -696,7 +928,7 @@ class Driver:
             if t is None:
                 await self._timer_wake.wait()
                 continue
-            delay = t - time.time()
+            delay = t - self.clock()
             if delay > 0:
                 with anyio.move_on_after(delay):
                     await self._timer_wake.wait()
@@ -732,7 +964,7 @@ class Driver:
             except KuboError:
                 pass
             for rec in resource_records(
-                now=time.time(), node=self.peer_id, kubo_pid=self.config.kubo_pid, bw=bw
+                now=self.clock(), node=self.peer_id, kubo_pid=self.config.kubo_pid, bw=bw
             ):
                 self.metrics.write(rec)
             await anyio.sleep(self.config.resource_interval)

@@ -5,6 +5,7 @@ p2p listener that accepts only the Pulsarcast protocol. Real Kubo daemons."""
 
 from __future__ import annotations
 
+import functools
 import re
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from multiformats import CID, multihash
 from pulsarcast_ipfs.core import Join, NodeConfig, TopicDescriptor, encode_frame
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
-from sidecar import ConfigError, Driver, load_config
+from sidecar import ConfigError, Driver, load_config, serve_api
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -160,7 +161,7 @@ async def test_bearer_token_enforced(sc: LocalSidecarCluster, tmp_path: Path) ->
     )
     driver = Driver(cfg)
     async with anyio.create_task_group() as tg:
-        await tg.start(driver.run)
+        await tg.start(functools.partial(driver.run, services=[serve_api]))
         try:
             async with httpx.AsyncClient(base_url=f"http://{cfg.api}", trust_env=False) as api:
                 assert (await api.get("/health")).status_code == 200  # liveness stays open

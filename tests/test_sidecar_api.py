@@ -4,6 +4,7 @@ validation and error answers of docs/http-api.md, delivery stream resume, metric
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import socket
@@ -15,7 +16,7 @@ import pytest
 
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
 from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster, wait_until
-from sidecar import Driver, load_config
+from sidecar import Driver, load_config, serve_api
 
 pytestmark = [pytest.mark.kubo, pytest.mark.anyio]
 
@@ -43,7 +44,7 @@ async def api(
         )
         driver = Driver(cfg)
         async with anyio.create_task_group() as tg:
-            await tg.start(driver.run)
+            await tg.start(functools.partial(driver.run, services=[serve_api]))
             async with httpx.AsyncClient(
                 base_url=f"http://{cfg.api}", trust_env=False, timeout=30
             ) as client:

@@ -1,0 +1,234 @@
+"""The HTTP API against a real :class:`sidecar.Driver` with an in-process fake Kubo
+(``benchmarks/driver_bench.py``'s ``FakeKubo`` behind ``httpx.MockTransport``) and a
+fake p2p transport: no daemon. Answers and error codes of docs/http-api.md, what the
+driver persisted, the injected clock; and the one direction of dependency (the API
+calls the driver's operations, the driver does not know the API)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import functools
+import importlib.util
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
+from pulsarcast_ipfs.core.testing import make_signers
+from sidecar import Driver, SidecarConfig, build_app
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+CLOCK_OFFSET = 1_000_000.0
+"""The driver's clock runs this far ahead of the machine's (it is injected)."""
+
+
+def _load_bench() -> ModuleType:
+    path = ROOT / "benchmarks" / "driver_bench.py"
+    spec = importlib.util.spec_from_file_location("driver_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+@dataclass
+class Sidecar:
+    driver: Driver
+    api: httpx.AsyncClient
+    kubo: Any
+    state_dir: Path
+
+
+@pytest.fixture
+async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
+    import time
+
+    me = make_signers(1, seed=3)[0]
+    kubo = bench.FakeKubo(me)
+    peers = bench.FakePeers(me.peer_id, kubo)
+    config = SidecarConfig(kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=tmp_path)
+    driver = Driver(
+        config,
+        kubo=kubo.client(),
+        transport_factory=functools.partial(bench.FakeTransport, peers=peers),
+        clock=lambda: time.time() + CLOCK_OFFSET,
+    )
+    api = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
+    )
+    stopped = anyio.Event()
+
+    async def run_driver(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await driver.run(task_status=task_status)
+        finally:
+            stopped.set()
+
+    async with api, anyio.create_task_group() as tg:
+        await tg.start(run_driver)
+        try:
+            yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=tmp_path)
+        finally:
+            driver.stop()  # a graceful stop, as on SIGTERM
+            with anyio.move_on_after(10):
+                await stopped.wait()
+            tg.cancel_scope.cancel()
+
+
+def _error(r: httpx.Response, status: int, code: str) -> str:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"]["code"] == code, body
+    message: str = body["error"]["message"]
+    assert message
+    return message
+
+
+async def _topic(sc: Sidecar, name: str = "news", linking: str = "LAST_SEEN") -> str:
+    r = await sc.api.post("/v1/topics", json={"name": name, "event_linking": linking})
+    assert r.status_code == 201, r.text
+    cid: str = r.json()["cid"]
+    return cid
+
+
+async def test_health_status_and_openapi(sc: Sidecar) -> None:
+    assert (await sc.api.get("/health")).json() == {"status": "ok", "kubo": "ok"}
+    st = (await sc.api.get("/v1/status")).json()
+    assert st["peer_id"] == sc.kubo.signer.peer_id and st["topics"] == []
+    assert st["kubo_version"] == "0.0.0-fake"
+    doc = (await sc.api.get("/openapi.json")).json()
+    assert "/v1/topics/{cid}/publish" in doc["paths"]
+
+
+async def test_a_topic_is_created_published_to_and_read_back(sc: Sidecar) -> None:
+    topic = await _topic(sc)
+    got = (await sc.api.get(f"/v1/topics/{topic}")).json()
+    assert got["name"] == "news" and got["author"] == sc.kubo.signer.peer_id
+    cids = []
+    for n in range(3):
+        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"m{n}"})
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == "published"
+        cids.append(r.json()["event"])
+    h = (await sc.api.get(f"/v1/topics/{topic}/history", params={"order": "oldest"})).json()
+    assert [e["cid"] for e in h["events"]] == cids and h["complete"]
+    assert [base64.b64decode(e["payload"]) for e in h["events"]] == [b"m0", b"m1", b"m2"]
+    ev = (await sc.api.get(f"/v1/events/{cids[0]}")).json()
+    assert ev["cid"] == cids[0]
+    lines = (await sc.api.get("/v1/deliveries", params={"after": 0, "follow": "false"})).text
+    delivered = [json.loads(x)["cid"] for x in lines.splitlines() if x.strip()]
+    assert delivered == cids  # the author is subscribed to its own topic
+    st = (await sc.api.get("/v1/status")).json()
+    assert [(t["root_cid"], t["role"]) for t in st["topics"]] == [(topic, "root")]
+    metrics = (await sc.api.get("/metrics")).text
+    assert "pulsarcast_topics 1.0" in metrics and "pulsarcast_deliveries_total 3.0" in metrics
+
+
+async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
+    import time
+
+    before = time.time() + CLOCK_OFFSET
+    topic = await _topic(sc)
+    state = json.loads((sc.state_dir / "state.json").read_text())
+    assert topic in state["created"]
+    assert before <= state["subscriptions"][topic] <= time.time() + CLOCK_OFFSET
+    r = await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
+    assert r.json() == {"topic": topic, "subscribed": False}
+    state = json.loads((sc.state_dir / "state.json").read_text())
+    assert topic not in state["subscriptions"]
+
+
+async def test_errors_have_their_documented_codes(sc: Sidecar) -> None:
+    topic = await _topic(sc, linking="CUSTOM")
+    other = await _topic(sc, "other")
+    in_other = (await sc.api.post(f"/v1/topics/{other}/publish", json={"text": "x"})).json()
+    publish = f"/v1/topics/{topic}/publish"
+    _error(await sc.api.post(publish, json={"text": "a", "payload": "YQ=="}), 400, "bad_request")
+    _error(await sc.api.post(publish, content=b"{nope"), 400, "bad_request")
+    _error(await sc.api.post(publish, json={"payload": "***"}), 400, "bad_request")
+    big = base64.b64encode(b"x" * (MAX_PAYLOAD_SIZE + 1)).decode()
+    _error(await sc.api.post(publish, json={"payload": big}), 413, "payload_too_large")
+    unknown_parent = str(compute_cid(b"\xa0"))  # a dag-cbor CID of no event here
+    msg = _error(
+        await sc.api.post(publish, json={"text": "a", "parent": unknown_parent}),
+        422,
+        "invalid_parent",
+    )
+    assert "unknown parent" in msg
+    _error(
+        await sc.api.post(publish, json={"text": "a", "parent": in_other["event"]}),
+        409,
+        "conflict",
+    )
+    _error(await sc.api.get("/v1/topics/not-a-cid"), 400, "bad_request")
+    stranger = str(compute_cid(b"\xa1\x61a\x01"))
+    _error(
+        await sc.api.post(f"/v1/topics/{stranger}/publish", json={"text": "a"}),
+        404,
+        "unknown_topic",
+    )
+    _error(await sc.api.get("/v1/nothing"), 404, "not_found")
+    _error(await sc.api.delete("/v1/topics"), 405, "bad_request")
+    _error(
+        await sc.api.get(f"/v1/topics/{topic}/history", params={"limit": "0"}), 400, "bad_request"
+    )
+
+
+# -- one direction of dependency ---------------------------------------------------------
+
+DRIVER_PARTS = {"state", "node", "store", "transport", "kubo", "blocks", "metrics", "readers"}
+"""The driver's components: the API must not reach into them."""
+
+
+def _reach_ins(source: str) -> list[str]:
+    """``d.<part>...`` / ``self.d.<part>...`` uses of a driver component in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or node.attr not in DRIVER_PARTS:
+            continue
+        base = node.value
+        is_d = isinstance(base, ast.Name) and base.id == "d"
+        is_self_d = (
+            isinstance(base, ast.Attribute)
+            and base.attr == "d"
+            and isinstance(base.value, ast.Name)
+            and base.value.id == "self"
+        )
+        if is_d or is_self_d:
+            found.append(f"line {node.lineno}: d.{node.attr}")
+    return found
+
+
+def test_the_api_calls_driver_operations_and_never_reaches_into_its_parts() -> None:
+    source = (ROOT / "sidecar" / "_api.py").read_text()
+    assert _reach_ins(source) == []
+    # The check does catch one (a planted reach-in, as the API had before):
+    planted = source + "\n\ndef _bad(self):\n    self.d.state.state.subscriptions.pop('x')\n"
+    assert _reach_ins(planted) == [f"line {source.count(chr(10)) + 4}: d.state"]
+
+
+def test_the_driver_does_not_import_the_api() -> None:
+    tree = ast.parse((ROOT / "sidecar" / "_driver.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported.add((node.level, node.module or ""))
+        elif isinstance(node, ast.Import):
+            imported.update((0, a.name) for a in node.names)
+    assert not {m for lvl, m in imported if m.endswith("_api") or m == "sidecar._api"}
