@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import anyio
 
+from pulsarcast_ipfs.stats import median
 from pulsarcast_ipfs.testing import SCENARIOS, FaultResult, fault_cluster
 
 
@@ -69,7 +69,7 @@ def summary(results: dict[str, list[FaultResult | str]]) -> str:
             for r in runs
             if isinstance(r, FaultResult) and r.recovery_seconds is not None
         ]
-        p50 = f"{statistics.median(rec):.2f}" if rec else "n/a"
+        p50 = f"{median(rec):.2f}" if rec else "n/a"
         mx = f"{max(rec):.2f}" if rec else "n/a"
         lines.append(f"{name:18} {passed:>3}/{len(runs):<2} {p50:>15} {mx:>15}")
     return "\n".join(lines)

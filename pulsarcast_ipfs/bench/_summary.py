@@ -44,6 +44,7 @@ from typing import IO, Any, Final
 
 from pulsarcast_ipfs.bench._config import rate_label
 from pulsarcast_ipfs.records import RecordError, validate_record
+from pulsarcast_ipfs.stats import percentile
 
 __all__ = [
     "KNEE_CONDITION",
@@ -230,11 +231,8 @@ def iter_records(run_dir: Path) -> Iterator[dict[str, Any] | None]:
 
 
 def _pct(values: Sequence[float], p: float) -> float | None:
-    """Nearest-rank percentile (as the Spark report)."""
-    if not values:
-        return None
-    rank = max(1, math.ceil(p * len(values)))
-    return sorted(values)[rank - 1]
+    """Nearest-rank percentile (:mod:`pulsarcast_ipfs.stats`, as the Spark report)."""
+    return percentile(values, p)
 
 
 def summarise_run(run_dir: Path) -> RunSummary:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
+from pulsarcast_ipfs.stats import percentile_of_counts
 
 __all__ = ["RunStats", "SimSummary"]
 
@@ -94,15 +95,12 @@ class SimSummary:
 
 
 def _percentile(hist: Mapping[int, int], total: int, q: float) -> float | None:
-    if total == 0:
+    """Nearest rank (:mod:`pulsarcast_ipfs.stats`) over the latency histogram."""
+    value = percentile_of_counts(hist, q)
+    if value is None:
         return None
-    rank = max(1, math.ceil(q * total))
-    seen = 0
-    for key in sorted(hist):
-        seen += hist[key]
-        if seen >= rank:
-            return key / 10_000
-    raise AssertionError("unreachable: histogram total mismatch")
+    assert sum(hist.values()) == total, "histogram total mismatch"
+    return value / 10_000
 
 
 def _popcount(b: bytes | bytearray) -> int:

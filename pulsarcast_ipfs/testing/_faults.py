@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import statistics
 import subprocess
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from typing import Any, Final
 import anyio
 import httpx
 
+from pulsarcast_ipfs.stats import percentile
 from pulsarcast_ipfs.testing._sidecars import LocalSidecarCluster
 
 __all__ = [
@@ -284,7 +284,13 @@ def latencies(got: dict[int, list[dict[str, Any]]], want: set[str]) -> list[floa
 
 
 def _p50(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
+    return _pct(xs, 0.5)
+
+
+def _pct(xs: list[float], p: float) -> float:
+    """Nearest rank (:mod:`pulsarcast_ipfs.stats`); NaN if there are no values."""
+    value = percentile(xs, p)
+    return float("nan") if value is None else value
 
 
 async def tree_of(sc: LocalSidecarCluster, topic: str, nodes: Sequence[int]) -> dict[int, Any]:
@@ -569,9 +575,7 @@ async def scenario_slow_subscriber(
             others = [i for i in subs if i != slow]
         lat = latencies({i: got[i] for i in others if i in got}, want)
         figures[f"others_p50_{phase}_limit_s"] = _p50(lat)
-        figures[f"others_p95_{phase}_limit_s"] = (
-            statistics.quantiles(lat, n=20)[-1] if len(lat) > 2 else float("nan")
-        )
+        figures[f"others_p95_{phase}_limit_s"] = _pct(lat, 0.95)
         figures[f"others_over_1s_{phase}_limit"] = float(sum(x > 1.0 for x in lat))
         if phase == "with":
             # Once the slow relay's children have noticed and moved (the first seconds
@@ -582,9 +586,7 @@ async def scenario_slow_subscriber(
                 for d in got.get(i, [])
                 if d["cid"] in want and _created_ts(d["created"]) >= t_limit + STEADY_AFTER
             ]
-            figures["others_p95_steady_with_limit_s"] = (
-                statistics.quantiles(steady, n=20)[-1] if len(steady) > 2 else float("nan")
-            )
+            figures["others_p95_steady_with_limit_s"] = _pct(steady, 0.95)
             figures["others_hurt_for_s"] = max(
                 (
                     _created_ts(d["created"]) - t_limit
