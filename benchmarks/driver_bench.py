@@ -76,21 +76,27 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
+    Deliver,
+    DisconnectPeer,
     Ed25519Signer,
     Event,
     EventDescriptor,
+    FetchBlock,
     FrameDecoder,
     Join,
     NodeConfig,
     OperationDone,
+    OutputDispatch,
     Pending,
     Ping,
     PublishResult,
     PulsarcastNode,
+    ReleaseBlocks,
     SendRpc,
     SignRequest,
     StoreBlock,
     TopicDescriptor,
+    TopicUpdated,
     UnknownTopic,
     cid_str,
     compute_cid,
@@ -100,6 +106,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+from pulsarcast_ipfs.records import MetricRecord
 from sidecar import Driver, SidecarConfig, build_app
 from sidecar._driver import Listener
 from sidecar._transport import Transport
@@ -347,6 +354,18 @@ class FakePeers:
         self.frames: defaultdict[str, list[bytes]] = defaultdict(list)
         """Every frame the node sent, per peer."""
         self.cpu = 0.0
+        self._done: list[OperationDone] = []
+        self._dispatch: OutputDispatch[str] = OutputDispatch(
+            self,
+            ignore=(
+                ReleaseBlocks,
+                FetchBlock,
+                Deliver,
+                TopicUpdated,
+                DisconnectPeer,
+                MetricRecord,
+            ),
+        )
 
     def add_core(self, signer: Ed25519Signer, *, seed: int) -> PulsarcastNode:
         node = PulsarcastNode(
@@ -384,21 +403,29 @@ class FakePeers:
     def carry_out(self, peer: str) -> list[OperationDone]:
         """Carry out the outputs of ``peer``'s core: RPCs to the node, signatures,
         blocks (into the fake Kubo, where the node can fetch them)."""
-        node, signer = self.cores[peer]
-        done: list[OperationDone] = []
+        node, _ = self.cores[peer]
+        self._done = []
         outs = node.take_outputs()
         while outs:
-            for out in outs:
-                if isinstance(out, SendRpc) and out.peer == self.node_id:
-                    self.send_to_node(peer, out.data)
-                elif isinstance(out, SignRequest):
-                    node.signed(time.time(), out.request_id, signer.sign(out.data))
-                elif isinstance(out, StoreBlock):
-                    self.kubo.blocks[cid_str(out.cid)] = out.data
-                elif isinstance(out, OperationDone):
-                    done.append(out)
+            self._dispatch(peer, outs)
             outs = node.take_outputs()
-        return done
+        return self._done
+
+    # the outputs of a peer's core (core.OutputDispatch; the others are not needed)
+
+    def on_send_rpc(self, peer: str, out: SendRpc) -> None:
+        if out.peer == self.node_id:
+            self.send_to_node(peer, out.data)
+
+    def on_sign_request(self, peer: str, out: SignRequest) -> None:
+        node, signer = self.cores[peer]
+        node.signed(time.time(), out.request_id, signer.sign(out.data))
+
+    def on_store_block(self, peer: str, out: StoreBlock) -> None:
+        self.kubo.blocks[cid_str(out.cid)] = out.data
+
+    def on_operation_done(self, peer: str, out: OperationDone) -> None:
+        self._done.append(out)
 
     def send_to_node(self, sender: str, data: bytes) -> None:
         assert self.transport is not None

@@ -34,6 +34,7 @@ from pulsarcast_ipfs.core import (
     LocalProtocolError,
     NodeConfig,
     OperationDone,
+    OutputDispatch,
     Pending,
     PublishResult,
     PulsarcastError,
@@ -172,6 +173,7 @@ class Driver:
         self._node: PulsarcastNode | None = None
         self._timer_wake = anyio.Event()
         self._progress = anyio.Event()
+        self._dispatch: OutputDispatch[None] = OutputDispatch(self)
         self._listeners: set[Listener] = set()
         self._topics: dict[str, str] = {}
         """Root topic CID → name, for every tree this node has been in."""
@@ -237,7 +239,7 @@ class Driver:
             raise SigningFailed(out.error or "the operation failed")
         return out.result  # type: ignore[return-value]
 
-    def _sign(self, out: SignRequest) -> None:
+    def on_sign_request(self, _: None, out: SignRequest) -> None:
         """Carry out a :class:`SignRequest` with Kubo ``key/sign`` on the node's key."""
         if self._tg is None:
             self.call(lambda now: self.node.sign_failed(now, out.request_id, "not running"))
@@ -273,43 +275,44 @@ class Driver:
     def _pump(self) -> None:
         progress, self._progress = self._progress, anyio.Event()
         progress.set()
-        for out in self.node.take_outputs():
-            if isinstance(out, SendRpc):
-                self.transport.send(out.peer, out.data)
-            elif isinstance(out, MetricRecord):
-                self._record(out)
-            elif isinstance(out, StoreBlock):
-                self.blocks[out.cid] = out.data
-                if len(self.blocks) > 4096:
-                    self.blocks.popitem(last=False)
-                # the core says whose block it is, whether to announce it and whether
-                # its history is kept: own blocks and retained events are pinned, only
-                # own topic versions announced (docs/sidecar.md "Providing")
-                self.store.store(
-                    out.cid, out.data, own=out.own, announce=out.announce, retain=out.retain
-                )
-            elif isinstance(out, ReleaseBlocks):
-                self.store.release(out.cids)
-            elif isinstance(out, FetchBlock):
-                self.store.fetch(out.cid, self._on_fetched)
-            elif isinstance(out, Deliver):
-                self._deliver(out)
-            elif isinstance(out, TopicUpdated):
-                log.info("topic %s updated: %s -> %s", out.topic.name, out.old_cid, out.new_cid)
-            elif isinstance(out, DisconnectPeer):
-                log.warning("disconnecting %s (%s) until %.0f", out.peer, out.reason, out.until)
-                self.transport.disconnect(out.peer, out.until)
-            elif isinstance(out, SignRequest):
-                self._sign(out)
-            elif isinstance(out, OperationDone):
-                if out.error is not None:
-                    log.warning("operation %s failed: %s", out.op, out.error)
-                self._done[out.op] = out
-                if len(self._done) > 1024:  # answers nobody waits for any more
-                    self._done.popitem(last=False)
+        self._dispatch(None, self.node.take_outputs())
         self._timer_wake.set()
 
-    def _record(self, rec: MetricRecord) -> None:
+    # -- the core's outputs (one method each: core.OutputDispatch) -------------------
+
+    def on_send_rpc(self, _: None, out: SendRpc) -> None:
+        self.transport.send(out.peer, out.data)
+
+    def on_store_block(self, _: None, out: StoreBlock) -> None:
+        self.blocks[out.cid] = out.data
+        if len(self.blocks) > 4096:
+            self.blocks.popitem(last=False)
+        # the core says whose block it is, whether to announce it and whether its
+        # history is kept: own blocks and retained events are pinned, only own topic
+        # versions announced (docs/sidecar.md "Providing")
+        self.store.store(out.cid, out.data, own=out.own, announce=out.announce, retain=out.retain)
+
+    def on_release_blocks(self, _: None, out: ReleaseBlocks) -> None:
+        self.store.release(out.cids)
+
+    def on_fetch_block(self, _: None, out: FetchBlock) -> None:
+        self.store.fetch(out.cid, self._on_fetched)
+
+    def on_topic_updated(self, _: None, out: TopicUpdated) -> None:
+        log.info("topic %s updated: %s -> %s", out.topic.name, out.old_cid, out.new_cid)
+
+    def on_disconnect_peer(self, _: None, out: DisconnectPeer) -> None:
+        log.warning("disconnecting %s (%s) until %.0f", out.peer, out.reason, out.until)
+        self.transport.disconnect(out.peer, out.until)
+
+    def on_operation_done(self, _: None, out: OperationDone) -> None:
+        if out.error is not None:
+            log.warning("operation %s failed: %s", out.op, out.error)
+        self._done[out.op] = out
+        if len(self._done) > 1024:  # answers nobody waits for any more
+            self._done.popitem(last=False)
+
+    def on_metric_record(self, _: None, rec: MetricRecord) -> None:
         if rec.kind is RecordKind.TREE_CHANGED:
             root = rec.fields.get("topic_cid")
             if isinstance(root, str):
@@ -319,7 +322,7 @@ class Driver:
             log.info("dropped: %s", dict(rec.fields))
         self.metrics.write(rec)
 
-    def _deliver(self, out: Deliver) -> None:
+    def on_deliver(self, _: None, out: Deliver) -> None:
         cid = cid_str(out.event_cid)
         if cid in self.state.delivered:
             # Gap repair after a restart re-finds events delivered before it.

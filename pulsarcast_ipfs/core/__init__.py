@@ -48,6 +48,7 @@ from ._descriptors import (
     parse_created,
     sort_parents,
 )
+from ._dispatch import OUTPUT_METHODS, OutputDispatch
 from ._errors import (
     DescriptorError,
     InvalidParent,
@@ -94,6 +95,7 @@ __all__ = [
     "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
     "MAX_RANGES",
+    "OUTPUT_METHODS",
     "PROTOCOL_VERSION",
     "SIGNED_VERSION",
     "Deliver",
@@ -120,6 +122,7 @@ __all__ = [
     "NotAllowedToPublish",
     "OperationDone",
     "Output",
+    "OutputDispatch",
     "PeerPolicy",
     "Pending",
     "Ping",

@@ -25,9 +25,11 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import FrameDecoder, Rpc
 from ._config import NodeConfig
+from ._dispatch import OutputDispatch
 from ._errors import LocalProtocolError
 from ._io import (
     Deliver,
+    DisconnectPeer,
     FetchBlock,
     OperationDone,
     Pending,
@@ -129,6 +131,7 @@ class CoreNet:
         that link (a slow link); such links stay first in, first out."""
         self._link_last: dict[tuple[str, str], float] = {}
         self._heap: list[tuple[float, int, str, str, Any]] = []
+        self._dispatch: OutputDispatch[str] = OutputDispatch(self, ignore=(DisconnectPeer,))
         self._seq = 0
         for i, peer in enumerate(self.peers):
             self.nodes[peer] = PulsarcastNode(
@@ -153,54 +156,61 @@ class CoreNet:
     def _after(self, peer: str) -> None:
         """Carry out the outputs of ``peer`` and (re)arm its timer."""
         node = self.nodes[peer]
-        log = self.logs[peer]
         outs = node.take_outputs()
         while outs:
-            self._carry_out(peer, node, log, outs)
+            self._dispatch(peer, outs)
             outs = node.take_outputs()  # signatures answered at once make more
         t = node.get_timer()
         if t is not None:
             self._push(max(t, self.now), "timer", peer, t)
 
-    def _carry_out(self, peer: str, node: PulsarcastNode, log: _NodeLog, outs: list[Any]) -> None:
-        for out in outs:
-            if isinstance(out, SignRequest):
-                node.signed(self.now, out.request_id, self.signers[peer].sign(out.data))
-            elif isinstance(out, OperationDone):
-                self.done[out.op] = out
-            elif isinstance(out, SendRpc):
-                log.sent.append(out)
-                self.messages += 1
-                if out.peer in self.crashed or out.peer not in self.nodes:
-                    if self.unreachable_after is not None:
-                        self._push(self.now + self.unreachable_after, "unreachable", peer, out.peer)
-                    continue
-                if (self.loss and self.rng.random() < self.loss) or (
-                    self.drop_if is not None and self.drop_if(peer, out.peer, out.rpc)
-                ):
-                    self.lost += 1
-                    continue
-                at = self.now + self.latency * (1.0 + self.rng.random())
-                extra = self.extra_delay(peer, out.peer) if self.extra_delay else 0.0
-                if extra:
-                    link = (peer, out.peer)
-                    at = max(at + extra, self._link_last.get(link, at))
-                    self._link_last[link] = at
-                self._push(at, "rpc", out.peer, (peer, out.rpc, out.data))
-            elif isinstance(out, StoreBlock):
-                self.store[out.cid] = out.data
-                log.stored.append(out)
-            elif isinstance(out, ReleaseBlocks):
-                log.released.extend(out.cids)
-            elif isinstance(out, FetchBlock):
-                self.fetches += 1
-                self._push(self.now + self.fetch_latency, "block", peer, out.cid)
-            elif isinstance(out, Deliver):
-                log.delivered.append((out.topic_cid, out.event_cid, out.recovered))
-            elif isinstance(out, TopicUpdated):
-                log.updates.append(out)
-            elif isinstance(out, MetricRecord):
-                log.records.append(out)
+    # outputs (:class:`~pulsarcast_ipfs.core.OutputDispatch`; ``peer``: whose they are)
+
+    def on_sign_request(self, peer: str, out: SignRequest) -> None:
+        self.nodes[peer].signed(self.now, out.request_id, self.signers[peer].sign(out.data))
+
+    def on_operation_done(self, peer: str, out: OperationDone) -> None:
+        self.done[out.op] = out
+
+    def on_send_rpc(self, peer: str, out: SendRpc) -> None:
+        self.logs[peer].sent.append(out)
+        self.messages += 1
+        if out.peer in self.crashed or out.peer not in self.nodes:
+            if self.unreachable_after is not None:
+                self._push(self.now + self.unreachable_after, "unreachable", peer, out.peer)
+            return
+        if (self.loss and self.rng.random() < self.loss) or (
+            self.drop_if is not None and self.drop_if(peer, out.peer, out.rpc)
+        ):
+            self.lost += 1
+            return
+        at = self.now + self.latency * (1.0 + self.rng.random())
+        extra = self.extra_delay(peer, out.peer) if self.extra_delay else 0.0
+        if extra:
+            link = (peer, out.peer)
+            at = max(at + extra, self._link_last.get(link, at))
+            self._link_last[link] = at
+        self._push(at, "rpc", out.peer, (peer, out.rpc, out.data))
+
+    def on_store_block(self, peer: str, out: StoreBlock) -> None:
+        self.store[out.cid] = out.data
+        self.logs[peer].stored.append(out)
+
+    def on_release_blocks(self, peer: str, out: ReleaseBlocks) -> None:
+        self.logs[peer].released.extend(out.cids)
+
+    def on_fetch_block(self, peer: str, out: FetchBlock) -> None:
+        self.fetches += 1
+        self._push(self.now + self.fetch_latency, "block", peer, out.cid)
+
+    def on_deliver(self, peer: str, out: Deliver) -> None:
+        self.logs[peer].delivered.append((out.topic_cid, out.event_cid, out.recovered))
+
+    def on_topic_updated(self, peer: str, out: TopicUpdated) -> None:
+        self.logs[peer].updates.append(out)
+
+    def on_metric_record(self, peer: str, out: MetricRecord) -> None:
+        self.logs[peer].records.append(out)
 
     def _decode(self, data: bytes) -> Rpc:
         rpcs = FrameDecoder().feed(data)

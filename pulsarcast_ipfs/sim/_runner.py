@@ -67,23 +67,17 @@ from typing import IO, Any, Final, Protocol
 from multiformats import CID
 
 from pulsarcast_ipfs.core import (
-    Deliver,
-    DisconnectPeer,
     Ed25519Signer,
     EventLinking,
-    FetchBlock,
     LocalProtocolError,
     NodeConfig,
     OperationDone,
+    OutputDispatch,
     PeerPolicy,
     Pending,
     PulsarcastNode,
-    ReleaseBlocks,
-    SendRpc,
     SignRequest,
-    StoreBlock,
     TopicOptions,
-    TopicUpdated,
     UnknownTopic,
     cid_str,
 )
@@ -312,18 +306,7 @@ class Simulation:
         self.holders: dict[CID, bytearray] = {}
         """CID -> bitmap of the nodes holding the block (bit ``i`` of byte ``i >> 3``)."""
         self._nbytes = (n + 7) // 8
-        self._handlers: dict[type, Callable[[int, Any], None]] = {
-            SendRpc: self._on_send,
-            StoreBlock: self._on_store,
-            FetchBlock: self._on_fetch,
-            ReleaseBlocks: self._on_release,
-            Deliver: self._on_deliver,
-            TopicUpdated: self._on_topic_updated,
-            DisconnectPeer: self._on_disconnect,
-            MetricRecord: self._on_record,
-            SignRequest: self._on_sign,
-            OperationDone: self._on_done,
-        }
+        self._dispatch: OutputDispatch[int] = OutputDispatch(self)
         self.crash_plan: list[tuple[float, list[int]]] = []
         self.heap_events = 0
         self.disconnects = 0
@@ -370,7 +353,7 @@ class Simulation:
             node = self.nodes[t.creator]
             cid = node.create_topic(t0, t.name, options=self._topic_options(t.creator))
             self._drain(t.creator)
-            if isinstance(cid, Pending):  # signed: answered at once by _on_sign
+            if isinstance(cid, Pending):  # signed: answered at once by on_sign_request
                 done = self._done.pop(cid.op)
                 if not isinstance(done.result, CID):
                     raise SimulationError(f"creating topic {t.name!r} failed: {done.error}")
@@ -511,14 +494,10 @@ class Simulation:
 
     def _drain(self, i: int) -> None:
         node = self.nodes[i]
-        handlers = self._handlers
+        dispatch = self._dispatch
         outs = node.take_outputs()
         while outs:
-            for out in outs:
-                handler = handlers.get(type(out))
-                if handler is None:
-                    raise SimulationError(f"unknown core output {type(out).__name__}")
-                handler(i, out)
+            dispatch(i, outs)
             outs = node.take_outputs()  # answered signatures resume the node
         t = node.get_timer()
         if t != self.armed[i]:
@@ -528,12 +507,12 @@ class Simulation:
                 now = self.heap.now
                 self.heap.push(t if t > now else now, _TIMER, i, self.timer_version[i])
 
-    def _on_sign(self, i: int, out: SignRequest) -> None:
+    def on_sign_request(self, i: int, out: SignRequest) -> None:
         """Sign at once, as Kubo ``key/sign`` would (docs/security.md "Signatures")."""
         peer = self.peer_ids[i]
         self.nodes[i].signed(self.heap.now, out.request_id, self.signers[peer].sign(out.data))
 
-    def _on_done(self, i: int, out: OperationDone) -> None:
+    def on_operation_done(self, i: int, out: OperationDone) -> None:
         if out.error is not None:
             raise SimulationError(f"node {i}: an operation failed: {out.error}")
         if self.heap.now <= T0:
@@ -648,7 +627,7 @@ class Simulation:
 
     # -- outputs ----------------------------------------------------------------------
 
-    def _on_send(self, src: int, out: Any) -> None:
+    def on_send_rpc(self, src: int, out: Any) -> None:
         c = self.config
         dst = self.index.get(out.peer)
         self.stats.rpcs[src] += 1
@@ -674,7 +653,7 @@ class Simulation:
         bits = self.holders.get(cid)
         return bits is not None and bool(bits[i >> 3] >> (i & 7) & 1)
 
-    def _on_store(self, i: int, out: Any) -> None:
+    def on_store_block(self, i: int, out: Any) -> None:
         cid = out.cid
         bits = self.holders.get(cid)
         if bits is None:
@@ -695,10 +674,10 @@ class Simulation:
                         return True
         return False
 
-    def _on_release(self, i: int, out: Any) -> None:
+    def on_release_blocks(self, i: int, out: Any) -> None:
         """Unpinning: the simulated stores never collect garbage, so nothing changes."""
 
-    def _on_fetch(self, i: int, out: Any) -> None:
+    def on_fetch_block(self, i: int, out: Any) -> None:
         cid = out.cid
         key = (i, self.incarnation[i], cid)
         if key in self._pending_fetch:
@@ -731,18 +710,18 @@ class Simulation:
         self.nodes[i].block_fetched(self.heap.now, cid, data)
         self._drain(i)
 
-    def _on_deliver(self, i: int, out: Any) -> None:
+    def on_deliver(self, i: int, out: Any) -> None:
         self.stats.on_deliver(i, cid_str(out.event_cid), bool(out.recovered))
 
-    def _on_topic_updated(self, i: int, out: Any) -> None:
+    def on_topic_updated(self, i: int, out: Any) -> None:
         pass
 
-    def _on_disconnect(self, i: int, out: Any) -> None:
+    def on_disconnect_peer(self, i: int, out: Any) -> None:
         # Simulated links carry no connection state: the core itself ignores the
         # flooding peer until ``out.until`` (its messages are dropped on arrival).
         self.disconnects += 1
 
-    def _on_record(self, i: int, rec: MetricRecord) -> None:
+    def on_metric_record(self, i: int, rec: MetricRecord) -> None:
         if rec.kind is RecordKind.SUBSCRIBED:
             self.stats_subscribed_records += 1
         elif rec.kind is RecordKind.EVENT_INJECTED:
