@@ -194,7 +194,7 @@ class AntiEntropy:
     def _send_due_history(self, now: float, tree: Tree) -> None:
         """The window owed to new children, once in step."""
         if tree.history_due and self._in_step(tree):
-            for child in [c for c in tree.history_due if c in tree.children]:
+            for child in [c for c in tree.children if c in tree.history_due]:  # set order varies
                 self._send_history(now, tree, child)
             tree.history_due.clear()
 

@@ -602,7 +602,8 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         """§5 Unsubscribe: an empty relay leaves its parent, which may leave in turn."""
         if self._wanted(tree) or tree.key not in self._trees:
             return
-        for peer in {p for p in (tree.parent, tree.join.peer if tree.join else None) if p}:
+        joining = tree.join.peer if tree.join else None
+        for peer in dict.fromkeys(p for p in (tree.parent, joining) if p):  # in this order
             self._send(now, peer, Leave(topic=tree.key), tree.name)
         tree.parent = None
         tree.joined = False
@@ -1265,7 +1266,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         if refused is not None:
             self._drop(now, refused, topic=meta.name, event=cid_str(ev.cid))
             return
-        for key in list(meta.followers):
+        for key in sorted(meta.followers, key=bytes):  # a set's order varies by process
             tree = self._trees.get(key)
             if tree is not None and desc.name == tree.name and desc.author == tree.author:
                 self._learn_version(now, tree, desc)
