@@ -16,7 +16,7 @@ import time
 import anyio
 import psutil
 
-from pulsarcast_ipfs.testing import LocalSidecarCluster
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 
 
 def _pct(values: list[float], q: float) -> float:

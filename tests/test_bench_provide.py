@@ -17,8 +17,8 @@ import dag_cbor
 import pytest
 from multiformats import CID
 
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.kubo import KuboClient
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubo, pytest.mark.cluster]
 

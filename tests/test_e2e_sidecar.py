@@ -19,6 +19,7 @@ import anyio
 import httpx
 import pytest
 
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
     Event,
@@ -28,7 +29,7 @@ from pulsarcast_ipfs.core import (
     format_created,
 )
 from pulsarcast_ipfs.kademlia import peer_position
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 from sidecar import PROTOCOL
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio]

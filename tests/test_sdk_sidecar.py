@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE
 from pulsarcast_ipfs.sdk import (
     AsyncClient,
@@ -25,7 +26,7 @@ from pulsarcast_ipfs.sdk import (
     PeerSet,
     UnknownTopic,
 )
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
 

@@ -13,8 +13,9 @@ import anyio
 import httpx
 import pytest
 
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 from sidecar import Driver, load_config
 
 pytestmark = [pytest.mark.kubo, pytest.mark.anyio]

@@ -37,7 +37,7 @@ from typing import Self
 import anyio
 import httpx
 
-from pulsarcast_ipfs.testing._cluster import (
+from pulsarcast_ipfs.cluster._supervisor import (
     _CHILDREN,
     ClusterConfig,
     ClusterError,

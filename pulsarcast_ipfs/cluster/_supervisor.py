@@ -54,8 +54,8 @@ from typing import Any, Self
 import anyio
 import psutil
 
+from pulsarcast_ipfs.cluster._toxiproxy import ToxiproxyAPI, ToxiproxyError
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
-from pulsarcast_ipfs.testing._toxiproxy import ToxiproxyAPI, ToxiproxyError
 from pulsarcast_ipfs.tools import ipfs_binary, toxiproxy_binary
 
 __all__ = ["ClusterConfig", "ClusterError", "ClusterNode", "LocalCluster", "default_state_dir"]
