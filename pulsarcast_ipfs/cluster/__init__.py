@@ -14,16 +14,14 @@ fault scenarios run on one (docs/faults.md).
 
 from __future__ import annotations
 
+from pulsarcast_ipfs.cluster._config import ClusterConfig
+from pulsarcast_ipfs.cluster._errors import ClusterError
 from pulsarcast_ipfs.cluster._faults import SCENARIOS, FaultResult, fault_cluster
+from pulsarcast_ipfs.cluster._kubo import kubo_settings
+from pulsarcast_ipfs.cluster._node import ClusterNode
 from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster, SidecarProcess
-from pulsarcast_ipfs.cluster._supervisor import (
-    ClusterConfig,
-    ClusterError,
-    ClusterNode,
-    LocalCluster,
-    default_state_dir,
-    kubo_settings,
-)
+from pulsarcast_ipfs.cluster._state import default_state_dir
+from pulsarcast_ipfs.cluster._supervisor import LocalCluster
 from pulsarcast_ipfs.cluster._toxiproxy import ToxiproxyAPI, ToxiproxyError
 
 __all__ = [
