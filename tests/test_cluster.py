@@ -156,13 +156,3 @@ async def test_cut_isolates_a_node_and_restore_heals_it() -> None:
             await victim.restore()
             await k0.swarm_connect(victim.multiaddr)
             assert cluster[0].peer_id in {p.peer_id for p in await kv.swarm_peers()}
-
-
-def test_free_ports_are_never_handed_out_twice() -> None:
-    """Ports are picked before their processes bind them; 2,000 picks from the
-    kernel's ephemeral range would repeat some (birthday bound) without the memory
-    of what was handed out — a repeat made one sidecar answer for another."""
-    from pulsarcast_ipfs.cluster._ports import free_port as _free_port
-
-    ports = [_free_port() for _ in range(2000)]
-    assert len(set(ports)) == len(ports)
