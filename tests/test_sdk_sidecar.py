@@ -183,7 +183,9 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
         restarted = anyio.Event()
 
         async def follow() -> None:
-            async for d in b.deliveries(topic.cid):
+            # from the topic's first delivery (``after=0``): the stream need not be
+            # open yet when "before" is published
+            async for d in b.deliveries(topic.cid, after=0):
                 seen.append(d)
                 if len(seen) == 1:
                     await sc.stop_sidecar(1)
@@ -195,7 +197,6 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(follow)
-                await anyio.sleep(0.5)  # the stream is open (only new deliveries follow)
                 await a.publish(topic.cid, "before")
                 await restarted.wait()
 
