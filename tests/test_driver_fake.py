@@ -64,6 +64,7 @@ async def test_a_relay_forwards_every_event_to_each_child_exactly_once() -> None
     assert o.problems() == []
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_publisher_signs_sends_stores_and_delivers_each_event() -> None:
     o = await bench.run_scenario("publish", events=EVENTS, children=CHILDREN)
