@@ -12,7 +12,7 @@ test: setup lint
 	@.venv/bin/python -m pytest
 
 test-quick: setup
-	@.venv/bin/python -m pytest -m "not cluster and not spark and not slow"
+	@.venv/bin/python -m pytest -m "not kubo and not cluster and not spark and not slow"
 
 lint:
 	@.venv/bin/ruff check .

@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/faults.py [--repeat 5] [--nodes 10]
 [--scenario kill_20pct --scenario partition ...] [--json out.jsonl]``.
 
 Each round starts a fresh cluster (Kubo + sidecar per node, Toxiproxy, routing_k=1)
-and runs the chosen scenarios on it in order (``pulsarcast_ipfs.testing._faults``);
+and runs the chosen scenarios on it in order (``pulsarcast_ipfs.cluster._faults``);
 each scenario's result is printed as it ends (failures with the missing events,
 duplicates and tree snapshots) and appended to ``--json`` if given. A failed run is
 reported, never retried. The summary gives per scenario the passes and the recovery
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import anyio
 
+from pulsarcast_ipfs.cluster import SCENARIOS, FaultResult, fault_cluster
 from pulsarcast_ipfs.stats import median
-from pulsarcast_ipfs.testing import SCENARIOS, FaultResult, fault_cluster
 
 
 async def rounds(

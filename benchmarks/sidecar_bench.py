@@ -16,8 +16,8 @@ import time
 import anyio
 import psutil
 
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.stats import percentile
-from pulsarcast_ipfs.testing import LocalSidecarCluster
 
 
 def _pct(values: list[float], q: float) -> float:

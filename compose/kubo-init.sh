@@ -5,7 +5,7 @@
 # (with IPFS_PROFILE=test, as the local cluster does) and before `ipfs daemon`, on
 # every start, so this file is the single place the configuration comes from. The
 # keys and values are those of the local cluster
-# (pulsarcast_ipfs.testing.kubo_settings); tests/test_compose.py keeps them equal.
+# (pulsarcast_ipfs.cluster.kubo_settings); tests/test_compose.py keeps them equal.
 # Only the addresses differ, adapted to a docker network:
 #   Addresses.API       0.0.0.0, so that the published port works (the sidecar
 #                       itself uses 127.0.0.1: it shares this container's network)

@@ -24,7 +24,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pulsarcast_ipfs.testing import LocalSidecarCluster
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 
 CHECKS = (
     "not_a_server_error,status_code_conformance,content_type_conformance,"

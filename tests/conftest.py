@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 
 
 @pytest.fixture(scope="session")

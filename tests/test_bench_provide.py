@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 
-import anyio
 import dag_cbor
 import pytest
 from multiformats import CID
 
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.kubo import KuboClient
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
+from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubo, pytest.mark.cluster]
 
@@ -27,13 +27,17 @@ async def providers_once_found(
     reader: KuboClient, cid: CID, peer: str, deadline: float = 30.0
 ) -> set[str]:
     """The providers ``reader`` finds for ``cid``, asking again until ``peer`` is among
-    them or ``deadline`` seconds have passed (the caller asserts on the result)."""
+    them (``TimeoutError`` after ``deadline`` seconds)."""
     found: set[str] = set()
-    with anyio.move_on_after(deadline):
-        while peer not in found:
-            found = {p.peer_id for p in await reader.find_providers(cid, count=20)}
-            if peer not in found:
-                await anyio.sleep(0.5)
+
+    async def listed() -> bool:
+        found.clear()
+        found.update(p.peer_id for p in await reader.find_providers(cid, count=20))
+        return peer in found
+
+    await wait_until(
+        listed, deadline=deadline, what=f"{peer} among the providers of {cid}", interval=0.5
+    )
     return found
 
 

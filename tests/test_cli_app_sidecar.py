@@ -12,7 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
+from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
 

@@ -11,8 +11,8 @@ import psutil
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
+from pulsarcast_ipfs.cluster import ClusterConfig, ClusterNode, LocalCluster
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, dag_cbor_cid
-from pulsarcast_ipfs.testing import ClusterConfig, ClusterNode, LocalCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster, pytest.mark.slow]
 
@@ -156,13 +156,3 @@ async def test_cut_isolates_a_node_and_restore_heals_it() -> None:
             await victim.restore()
             await k0.swarm_connect(victim.multiaddr)
             assert cluster[0].peer_id in {p.peer_id for p in await kv.swarm_peers()}
-
-
-def test_free_ports_are_never_handed_out_twice() -> None:
-    """Ports are picked before their processes bind them; 2,000 picks from the
-    kernel's ephemeral range would repeat some (birthday bound) without the memory
-    of what was handed out — a repeat made one sidecar answer for another."""
-    from pulsarcast_ipfs.testing._cluster import _free_port
-
-    ports = [_free_port() for _ in range(2000)]
-    assert len(set(ports)) == len(ports)

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pulsarcast_ipfs.testing import ClusterConfig, ClusterError, LocalCluster
+from pulsarcast_ipfs.cluster import ClusterConfig, ClusterError, LocalCluster
 from pulsarcast_ipfs.tools import ipfs_binary
 
 

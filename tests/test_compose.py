@@ -2,7 +2,7 @@
 
 The compose file parses and holds exactly the services, host ports and volumes that
 compose/README.md promises; the Kubo configuration script sets the local cluster's
-keys and values (read from :func:`pulsarcast_ipfs.testing.kubo_settings`, not a
+keys and values (read from :func:`pulsarcast_ipfs.cluster.kubo_settings`, not a
 copy), and, run against a real Kubo repo, produces that configuration; the Dockerfile
 builds the sidecar entrypoint; the shell scripts parse.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pulsarcast_ipfs.testing import kubo_settings
+from pulsarcast_ipfs.cluster import kubo_settings
 from pulsarcast_ipfs.tools import ipfs_binary
 
 ROOT = Path(__file__).resolve().parent.parent

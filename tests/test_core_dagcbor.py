@@ -31,6 +31,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values)
 def test_same_bytes_as_dag_cbor(value: Any) -> None:

@@ -4,6 +4,7 @@ below one of them as a *leaf* (docs/protocol-notes.md "Readers")."""
 
 from __future__ import annotations
 
+import pytest
 from multiformats import CID
 
 from pulsarcast_ipfs.core import Join
@@ -51,6 +52,7 @@ def _read(net: CoreNet, reader: str, topic: CID, holders: list[str]) -> tuple[li
     return [c for c, _ in page.events], page.complete
 
 
+@pytest.mark.slow
 def test_a_reader_of_an_orphaned_topic_reads_it_whole_below_a_holder() -> None:
     """Over 40 topologies: with the holders given, every reader gets the whole history
     and hangs below a holder. Without them (the planted violation: the tree alone, as

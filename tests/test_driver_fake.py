@@ -39,6 +39,7 @@ def _load_bench() -> ModuleType:
 bench = _load_bench()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_leaf_delivers_every_received_event_once_in_order() -> None:
     o = await bench.run_scenario("receive", events=EVENTS, children=CHILDREN)
@@ -50,6 +51,7 @@ async def test_a_leaf_delivers_every_received_event_once_in_order() -> None:
     assert o.problems() == []
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_relay_forwards_every_event_to_each_child_exactly_once() -> None:
     o = await bench.run_scenario("forward", events=EVENTS, children=CHILDREN)
@@ -62,6 +64,7 @@ async def test_a_relay_forwards_every_event_to_each_child_exactly_once() -> None
     assert o.problems() == []
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_publisher_signs_sends_stores_and_delivers_each_event() -> None:
     o = await bench.run_scenario("publish", events=EVENTS, children=CHILDREN)
@@ -91,6 +94,7 @@ async def test_the_fake_kubo_answers_a_multipart_block_put_line_by_line() -> Non
     assert len(costs) == 4 and all(us > 0 for us in costs.values())
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_a_table_json_and_a_profile(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

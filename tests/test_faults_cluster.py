@@ -1,7 +1,7 @@
 """Fault tolerance on a real cluster (issue 7): 10 Kubo daemons, a sidecar beside
 each, Toxiproxy in front of every node, ``routing_k=1`` (relays and depth).
 
-Every scenario (``pulsarcast_ipfs.testing._faults``) publishes from several nodes
+Every scenario (``pulsarcast_ipfs.cluster._faults``) publishes from several nodes
 while the fault happens and checks that every event whose publish call succeeded is
 delivered exactly once to every subscriber alive at the end. One cluster is shared
 by the module; each scenario uses its own topic and leaves the cluster whole.
@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pulsarcast_ipfs.testing import FaultResult, LocalSidecarCluster, fault_cluster
-from pulsarcast_ipfs.testing._faults import (
+from pulsarcast_ipfs.cluster import FaultResult, LocalSidecarCluster, fault_cluster
+from pulsarcast_ipfs.cluster._faults import (
     scenario_kill_nodes,
     scenario_partition,
     scenario_restarts,

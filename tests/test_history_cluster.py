@@ -30,7 +30,8 @@ import httpx
 import pytest
 from multiformats import CID
 
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
+from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(600)]
 

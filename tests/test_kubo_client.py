@@ -11,6 +11,7 @@ import pytest
 from anyio.abc import SocketStream
 from multiformats import CID
 
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import (
     KuboAPIError,
@@ -25,7 +26,7 @@ from pulsarcast_ipfs.kubo import (
     closest_known_peers,
     dag_cbor_cid,
 )
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubo]
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+import pulsarcast_ipfs.cluster as cluster_pkg
 import pulsarcast_ipfs.kubo as kubo_pkg
 import pulsarcast_ipfs.testing as testing_pkg
 from pulsarcast_ipfs.kubo import (
@@ -197,7 +198,7 @@ def test_config_validation() -> None:
         KuboConfig.from_multiaddr("/unix/x")
 
 
-@pytest.mark.parametrize("package", [kubo_pkg, testing_pkg])
+@pytest.mark.parametrize("package", [kubo_pkg, cluster_pkg, testing_pkg])
 def test_public_names_are_exported(package: object) -> None:
     """Every public class/function of the private modules is in ``__all__`` (httpx-style)."""
     exported = set(package.__all__)  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE
 from pulsarcast_ipfs.sdk import (
     AsyncClient,
@@ -25,7 +26,7 @@ from pulsarcast_ipfs.sdk import (
     PeerSet,
     UnknownTopic,
 )
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.anyio]
 
@@ -182,7 +183,9 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
         restarted = anyio.Event()
 
         async def follow() -> None:
-            async for d in b.deliveries(topic.cid):
+            # from the topic's first delivery (``after=0``): the stream need not be
+            # open yet when "before" is published
+            async for d in b.deliveries(topic.cid, after=0):
                 seen.append(d)
                 if len(seen) == 1:
                     await sc.stop_sidecar(1)
@@ -194,7 +197,6 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(follow)
-                await anyio.sleep(0.5)  # the stream is open (only new deliveries follow)
                 await a.publish(topic.cid, "before")
                 await restarted.wait()
 

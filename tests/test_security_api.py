@@ -18,9 +18,10 @@ import httpx
 import pytest
 from multiformats import CID, multihash
 
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import Join, NodeConfig, TopicDescriptor, encode_frame
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 from sidecar import ConfigError, Driver, load_config, serve_api
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

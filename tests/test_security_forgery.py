@@ -17,6 +17,7 @@ import anyio
 import pytest
 from multiformats import CID
 
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
     Deliver,
@@ -39,7 +40,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core.testing import make_peer_ids
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.testing import LocalSidecarCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 
 T0 = 1_800_000_000.0
 AUTHOR, ME, ALLOWED, MALLORY, CHILD = make_peer_ids(5, seed=77)

@@ -38,6 +38,7 @@ def test_world_frames_are_valid_and_reach_the_node() -> None:
     assert fz.dropped.get("duplicate", 0) > 0  # events reached the forwarding check
 
 
+@pytest.mark.slow
 def test_codec_random_mutation_3000_inputs() -> None:
     rng = random.Random(11)
     decoded = sum(codec_one_input(random_frames(rng, WORLD)) for _ in range(3000))
@@ -54,6 +55,7 @@ def test_node_random_mutation_3000_inputs() -> None:
     assert {"invalid", "duplicate"} <= set(fz.dropped)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=2, max_size=400))
 def test_node_arbitrary_bytes(data: bytes) -> None:

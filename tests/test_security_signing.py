@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from multiformats import CID
 
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core import (
     KUBO_SIGN_PREFIX,
     Ed25519Signer,
@@ -19,7 +20,6 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core.testing import make_peer_ids
 from pulsarcast_ipfs.kademlia import peer_id_bytes
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster
 
 DATA = b"\xa1dnamefnews"  # any bytes: the canonical encoding of a descriptor, later
 

@@ -14,8 +14,9 @@ import anyio
 import httpx
 import pytest
 
+from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
-from pulsarcast_ipfs.testing import ClusterConfig, LocalCluster, wait_until
+from pulsarcast_ipfs.testing import wait_until
 from sidecar import Driver, load_config, serve_api
 
 pytestmark = [pytest.mark.kubo, pytest.mark.anyio]
@@ -120,10 +121,12 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
     )
     # A live stream, then two publishes, then a resumed replay: no gap, no duplicate.
     seen: list[dict[str, object]] = []
+    opened = anyio.Event()
 
     async def follow() -> None:
         async with api.stream("GET", "/v1/deliveries", params={"topic": cid}) as resp:
             assert resp.headers["content-type"].startswith("application/x-ndjson")
+            opened.set()  # the sidecar listens before it answers: no delivery is missed
             async for line in resp.aiter_lines():
                 if line.strip():
                     seen.append(json.loads(line))
@@ -134,7 +137,7 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow)
-            await anyio.sleep(0.3)
+            await opened.wait()
             for text in ("one", "two"):
                 r = await api.post(f"/v1/topics/{cid}/publish", json={"text": text})
                 assert r.status_code == 200 and r.json()["status"] == "published", r.text

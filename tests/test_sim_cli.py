@@ -77,6 +77,7 @@ def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         assert rec["system"] == "sim" and rec["run"] == "sim-4"
 
 
+@pytest.mark.slow
 def test_communities_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     code = main(

@@ -38,6 +38,7 @@ def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_same_seed_same_records_byte_for_byte(workload: Workload, tmp_path: Path) -> None:
     kw: dict[str, Any] = {"loss": 0.05, "crashes": (CrashSpec(at=1.0, count=3),)}
     _run(workload, tmp_path / "a", **kw)

@@ -33,7 +33,7 @@ from pulsarcast_ipfs.bench._config import BenchConfig, BenchError, Combination
 from pulsarcast_ipfs.bench._recorder import sample_node
 from pulsarcast_ipfs.bench._schedule import Schedule, build_schedule, load_bench_workload
 from pulsarcast_ipfs.bench._systems import System, make_system
-from pulsarcast_ipfs.testing import ClusterError
+from pulsarcast_ipfs.cluster import ClusterError
 
 __all__ = ["BenchProgress", "BenchResult", "RunOutcome", "machine_info", "run_bench"]
 

@@ -39,15 +39,15 @@ from pulsarcast_ipfs.bench._schedule import (
     frame_payload,
     unframe_payload,
 )
-from pulsarcast_ipfs.kubo import KuboClient, KuboError
-from pulsarcast_ipfs.records import RecordKind
-from pulsarcast_ipfs.testing import (
+from pulsarcast_ipfs.cluster import (
     ClusterConfig,
     ClusterNode,
     LocalCluster,
     LocalSidecarCluster,
     ToxiproxyAPI,
 )
+from pulsarcast_ipfs.kubo import KuboClient, KuboError
+from pulsarcast_ipfs.records import RecordKind
 
 __all__ = ["KuboPubsubSystem", "PulsarcastSystem", "System", "make_system"]
 

@@ -16,8 +16,8 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from pulsarcast_ipfs.cluster import ClusterConfig, ClusterError, LocalCluster, default_state_dir
 from pulsarcast_ipfs.kubo import KuboError
-from pulsarcast_ipfs.testing import ClusterConfig, ClusterError, LocalCluster, default_state_dir
 from pulsarcast_ipfs.tools import ToolNotFound
 
 __all__ = ["add_parser", "node_rows", "print_status"]

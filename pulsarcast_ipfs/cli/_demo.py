@@ -40,9 +40,9 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from pulsarcast_ipfs.cluster import ClusterError, LocalSidecarCluster
 from pulsarcast_ipfs.kubo import KuboError
 from pulsarcast_ipfs.sdk import AsyncClient, ClientConfig, Delivery, NotAllowed, SdkError
-from pulsarcast_ipfs.testing import ClusterError, LocalSidecarCluster
 from pulsarcast_ipfs.tools import ToolNotFound
 
 __all__ = ["add_parser"]

@@ -37,8 +37,8 @@ from typing import Any, Final
 import anyio
 import httpx
 
+from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster
 from pulsarcast_ipfs.stats import percentile
-from pulsarcast_ipfs.testing._sidecars import LocalSidecarCluster
 
 __all__ = [
     "SCENARIOS",

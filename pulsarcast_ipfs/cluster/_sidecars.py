@@ -37,20 +37,20 @@ from typing import Self
 import anyio
 import httpx
 
-from pulsarcast_ipfs.testing._cluster import (
-    _CHILDREN,
-    ClusterConfig,
-    ClusterError,
-    ClusterNode,
-    LocalCluster,
-    _alive,
-    _child_env,
-    _free_port,
-    _kill_group,
-    _log_tail,
-    _ours,
-    _spawn,
+from pulsarcast_ipfs.cluster._config import ClusterConfig
+from pulsarcast_ipfs.cluster._errors import ClusterError
+from pulsarcast_ipfs.cluster._node import ClusterNode
+from pulsarcast_ipfs.cluster._ports import free_port
+from pulsarcast_ipfs.cluster._process import (
+    CHILDREN,
+    alive,
+    child_env,
+    kill_group,
+    log_tail,
+    ours,
+    spawn,
 )
+from pulsarcast_ipfs.cluster._supervisor import LocalCluster
 
 __all__ = ["LocalSidecarCluster", "SidecarProcess"]
 
@@ -76,14 +76,14 @@ class SidecarProcess:
         return self.state_dir / "metrics"
 
     def is_running(self) -> bool:
-        return self.pid > 0 and _alive(self.pid)
+        return self.pid > 0 and alive(self.pid)
 
     def log_tail(self, lines: int = 30) -> str:
-        return _log_tail(self.log_path, lines)
+        return log_tail(self.log_path, lines)
 
     def returncode(self) -> int | None:
         """The exit code once the process has exited (None while running or unknown)."""
-        child = _CHILDREN.get(self.pid)
+        child = CHILDREN.get(self.pid)
         return None if child is None else child.poll()
 
 
@@ -141,8 +141,8 @@ class LocalSidecarCluster:
                     index=i,
                     kubo=node,
                     state_dir=self.base_dir / f"sidecar{i}",
-                    api_port=_free_port(),
-                    p2p_port=_free_port(),
+                    api_port=free_port(),
+                    p2p_port=free_port(),
                     log_path=self.base_dir / f"sidecar{i}.log",
                 )
             async with anyio.create_task_group() as tg:
@@ -183,9 +183,9 @@ class LocalSidecarCluster:
         if sc.is_running():
             return
         sc.state_dir.mkdir(parents=True, exist_ok=True)
-        env = _child_env()
+        env = child_env()
         env.pop("PULSARCAST_API_TOKEN", None)
-        sc.pid = _spawn(self._command(sc), env=env, log=sc.log_path, detached=False)
+        sc.pid = spawn(self._command(sc), env=env, log=sc.log_path, detached=False)
         with anyio.move_on_after(self.start_timeout) as scope:
             async with httpx.AsyncClient(base_url=sc.api_url, trust_env=False) as http:
                 while True:
@@ -214,16 +214,16 @@ class LocalSidecarCluster:
         """Stop sidecar ``index`` gracefully (SIGTERM; SIGKILL after 10 s)."""
         sc = self.sidecars[index]
         if sc.pid:
-            await anyio.to_thread.run_sync(lambda: _kill_group(sc.pid, str(sc.state_dir), 10.0))
+            await anyio.to_thread.run_sync(lambda: kill_group(sc.pid, str(sc.state_dir), 10.0))
             sc.pid = 0
 
     async def kill_sidecar(self, index: int) -> None:
         """SIGKILL sidecar ``index`` (no graceful shutdown: a crash)."""
         sc = self.sidecars[index]
-        if sc.pid and _ours(sc.pid, str(sc.state_dir)):
+        if sc.pid and ours(sc.pid, str(sc.state_dir)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(sc.pid, signal.SIGKILL)
-            await anyio.to_thread.run_sync(lambda: _kill_group(sc.pid, str(sc.state_dir), 1.0))
+            await anyio.to_thread.run_sync(lambda: kill_group(sc.pid, str(sc.state_dir), 1.0))
         sc.pid = 0
 
     async def stop_kubo(self, index: int) -> None:
@@ -232,7 +232,7 @@ class LocalSidecarCluster:
             await self.kill_sidecar(index)
         node = self.cluster[index]
         if node.pid:
-            await anyio.to_thread.run_sync(lambda: _kill_group(node.pid, str(node.repo), 5.0))
+            await anyio.to_thread.run_sync(lambda: kill_group(node.pid, str(node.repo), 5.0))
             node.pid = 0
 
     async def kill_kubo(self, index: int) -> None:

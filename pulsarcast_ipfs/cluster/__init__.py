@@ -1,0 +1,41 @@
+"""Local clusters of real Kubo daemons on loopback, with or without sidecars.
+
+The supervisor behind ``pulsarcast cluster up``, the demo, the benchmark runner,
+the fault scenarios and the integration tests::
+
+    async with LocalCluster(config=ClusterConfig(nodes=4, toxiproxy=True)) as cluster:
+        async with cluster[3].client() as kubo: ...
+
+starts real Kubo daemons (PROTOCOL.md §2), connected into a LAN DHT, optionally
+behind per-node Toxiproxy proxies. :class:`LocalSidecarCluster` adds a
+``pulsarcast-sidecar`` subprocess beside each daemon; :data:`SCENARIOS` are the
+fault scenarios run on one (docs/faults.md).
+"""
+
+from __future__ import annotations
+
+from pulsarcast_ipfs.cluster._config import ClusterConfig
+from pulsarcast_ipfs.cluster._errors import ClusterError
+from pulsarcast_ipfs.cluster._faults import SCENARIOS, FaultResult, fault_cluster
+from pulsarcast_ipfs.cluster._kubo import kubo_settings
+from pulsarcast_ipfs.cluster._node import ClusterNode
+from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster, SidecarProcess
+from pulsarcast_ipfs.cluster._state import default_state_dir
+from pulsarcast_ipfs.cluster._supervisor import LocalCluster
+from pulsarcast_ipfs.cluster._toxiproxy import ToxiproxyAPI, ToxiproxyError
+
+__all__ = [
+    "SCENARIOS",
+    "ClusterConfig",
+    "ClusterError",
+    "ClusterNode",
+    "FaultResult",
+    "LocalCluster",
+    "LocalSidecarCluster",
+    "SidecarProcess",
+    "ToxiproxyAPI",
+    "ToxiproxyError",
+    "default_state_dir",
+    "fault_cluster",
+    "kubo_settings",
+]
