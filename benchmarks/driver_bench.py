@@ -106,6 +106,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.records import MetricRecord
 from sidecar import Driver, SidecarConfig, build_app
 from sidecar._driver import Listener
@@ -558,12 +559,11 @@ async def _until(
 ) -> bool:
     """Poll ``predicate`` every :data:`POLL` s, at most ``max_wait`` s (a liveness bound
     of the harness, not a speed check); ``required``: raise if it never held."""
-    with anyio.move_on_after(max_wait):
-        while not predicate():  # noqa: ASYNC110 (the block store has no "drained" event)
-            await anyio.sleep(POLL)
-    if required and not predicate():
+    # (the block store has no "drained" event to wait on)
+    held = await poll_until(predicate, deadline=max_wait, interval=POLL)
+    if required and not held:
         raise TimeoutError(f"driver bench: {what} did not happen within {max_wait:.0f} s")
-    return predicate()
+    return held
 
 
 def _farther_peers(me: str, author: str, count: int, seed: int) -> list[str]:

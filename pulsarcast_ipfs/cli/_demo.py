@@ -42,6 +42,7 @@ from rich.table import Table
 
 from pulsarcast_ipfs.cluster import ClusterError, LocalSidecarCluster
 from pulsarcast_ipfs.kubo import KuboError
+from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.sdk import AsyncClient, ClientConfig, Delivery, NotAllowed, SdkError
 from pulsarcast_ipfs.tools import ToolNotFound
 
@@ -164,11 +165,7 @@ async def _nodes(demo: _Demo) -> None:
 
 
 async def _wait(what: str, check: Callable[[], Awaitable[bool]]) -> bool:
-    with anyio.move_on_after(WAIT):
-        while not await check():  # noqa: ASYNC110 - polling other processes
-            await anyio.sleep(0.2)
-        return True
-    return False
+    return await poll_until(check, deadline=WAIT, interval=0.2)
 
 
 async def _scenario(demo: _Demo) -> None:

@@ -38,6 +38,7 @@ import anyio
 import httpx
 
 from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster
+from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.stats import percentile
 
 __all__ = [
@@ -145,11 +146,7 @@ async def _deliveries(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[
 
 
 async def _wait(pred: Callable[[], Awaitable[bool]], deadline: float, interval: float) -> bool:
-    with anyio.move_on_after(deadline):
-        while not await pred():  # noqa: ASYNC110 - polling other processes
-            await anyio.sleep(interval)
-        return True
-    return False
+    return await poll_until(pred, deadline=deadline, interval=interval)
 
 
 async def setup_topic(
