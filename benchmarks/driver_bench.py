@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import cProfile
 import functools
 import io
@@ -63,7 +64,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -655,36 +656,43 @@ async def run_scenario(
         api = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
         )
-        stopped = anyio.Event()
-
-        async def run_driver(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-            try:
-                await driver.run(task_status=task_status)
-            finally:
-                stopped.set()
-
-        async with api, anyio.create_task_group() as tg:
-            await tg.start(run_driver)
+        async with api, running(driver) as tg:
             tg.start_soon(peers.keep_alive, kids, config.ping_interval)
-            try:
-                rig = _Rig(
-                    driver=driver,
-                    api=api,
-                    kubo=kubo,
-                    peers=peers,
-                    transport=transport,
-                    author=author,
-                    kids=kids,
-                )
-                outcome = await rig.measure(
-                    scenario, events=events, payload=payload, profile=profile
-                )
-            finally:
-                driver.stop()  # a graceful stop, as on SIGTERM
-                with anyio.move_on_after(15):
-                    await stopped.wait()
-                tg.cancel_scope.cancel()
+            rig = _Rig(
+                driver=driver,
+                api=api,
+                kubo=kubo,
+                peers=peers,
+                transport=transport,
+                author=author,
+                kids=kids,
+            )
+            outcome = await rig.measure(scenario, events=events, payload=payload, profile=profile)
     return outcome
+
+
+@contextlib.asynccontextmanager
+async def running(driver: Driver) -> AsyncIterator[anyio.abc.TaskGroup]:
+    """Run ``driver`` (no services) in a task group, yielded for helpers of the
+    caller's; on leaving, stop it gracefully (as on SIGTERM), wait at most 15 s for
+    it, then cancel what is left."""
+    stopped = anyio.Event()
+
+    async def run_driver(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await driver.run(task_status=task_status)
+        finally:
+            stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(run_driver)
+        try:
+            yield tg
+        finally:
+            driver.stop()
+            with anyio.move_on_after(15):
+                await stopped.wait()
+            tg.cancel_scope.cancel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

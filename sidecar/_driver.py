@@ -394,12 +394,16 @@ class Driver:
         except Exception:
             return None
 
-    def known_root(self, cid: CID) -> CID | None:
-        """The first version of topic ``cid`` if the node has it in a tree."""
+    def _topic_state(self, cid: CID) -> TopicState | None:
         try:
-            return self.node.topic_state(cid).topic_cid
+            return self.node.topic_state(cid)
         except UnknownTopic:
             return None
+
+    def known_root(self, cid: CID) -> CID | None:
+        """The first version of topic ``cid`` if the node has it in a tree."""
+        st = self._topic_state(cid)
+        return st.topic_cid if st is not None else None
 
     # -- operations of the HTTP API (sidecar/_api.py calls these, nothing else) -------
 
@@ -428,20 +432,13 @@ class Driver:
 
     def topic_states(self) -> list[TopicState]:
         """This node's place in every tree it has been in and still is."""
-        out = []
-        for root in self.topic_roots:
-            try:
-                out.append(self.node.topic_state(CID.decode(root)))
-            except UnknownTopic:
-                continue
-        return out
+        states = (self._topic_state(CID.decode(root)) for root in self.topic_roots)
+        return [st for st in states if st is not None]
 
     def latest_version(self, cid: CID) -> CID | None:
         """The newest version of topic ``cid`` the node knows, if it is in its tree."""
-        try:
-            return self.node.topic_state(cid).latest_cid
-        except UnknownTopic:
-            return None
+        st = self._topic_state(cid)
+        return st.latest_cid if st is not None else None
 
     async def block(self, cid: CID, max_wait: float) -> bytes:
         """A block: from the descriptors just stored, else through Kubo (raises

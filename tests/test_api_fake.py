@@ -9,20 +9,16 @@ from __future__ import annotations
 import ast
 import base64
 import functools
-import importlib.util
 import json
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-import anyio
-import anyio.abc
 import httpx
 import pytest
 
+from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
 from sidecar import Driver, SidecarConfig, build_app
@@ -32,19 +28,6 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_OFFSET = 1_000_000.0
 """The driver's clock runs this far ahead of the machine's (it is injected)."""
-
-
-def _load_bench() -> ModuleType:
-    path = ROOT / "benchmarks" / "driver_bench.py"
-    spec = importlib.util.spec_from_file_location("driver_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
 
 
 @dataclass
@@ -72,23 +55,8 @@ async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
     api = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
     )
-    stopped = anyio.Event()
-
-    async def run_driver(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await driver.run(task_status=task_status)
-        finally:
-            stopped.set()
-
-    async with api, anyio.create_task_group() as tg:
-        await tg.start(run_driver)
-        try:
-            yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=tmp_path)
-        finally:
-            driver.stop()  # a graceful stop, as on SIGTERM
-            with anyio.move_on_after(10):
-                await stopped.wait()
-            tg.cancel_scope.cancel()
+    async with api, bench.running(driver):
+        yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=tmp_path)
 
 
 def _error(r: httpx.Response, status: int, code: str) -> str:

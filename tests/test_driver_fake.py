@@ -9,34 +9,18 @@ exactly once, written to and pinned in Kubo.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
 import dag_cbor
 import pytest
 
+from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
 
 EVENTS = 50
 CHILDREN = 3
-
-
-def _load_bench() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "driver_bench.py"
-    spec = importlib.util.spec_from_file_location("driver_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
 
 
 @pytest.mark.slow
