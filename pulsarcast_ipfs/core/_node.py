@@ -25,29 +25,13 @@ Per topic the node keeps one :class:`Tree`, keyed by the CID of the topic's
 ``recent``      the newest event CIDs seen (bounded; HEADS deltas, DIGESTs)
 ==============  ==============================================================
 
-Role (``tree_changed`` records, ``TopicState.role``)::
-
-    author                          -> root
-    joined, no parent, not author   -> root     (acting root: root failover, §6)
-    subscribed                      -> subscriber
-    joined or has children          -> relay    (forwards, delivers nothing)
-    otherwise                       -> none     (the tree state is dropped)
-
-Transitions (the state tables of docs/protocol-notes.md are drawn from these):
-
-=======================  ===================================================
-subscribe / publish      not joined -> JOIN sent to the known peer closest to
-                         the author, strictly closer than us (Algorithm 2);
-                         none -> acting root, recheck later
-JOIN_ACK ok              join in flight -> joined, parent = sender; HEADS sent
-JOIN_ACK refused/timeout try the next closest peer; none left -> acting root
-JOIN from farther peer   add child, JOIN_ACK ok; not joined -> join upward
-                         (become a relay)
-LEAVE from child         drop it; empty relay -> LEAVE to parent, forget tree
-LEAVE from parent,       parent lost: re-join through another peer, children
-parent silent / failed   kept (§6)
-acting root recheck      a closer live peer is known -> JOIN it (re-converge)
-=======================  ===================================================
+A tree's place in the dissemination tree (none, joining, joined, leaf, switching,
+acting root, root) is a :class:`~._treestate.TreeState`, read from those fields by
+:func:`~._treestate.tree_state`; the transition table is data in
+:mod:`._treestate` (docs/protocol-notes.md renders it). The role reported in
+``tree_changed`` records and ``TopicState.role``: ``root`` in the root states
+(author, acting root), else ``subscriber`` if subscribed, ``relay`` if in the tree,
+joining or with children, else ``none`` (the tree state is dropped).
 
 Events (§5 "Forward"): verify (CID recomputed, topic version belongs to the
 tree, publisher allowed by that version), drop duplicates (bounded seen-set),
@@ -134,6 +118,7 @@ from ._io import (
 from ._push import FirstHopPush
 from ._signing import verify_signature
 from ._tree import LRU, JoinAttempt, Tree
+from ._treestate import ACTING_ROOT_STATES, ROOT_STATES, tree_state
 
 __all__ = ["PulsarcastNode"]
 
@@ -386,7 +371,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         return tree
 
     def _role(self, tree: Tree) -> Role:
-        if tree.author == self.peer_id or (tree.joined and tree.parent is None):
+        if tree_state(tree, self.peer_id) in ROOT_STATES:
             return "root"
         if tree.subscribed:
             return "subscriber"
@@ -583,6 +568,20 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
         rpc = Join(topic=tree.key, descriptor=tree.root.encode(), leaf=leaf)
         self._send(now, hop, rpc, tree.name)
 
+    def _join_timed_out(self, now: float, tree: Tree) -> None:
+        assert tree.join is not None
+        self._join_next(now, tree, tree.join.tried)  # retry via the next closest
+
+    def _recheck_root(self, now: float, tree: Tree) -> None:
+        """An acting root looks for a live peer closer to the author (§6)."""
+        tree.recheck_at = None
+        if tree_state(tree, self.peer_id) in ACTING_ROOT_STATES:
+            hop = self._next_hop(now, tree) or self._next_hop(now, tree, suspects=True)
+            if hop is None:
+                tree.recheck_at = now + self.config.root_recheck_interval
+            else:
+                self._send_join(now, tree, hop, {hop})
+
     def _parent_lost(self, now: float, tree: Tree, *, avoid: str | None) -> None:
         """§6: a node that lost its parent re-joins through another peer; children stay."""
         tree.parent = None
@@ -648,7 +647,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             known[peer] = pos
         self._known = known
         for tree in self._trees.values():
-            if tree.joined and tree.parent is None and tree.author != self.peer_id:
+            if tree_state(tree, self.peer_id) in ACTING_ROOT_STATES:
                 if tree.recheck_at is None or tree.recheck_at > now:
                     tree.recheck_at = now
 
@@ -1510,15 +1509,9 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             if tree.key not in self._trees:
                 continue
             if tree.join is not None and tree.join.deadline <= now:
-                self._join_next(now, tree, tree.join.tried)  # retry via the next closest
+                self._join_timed_out(now, tree)
             elif tree.recheck_at is not None and tree.recheck_at <= now:
-                tree.recheck_at = None
-                if tree.joined and tree.parent is None and tree.author != self.peer_id:
-                    hop = self._next_hop(now, tree) or self._next_hop(now, tree, suspects=True)
-                    if hop is None:
-                        tree.recheck_at = now + c.root_recheck_interval
-                    else:
-                        self._send_join(now, tree, hop, {hop})
+                self._recheck_root(now, tree)
         for tree in list(self._trees.values()):
             if tree.heads_due is not None and tree.heads_due <= now:
                 self._heads_due(now, tree)
@@ -2346,7 +2339,7 @@ class PulsarcastNode(AntiEntropy, FirstHopPush):
             children=tuple(tree.children),
             subscribed=tree.subscribed,
             joined=tree.joined,
-            acting_root=tree.joined and tree.parent is None and tree.author != self.peer_id,
+            acting_root=tree_state(tree, self.peer_id) in ACTING_ROOT_STATES,
             heads=tuple(reversed(tree.recent)),
             synced=tree.joined and (tree.parent is None or tree.parent in tree.heads_from),
             retained=len(tree.history) if tree.history is not None else 0,

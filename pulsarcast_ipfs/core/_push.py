@@ -42,6 +42,7 @@ from multiformats import CID
 from ._codec import MAX_MEMBERS, Members, Rpc, encode_frame
 from ._config import NodeConfig
 from ._tree import Tree
+from ._treestate import ROOT_STATES, tree_state
 
 __all__ = ["FirstHopPush"]
 
@@ -76,9 +77,8 @@ class FirstHopPush:
             pushed: int | None = None,
         ) -> None: ...
 
-    @staticmethod
-    def _is_root(tree: Tree) -> bool:
-        return tree.joined and tree.parent is None
+    def _is_root(self, tree: Tree) -> bool:
+        return tree_state(tree, self.peer_id) in ROOT_STATES
 
     def _members_changed(self, now: float, tree: Tree) -> None:
         """The root's children changed: send MEMBERS soon (at most every
