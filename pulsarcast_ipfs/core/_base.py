@@ -118,8 +118,9 @@ class NodeBase:
     _heads_tick: int
 
     if TYPE_CHECKING:
-        # Defined in one module, called from another.
+        # Methods defined in one module (named above each group) and called from another.
 
+        # _membership
         def _role(self, tree: Tree) -> Role: ...
 
         def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None: ...
@@ -156,6 +157,7 @@ class NodeBase:
 
         def _on_leave(self, now: float, peer: str, rpc: Leave) -> None: ...
 
+        # _dissemination
         def _on_event(self, now: float, peer: str, rpc: Event) -> None: ...
 
         def _accept_event(
@@ -196,6 +198,7 @@ class NodeBase:
 
         def _learn_version(self, now: float, tree: Tree, desc: TopicDescriptor) -> None: ...
 
+        # _repair
         def _retain_version(self, tree: Tree, desc: TopicDescriptor) -> None: ...
 
         def _release_history(self, tree: Tree) -> None: ...
@@ -221,6 +224,7 @@ class NodeBase:
 
         def _continue_resolutions(self, now: float) -> None: ...
 
+        # _liveness
         def _is_suspect(self, now: float, peer: str) -> bool: ...
 
         def _on_pong(self, now: float, peer: str, rpc: Pong) -> None: ...
@@ -231,10 +235,12 @@ class NodeBase:
 
         def _keep_alive(self, now: float) -> None: ...
 
+        # _admission
         def _is_banned(self, now: float, peer: str) -> bool: ...
 
         def _admit(self, now: float, peer: str, rpc: Rpc) -> bool: ...
 
+        # _signqueue
         @property
         def _version(self) -> str: ...
 
@@ -252,6 +258,7 @@ class NodeBase:
 
         def _event_refused(self, tree: Tree, ev: EventDescriptor) -> str | None: ...
 
+        # _publish
         def _publish_event(
             self,
             now: float,
@@ -262,6 +269,7 @@ class NodeBase:
             inject_id: str | None,
         ) -> CID: ...
 
+        # _requests
         def _request_timers(self, now: float) -> None: ...
 
         def _send_request(self, now: float, req: _Request) -> None: ...
@@ -270,12 +278,14 @@ class NodeBase:
 
         def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None: ...
 
+        # _topics
         def _subscribe_tree(self, now: float, tree: Tree) -> None: ...
 
         def _follow(self, now: float, meta: Tree, tree: Tree) -> None: ...
 
         def _read_tree(self, now: float, tree: Tree, holders: tuple[str, ...] = ()) -> None: ...
 
+        # _antientropy
         def _edge_knows(self, tree: Tree, peer: str | None, cid: CID) -> None: ...
 
         @staticmethod
@@ -293,6 +303,7 @@ class NodeBase:
 
         def _on_digest(self, now: float, peer: str, rpc: Digest) -> None: ...
 
+        # _push
         def _members_changed(self, now: float, tree: Tree) -> None: ...
 
         def _send_members(self, now: float, tree: Tree) -> None: ...
