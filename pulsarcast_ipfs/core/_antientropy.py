@@ -47,14 +47,13 @@ import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
 
 from multiformats import CID
 
 from . import _dagcbor
-from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, Rpc, encode_frame
-from ._config import NodeConfig
-from ._tree import LRU, Tree
+from ._base import NodeBase
+from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, encode_frame
+from ._tree import Tree
 
 __all__ = ["DIGEST_REPEATS", "AntiEntropy", "fingerprint"]
 
@@ -75,45 +74,9 @@ def fingerprint(cids: Iterable[CID]) -> tuple[int, int]:
     return count, total & _MASK
 
 
-class AntiEntropy:
+class AntiEntropy(NodeBase):
     """The HEADS and DIGEST half of :class:`~._node.PulsarcastNode` (a mixin: it reads
     the node's trees, caches and configuration)."""
-
-    config: NodeConfig
-    peer_id: str
-    _trees: dict[CID, Tree]
-    _seen: LRU
-    _fetches: dict[CID, Any]
-    _heads_tick: int
-
-    if TYPE_CHECKING:
-
-        def _send(
-            self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
-        ) -> None: ...
-
-        def _fetch(
-            self,
-            now: float,
-            cid: CID,
-            kind: Literal["event", "topic", "history"],
-            tree: CID | None,
-            hint: str | None,
-        ) -> None: ...
-
-        def _dist(self, peer: str, tree: Tree) -> int: ...
-
-        def _my_dist(self, tree: Tree) -> int: ...
-
-        def _adopt_child(self, now: float, tree: Tree, peer: str) -> None: ...
-
-        def _update_retention(self, now: float, tree: Tree) -> None: ...
-
-        def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None: ...
-
-        def _maybe_leave(self, now: float, tree: Tree) -> None: ...
-
-        def _fill_history(self, now: float, tree: Tree) -> None: ...
 
     # ------------------------------------------------------------ bookkeeping
 

@@ -34,14 +34,12 @@ forward to a new child.
 
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING
-
 from multiformats import CID
 
-from ._codec import MAX_MEMBERS, Members, Rpc, encode_frame
-from ._config import NodeConfig
+from ._base import NodeBase
+from ._codec import MAX_MEMBERS, Members, encode_frame
 from ._tree import Tree
+from ._treestate import ROOT_STATES, tree_state
 
 __all__ = ["FirstHopPush"]
 
@@ -49,36 +47,11 @@ _EPOCHS_KEPT = 8
 """Member sets a root remembers (a ``pushed`` event names one of the recent epochs)."""
 
 
-class FirstHopPush:
+class FirstHopPush(NodeBase):
     """The MEMBERS half of :class:`~._node.PulsarcastNode` (a mixin)."""
 
-    config: NodeConfig
-    peer_id: str
-    _trees: dict[CID, Tree]
-    _rng: random.Random
-
-    if TYPE_CHECKING:
-
-        def _send(
-            self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
-        ) -> None: ...
-
-        def _forward(
-            self,
-            now: float,
-            tree: Tree,
-            cid: CID,
-            *,
-            exclude: str | None = None,
-            only: str | None = None,
-            skip: frozenset[str] | set[str] = frozenset(),
-            direct: tuple[str, ...] = (),
-            pushed: int | None = None,
-        ) -> None: ...
-
-    @staticmethod
-    def _is_root(tree: Tree) -> bool:
-        return tree.joined and tree.parent is None
+    def _is_root(self, tree: Tree) -> bool:
+        return tree_state(tree, self.peer_id) in ROOT_STATES
 
     def _members_changed(self, now: float, tree: Tree) -> None:
         """The root's children changed: send MEMBERS soon (at most every

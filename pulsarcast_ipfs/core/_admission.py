@@ -1,0 +1,93 @@
+"""Admission: per-peer token buckets and bans (flood protection, docs/security.md).
+
+JOIN, EVENT-like and REQUEST_TO_PUBLISH RPCs each spend a token of the sender's
+bucket for that class; a peer refused ``abuse_limit`` times within
+``abuse_window`` is disconnected, dropped from every tree and ignored for
+``ban_time``.
+
+(:class:`Admission` is a part of :class:`~._node.PulsarcastNode`: a mixin
+over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._base import NodeBase, _in_force
+from ._codec import Rpc
+from ._io import DisconnectPeer
+
+__all__ = ["Admission"]
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """A token bucket (flood protection): ``tokens`` as of ``last``."""
+
+    tokens: float
+    last: float
+
+    def take(self, now: float, rate: float, burst: float) -> bool:
+        if now > self.last:
+            self.tokens = min(burst, self.tokens + (now - self.last) * rate)
+            self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+_LIMITED_OPS = {
+    "JOIN": "join",
+    "EVENT": "event",
+    "HEADS": "event",
+    "DIGEST": "event",
+    "MEMBERS": "event",
+    "REQUEST_TO_PUBLISH": "request",
+}
+
+
+class Admission(NodeBase):
+    """Admission (a part of :class:`~._node.PulsarcastNode`)."""
+
+    def _is_banned(self, now: float, peer: str) -> bool:
+        return _in_force(self._banned, peer, now)
+
+    def _admit(self, now: float, peer: str, rpc: Rpc) -> bool:
+        """Per-peer token buckets for JOIN, EVENT/HEADS and REQUEST_TO_PUBLISH.
+
+        Over the limit: drop (``event_dropped`` reason ``rate_limited``). A peer
+        refused ``abuse_limit`` times within ``abuse_window`` is disconnected
+        (:class:`DisconnectPeer`), dropped from every tree, and ignored for
+        ``ban_time``. Pure: time comes from ``now``.
+        """
+        cls = _LIMITED_OPS.get(rpc.op)
+        if cls is None:
+            return True
+        c = self.config
+        rate, burst = self._limits[cls]
+        key = (peer, cls)
+        bucket: _Bucket | None = self._buckets.get(key)
+        if bucket is None:
+            bucket = _Bucket(tokens=burst, last=now)
+        self._buckets.put(key, bucket)
+        if bucket.take(now, rate, burst):
+            return True
+        strikes: list[float] | None = self._strikes.get(peer)
+        if strikes is None or now - strikes[0] > c.abuse_window:
+            strikes = [now, 0.0]
+        strikes[1] += 1
+        self._strikes.put(peer, strikes)
+        self._drop(now, "rate_limited", peer=peer)
+        if strikes[1] >= c.abuse_limit:
+            until = now + c.ban_time
+            self._banned[peer] = until
+            self._strikes.put(peer, [now, 0.0])
+            self._emit(DisconnectPeer(peer=peer, reason=f"{rpc.op} flood", until=until))
+            self._peer_failed(now, peer)
+        return False
+
+    @property
+    def banned_peers(self) -> dict[str, float]:
+        """Peers ignored for flooding, with the time until which they are."""
+        return dict(self._banned)

@@ -1,0 +1,364 @@
+"""What the parts of :class:`~._node.PulsarcastNode` share: its state and helpers.
+
+The node is one object whose methods live in modules by concern (membership,
+dissemination, repair, liveness, admission, signing queue, publishing, requests
+to publish, topic commands, anti-entropy, first-hop push). Each module defines a
+mixin over :class:`NodeBase`, which declares, once, the state they share (set in
+``PulsarcastNode.__init__``) and the signatures of the methods one module calls in
+another (for the type checker only: at run time the method resolution order finds
+the one definition). mypy checks every definition against its declaration here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
+
+from multiformats import CID
+
+from pulsarcast_ipfs.kademlia import peer_position
+from pulsarcast_ipfs.records import MetricRecord, RecordKind
+
+from ._codec import (
+    Digest,
+    Event,
+    Heads,
+    Join,
+    JoinAck,
+    Leave,
+    Members,
+    Pong,
+    RequestAck,
+    RequestToPublish,
+    Rpc,
+    encode_frame,
+)
+from ._config import NodeConfig
+from ._descriptors import EventDescriptor, TopicDescriptor
+from ._errors import LocalProtocolError, UnknownTopic
+from ._io import (
+    Output,
+    Pending,
+    Role,
+    SendRpc,
+)
+from ._tree import LRU, Tree
+
+if TYPE_CHECKING:
+    from ._liveness import _PingWait
+    from ._repair import _Fetch
+    from ._requests import _Request
+    from ._signqueue import _R, _Op, _Steps
+
+__all__ = ["NodeBase"]
+
+_MAX_VERSIONS = 256
+
+
+def _in_force(until: dict[str, float], peer: str, now: float) -> bool:
+    """Whether ``peer``'s entry in an expiring table (suspects, bans) still holds;
+    an expired entry is removed."""
+    end = until.get(peer)
+    if end is None:
+        return False
+    if end <= now:
+        del until[peer]
+        return False
+    return True
+
+
+class NodeBase:
+    """The state and helpers every part of the node uses (see the module docstring)."""
+
+    # The node's state, shared by the modules (set in PulsarcastNode.__init__).
+    peer_id: str
+    config: NodeConfig
+    _rng: random.Random
+    _pos: int
+    _outputs: list[Output]
+    _trees: dict[CID, Tree]
+    _version_of: dict[CID, CID]
+    _topic_blocks: LRU
+    _events: LRU
+    _seen: LRU
+    _linked: LRU
+    _delivered: LRU
+    _gave_up: LRU
+    _published_requests: LRU
+    _waiting: dict[CID, list[tuple[CID, CID, bool]]]
+    _waiting_count: int
+    _stash: dict[CID, list[tuple[CID, bytes, str | None]]]
+    _fetches: dict[CID, _Fetch]
+    _resolving: dict[CID, list[tuple[str, CID | None]]]
+    _resume_since: dict[CID, float]
+    _read_holders: dict[CID, tuple[str, ...]]
+    _requests: dict[str, _Request]
+    _known: dict[str, int]
+    _suspect: dict[str, float]
+    _last_heard: dict[str, float]
+    _pings: dict[str, _PingWait]
+    _next_probe: dict[str, float]
+    _srtt: dict[str, float]
+    _lag_at: float | None
+    _buckets: LRU
+    _strikes: LRU
+    _banned: dict[str, float]
+    _limits: dict[str, tuple[float, float]]
+    _verified: LRU
+    _ops: deque[_Op]
+    _sign_waits: dict[str, _Op]
+    _signing_requests: set[str]
+    _op_now: float
+    _op_seq: int
+    _seq: int
+    _ping_at: float
+    _heads_at: float
+    _heads_tick: int
+
+    if TYPE_CHECKING:
+        # Methods defined in one module (named above each group) and called from another.
+
+        # _membership
+        def _role(self, tree: Tree) -> Role: ...
+
+        def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None: ...
+
+        def _new_tree(self, now: float, root: TopicDescriptor) -> Tree: ...
+
+        def _next_hop(
+            self, now: float, tree: Tree, exclude: Iterable[str] = (), *, suspects: bool = False
+        ) -> str | None: ...
+
+        def _ensure_joined(self, now: float, tree: Tree) -> None: ...
+
+        def _leaf_hop(self, now: float, tree: Tree, tried: set[str]) -> str | None: ...
+
+        def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None: ...
+
+        def _send_join(
+            self, now: float, tree: Tree, hop: str, tried: set[str], *, leaf: bool = False
+        ) -> None: ...
+
+        def _join_timed_out(self, now: float, tree: Tree) -> None: ...
+
+        def _recheck_root(self, now: float, tree: Tree) -> None: ...
+
+        def _maybe_leave(self, now: float, tree: Tree) -> None: ...
+
+        def _peer_failed(self, now: float, peer: str) -> None: ...
+
+        def _on_join(self, now: float, peer: str, rpc: Join) -> None: ...
+
+        def _adopt_child(self, now: float, tree: Tree, peer: str) -> None: ...
+
+        def _on_join_ack(self, now: float, peer: str, rpc: JoinAck) -> None: ...
+
+        def _on_leave(self, now: float, peer: str, rpc: Leave) -> None: ...
+
+        # _dissemination
+        def _on_event(self, now: float, peer: str, rpc: Event) -> None: ...
+
+        def _accept_event(
+            self,
+            now: float,
+            tree: Tree,
+            ev: EventDescriptor,
+            *,
+            sender: str | None,
+            recovered: bool,
+            block: bytes | None = None,
+            forward: bool = True,
+            pushed: int | None = None,
+        ) -> bool: ...
+
+        def _note_recent(self, tree: Tree, cid: CID, ev: EventDescriptor) -> None: ...
+
+        def _link_heads(self, tree: Tree) -> tuple[tuple[CID, ...], int]: ...
+
+        def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor] | None: ...
+
+        def _forward(
+            self,
+            now: float,
+            tree: Tree,
+            cid: CID,
+            *,
+            exclude: str | None = None,
+            only: str | None = None,
+            skip: frozenset[str] | set[str] = frozenset(),
+            direct: tuple[str, ...] = (),
+            pushed: int | None = None,
+        ) -> None: ...
+
+        def _offer(self, now: float, tree: Tree, cid: CID, recovered: bool) -> None: ...
+
+        def _release(self, now: float, cid: CID) -> None: ...
+
+        def _learn_version(self, now: float, tree: Tree, desc: TopicDescriptor) -> None: ...
+
+        # _repair
+        def _retain_version(self, tree: Tree, desc: TopicDescriptor) -> None: ...
+
+        def _release_history(self, tree: Tree) -> None: ...
+
+        def _update_retention(self, now: float, tree: Tree) -> None: ...
+
+        def _retain(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> bool: ...
+
+        def _fill_history(self, now: float, tree: Tree) -> None: ...
+
+        def _fetch(
+            self,
+            now: float,
+            cid: CID,
+            kind: Literal["event", "topic", "history"],
+            tree: CID | None,
+            hint: str | None,
+            *,
+            grace: float = 0.0,
+        ) -> None: ...
+
+        def _fetch_timers(self, now: float) -> None: ...
+
+        def _continue_resolutions(self, now: float) -> None: ...
+
+        # _liveness
+        def _is_suspect(self, now: float, peer: str) -> bool: ...
+
+        def _on_pong(self, now: float, peer: str, rpc: Pong) -> None: ...
+
+        def _probe_parent(self, now: float, peer: str) -> None: ...
+
+        def _check_lag(self, now: float) -> None: ...
+
+        def _keep_alive(self, now: float) -> None: ...
+
+        # _admission
+        def _is_banned(self, now: float, peer: str) -> bool: ...
+
+        def _admit(self, now: float, peer: str, rpc: Rpc) -> bool: ...
+
+        # _signqueue
+        @property
+        def _version(self) -> str: ...
+
+        def _run(self, now: float, steps: _Steps[_R], *, public: bool = True) -> _R | Pending: ...
+
+        def _advance(self, now: float, value: dict[str, bytes] | None = None) -> None: ...
+
+        def _signed_topic(self, draft: TopicDescriptor) -> _Steps[TopicDescriptor]: ...
+
+        def _signed_event(
+            self, draft: EventDescriptor, tree: CID, author_signature: bytes | None = None
+        ) -> _Steps[EventDescriptor]: ...
+
+        def _topic_refused(self, desc: TopicDescriptor) -> str | None: ...
+
+        def _event_refused(self, tree: Tree, ev: EventDescriptor) -> str | None: ...
+
+        # _publish
+        def _publish_event(
+            self,
+            now: float,
+            tree: Tree,
+            ev: EventDescriptor,
+            *,
+            via: Literal["direct", "request"],
+            inject_id: str | None,
+        ) -> CID: ...
+
+        # _requests
+        def _request_timers(self, now: float) -> None: ...
+
+        def _send_request(self, now: float, req: _Request) -> None: ...
+
+        def _on_request(self, now: float, peer: str, rpc: RequestToPublish) -> None: ...
+
+        def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None: ...
+
+        # _topics
+        def _subscribe_tree(self, now: float, tree: Tree) -> None: ...
+
+        def _follow(self, now: float, meta: Tree, tree: Tree) -> None: ...
+
+        def _read_tree(self, now: float, tree: Tree, holders: tuple[str, ...] = ()) -> None: ...
+
+        # _antientropy
+        def _edge_knows(self, tree: Tree, peer: str | None, cid: CID) -> None: ...
+
+        @staticmethod
+        def _window_dropped(tree: Tree, cid: CID, created: float) -> None: ...
+
+        def _send_history(self, now: float, tree: Tree, peer: str) -> None: ...
+
+        def _send_due_history(self, now: float, tree: Tree) -> None: ...
+
+        def _on_heads(self, now: float, peer: str, rpc: Heads) -> None: ...
+
+        def _heads_round(self, now: float) -> None: ...
+
+        def _heads_due(self, now: float, tree: Tree) -> None: ...
+
+        def _on_digest(self, now: float, peer: str, rpc: Digest) -> None: ...
+
+        # _push
+        def _members_changed(self, now: float, tree: Tree) -> None: ...
+
+        def _send_members(self, now: float, tree: Tree) -> None: ...
+
+        def _on_members(self, now: float, peer: str, rpc: Members) -> None: ...
+
+        def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None: ...
+
+        def _push_own(self, now: float, tree: Tree, cid: CID) -> None: ...
+
+        def _forward_received(
+            self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
+        ) -> None: ...
+
+    # ------------------------------------------------------------------ helpers
+
+    def _emit(self, out: Output) -> None:
+        self._outputs.append(out)
+
+    def _record(self, now: float, kind: RecordKind, **fields: Any) -> None:
+        self._emit(MetricRecord(kind=kind, ts=now, node=self.peer_id, fields=fields))
+
+    def _send(
+        self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
+    ) -> None:
+        """Queue ``rpc`` for ``peer``; ``data``: its frame, when already encoded."""
+        if data is None:
+            data = encode_frame(rpc)
+        self._emit(SendRpc(peer=peer, rpc=rpc, data=data))
+        if self.config.rpc_records:
+            self._record(
+                now, RecordKind.RPC_SENT, op=rpc.op, bytes=len(data), peer=peer, topic=topic
+            )
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _drop(self, now: float, reason: str, **fields: Any) -> None:
+        self._record(now, RecordKind.EVENT_DROPPED, reason=reason, **fields)
+
+    def _dist(self, peer: str, tree: Tree) -> int:
+        pos = self._known.get(peer)
+        if pos is None:
+            pos = peer_position(peer)
+        return pos ^ tree.author_pos
+
+    def _my_dist(self, tree: Tree) -> int:
+        return self._pos ^ tree.author_pos
+
+    def _tree_for(self, topic_cid: CID) -> Tree:
+        if not isinstance(topic_cid, CID):
+            raise LocalProtocolError(f"expected a topic CID, got {type(topic_cid).__name__}")
+        key = self._version_of.get(topic_cid)
+        tree = self._trees.get(key) if key is not None else None
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {topic_cid}")
+        return tree

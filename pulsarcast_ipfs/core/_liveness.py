@@ -1,0 +1,152 @@
+"""Liveness: PING/PONG keep-alive, parent lag detection and suspects (§6).
+
+Children PING their parents every ``ping_interval``; a parent silent
+``dead_after`` rounds is gone, a child silent twice as long is dropped. A parent
+that answers later than ``slow_parent_after`` (or whose events come late and whose
+probe PING is not answered in a few round trips) is lagging: the node joins a
+closer peer and keeps the slow one until then (make before break).
+
+(:class:`Liveness` is a part of :class:`~._node.PulsarcastNode`: a mixin
+over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ._base import NodeBase, _in_force
+from ._codec import Ping, Pong
+
+__all__ = ["Liveness"]
+
+_MIN_PROBE_WAIT: Final = 0.25
+"""Seconds a probe PING after a late event waits at least (however short the link's
+round trip): scheduling hiccups of a loaded machine are not lag."""
+
+
+@dataclass(slots=True, kw_only=True)
+class _PingWait:
+    """PINGs to a parent not answered yet (lag detection, ``slow_parent_after``)."""
+
+    since: float
+    """When the oldest unanswered PING was sent."""
+    sent: dict[int, float]
+    """nonce -> when it was sent (bounded)."""
+    probe_due: float | None = None
+    """A probe PING went out after ``since`` overran; unanswered by then: lagging."""
+
+    def due(self, slow_after: float) -> float:
+        return self.probe_due if self.probe_due is not None else self.since + slow_after
+
+
+class Liveness(NodeBase):
+    """Liveness (a part of :class:`~._node.PulsarcastNode`)."""
+
+    def _is_suspect(self, now: float, peer: str) -> bool:
+        return self._is_banned(now, peer) or _in_force(self._suspect, peer, now)
+
+    def _ping(self, now: float, peer: str) -> None:
+        nonce = self._rng.getrandbits(62)
+        wait = self._pings.get(peer)
+        if wait is None:
+            self._pings[peer] = _PingWait(since=now, sent={nonce: now})
+            self._lag_check_by(now + self.config.slow_parent_after)
+        elif len(wait.sent) < 8:
+            wait.sent[nonce] = now
+        self._send(now, peer, Ping(nonce=nonce), None)
+
+    def _on_pong(self, now: float, peer: str, rpc: Pong) -> None:
+        wait = self._pings.get(peer)
+        sent = wait.sent.get(rpc.nonce) if wait is not None else None
+        if sent is None:
+            return
+        rtt = now - sent
+        if rtt > self.config.slow_parent_after:
+            self._parent_lagging(now, peer)
+        else:
+            srtt = self._srtt.get(peer)
+            self._srtt[peer] = rtt if srtt is None else 0.875 * srtt + 0.125 * rtt
+            del self._pings[peer]
+            if not self._pings:
+                self._lag_at = None
+
+    def _probe_parent(self, now: float, peer: str) -> None:
+        """An event came from ``peer`` more than half ``slow_parent_after`` after it was
+        created: PING it now. Unanswered within four smoothed round trips of that link
+        (at least ``_MIN_PROBE_WAIT``, at most ``slow_parent_after``), it is lagging:
+        its PONG waits behind the backlog that makes its events late. Clock skew or an
+        old event only costs a PING (at most one per ``slow_parent_after``)."""
+        wait = self._pings.get(peer)
+        if (wait is not None and wait.probe_due is not None) or self._next_probe.get(
+            peer, now
+        ) > now:
+            return
+        slow_after = self.config.slow_parent_after
+        self._next_probe[peer] = now + slow_after
+        srtt = self._srtt.get(peer)
+        patience = slow_after if srtt is None else min(slow_after, max(_MIN_PROBE_WAIT, 4 * srtt))
+        self._ping(now, peer)
+        self._pings[peer].probe_due = now + patience
+        self._lag_check_by(now + patience)
+
+    def _lag_check_by(self, due: float) -> None:
+        if self._lag_at is None or due < self._lag_at:
+            self._lag_at = due
+
+    def _check_lag(self, now: float) -> None:
+        """PINGs overran: probe once (a lost message is not lag), then call it lag."""
+        slow_after = self.config.slow_parent_after
+        for peer, wait in list(self._pings.items()):
+            if wait.due(slow_after) > now:
+                continue
+            if wait.probe_due is None:
+                wait.probe_due = now + slow_after
+                self._ping(now, peer)
+            else:
+                self._parent_lagging(now, peer)
+        self._lag_at = min((w.due(slow_after) for w in self._pings.values()), default=None)
+
+    def _parent_lagging(self, now: float, peer: str) -> None:
+        """§6 repair for a parent that answers too late: join a closer peer if there is
+        one; the laggard stays the parent until the new one accepts (then LEAVE)."""
+        self._pings.pop(peer, None)
+        self._suspect[peer] = now + self.config.suspect_ttl
+        for tree in list(self._trees.values()):
+            if tree.parent != peer or tree.join is not None:
+                continue
+            hop = self._next_hop(now, tree, (peer,))
+            if hop is None:
+                continue  # nobody better: keep the slow parent
+            self._send_join(now, tree, hop, {peer, hop})
+
+    def _keep_alive(self, now: float) -> None:
+        """§6 keep-alive: children PING parents; silence means the neighbour is dead."""
+        c = self.config
+        parents = {t.parent for t in self._trees.values() if t.parent is not None}
+        dead_parent = c.dead_after * c.ping_interval
+        for peer in [p for p in self._pings if p not in parents]:
+            del self._pings[peer]
+        for table in (self._next_probe, self._srtt):
+            for peer in [p for p in table if p not in parents]:
+                del table[peer]
+        for peer in sorted(parents):
+            heard = self._last_heard.setdefault(peer, now)
+            if now - heard > dead_parent:
+                self._peer_failed(now, peer)
+            else:
+                self._ping(now, peer)
+        dead_child = 2 * c.dead_after * c.ping_interval
+        for tree in list(self._trees.values()):
+            gone = [
+                p for p in tree.children if now - self._last_heard.setdefault(p, now) > dead_child
+            ]
+            for peer in gone:
+                del tree.children[peer]
+                tree.edges.pop(peer, None)
+            if gone:
+                self._tree_changed(now, tree)
+                self._maybe_leave(now, tree)
+        live = {p for t in self._trees.values() for p in t.neighbours()}
+        for peer in [p for p in self._last_heard if p not in live]:
+            del self._last_heard[peer]

@@ -1,0 +1,221 @@
+"""Request to publish: Algorithm 4 (REQUEST_TO_PUBLISH, REQUEST_ACK).
+
+A request goes to ONE peer up the tree (the parent, or the greedy next hop) and
+is passed one hop up by each node that may not publish; the first allowed node
+checks the requester, publishes with it as author, remembers the request id and
+acknowledges. The requester retries until acknowledged (bounded).
+
+(:class:`Requests` is a part of :class:`~._node.PulsarcastNode`: a mixin
+over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from multiformats import CID
+
+from pulsarcast_ipfs.kademlia import peer_position
+
+from ._base import NodeBase
+from ._codec import RequestAck, RequestToPublish
+from ._descriptors import (
+    PROTOCOL_VERSION,
+    SIGNED_VERSION,
+    EventDescriptor,
+    EventLinking,
+    TopicDescriptor,
+    author_statement,
+)
+from ._errors import DescriptorError
+from ._signing import verify_signature
+from ._signqueue import _Op, _Steps
+from ._tree import Tree
+
+__all__ = ["Requests"]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Request:
+    tree: CID
+    name: str
+    author: str
+    rpc: RequestToPublish
+    attempts: int
+    due: float
+    via: str | None
+
+
+class Requests(NodeBase):
+    """Request to publish (a part of :class:`~._node.PulsarcastNode`)."""
+
+    def _request_timers(self, now: float) -> None:
+        """Requests to publish not acknowledged in time: again, or give up."""
+        for rid, req in list(self._requests.items()):
+            if req.due <= now:
+                if req.attempts >= self.config.request_attempts:
+                    del self._requests[rid]
+                    self._drop(now, "request_timeout", topic=req.name)
+                else:
+                    self._send_request(now, req)
+
+    def _send_request(self, now: float, req: _Request) -> None:
+        """Algorithm 4: REQUEST_TO_PUBLISH goes to ONE peer up the tree, never flooded."""
+        tree = self._trees.get(req.tree)
+        hop: str | None = None
+        if tree is not None and tree.parent is not None:
+            hop = tree.parent
+        elif tree is not None:
+            hop = self._next_hop(now, tree)
+        req.attempts += 1
+        req.due = now + self.config.request_timeout
+        req.via = hop
+        if hop is not None:
+            self._send(now, hop, req.rpc, req.name)
+
+    def _on_request(self, now: float, peer: str, rpc: RequestToPublish) -> None:
+        try:
+            root = TopicDescriptor.decode(rpc.descriptor, expected_cid=rpc.topic)
+        except DescriptorError:
+            self._drop(now, "invalid", peer=peer)
+            return
+        done = self._published_requests.get(rpc.request_id)
+        if done is not None:  # a retry: acknowledge again, never publish twice
+            self._send(
+                now,
+                rpc.author,
+                RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=True, event=done),
+                root.name,
+            )
+            return
+        if rpc.request_id in self._signing_requests:
+            return  # a retry while the publisher's signature is on its way
+        tree = self._trees.get(rpc.topic)
+        version = tree.latest if tree is not None else root
+        if version.may_publish(self.peer_id):
+            self._publish_requested(now, peer, rpc, root, tree, version)
+            return
+        # Not allowed here: pass it one step up (parent, else towards the author).
+        hop = tree.parent if tree is not None and tree.parent is not None else None
+        if hop is None:
+            probe = (
+                tree
+                if tree is not None
+                else Tree(root=root, author_pos=peer_position(root.author), latest=root)
+            )
+            hop = self._next_hop(now, probe, {peer})
+        if hop is None or hop == peer:
+            self._drop(now, "no_route", topic=root.name, peer=rpc.author)
+            return
+        self._send(now, hop, rpc, root.name)
+
+    def _refuse_request(self, now: float, rpc: RequestToPublish, name: str, reason: str) -> None:
+        self._drop(now, reason, topic=name, peer=rpc.author)
+        self._send(
+            now,
+            rpc.author,
+            RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=False),
+            name,
+        )
+
+    def _publish_requested(
+        self,
+        now: float,
+        peer: str,
+        rpc: RequestToPublish,
+        root: TopicDescriptor,
+        tree: Tree | None,
+        version: TopicDescriptor,
+    ) -> None:
+        """Algorithm 4 at the first allowed node: check the requester, then publish."""
+        # The first allowed node: check the REQUESTER against the whitelist (§8).
+        if not version.may_request(rpc.author):
+            self._refuse_request(now, rpc, root.name, "not_allowed")
+            return
+        refused = self._topic_refused(root) if tree is None else None
+        if refused is None:
+            refused = self._request_refused(rpc)
+        if refused is not None:
+            self._refuse_request(now, rpc, root.name, refused)
+            return
+        if tree is None:
+            tree = self._new_tree(now, root)
+        parents, clock = self._link_heads(tree)
+        if version.event_linking == EventLinking.CUSTOM:
+            parent = rpc.parent
+            pentry = self._known_event(parent) if parent is not None else None
+            if parent is not None and pentry is None:
+                self._refuse_request(now, rpc, root.name, "unknown_parent")
+                return
+            parents = (parent,) if parent is not None else ()
+            clock = pentry[1].clock + 1 if pentry is not None else 0
+        # Under signatures the event carries the requester's own signature, checked
+        # above and again at every hop; the publisher adds its own over everything.
+        signed = self.config.require_signatures and rpc.signature is not None
+        draft = EventDescriptor(
+            topic=version.cid,
+            author=rpc.author,
+            publisher=self.peer_id,
+            parents=parents,
+            clock=clock,
+            payload=rpc.payload,
+            created=rpc.created,
+            protocol_version=SIGNED_VERSION if signed else PROTOCOL_VERSION,
+        )
+        self._signing_requests.add(rpc.request_id)
+
+        def failed(now: float, error: str) -> None:
+            self._signing_requests.discard(rpc.request_id)
+            self._refuse_request(now, rpc, root.name, "sign_failed")
+
+        relink = version.event_linking != EventLinking.CUSTOM
+        steps = self._publish_for(tree.key, rpc, root.name, draft, relink=relink)
+        if not self.config.require_signatures:
+            self._run(now, steps)
+            return
+        self._op_seq += 1
+        self._ops.append(_Op(id=f"op-{self._op_seq}", steps=steps, public=False, on_fail=failed))
+        self._advance(now)
+
+    def _request_refused(self, rpc: RequestToPublish) -> str | None:
+        """``unsigned`` / ``bad_signature`` for the requester's author signature."""
+        if rpc.signature is None:
+            return "unsigned" if self.config.require_signatures else None
+        statement = author_statement(
+            tree=rpc.topic, author=rpc.author, created=rpc.created, payload=rpc.payload
+        )
+        if not verify_signature(rpc.author, statement, rpc.signature):
+            return "bad_signature"
+        return None
+
+    def _publish_for(
+        self, key: CID, rpc: RequestToPublish, name: str, draft: EventDescriptor, *, relink: bool
+    ) -> _Steps[None]:
+        if relink:
+            # LAST_SEEN is read when the operation runs, not when the request came:
+            # requests queued behind another's signatures must not share a parent.
+            current = self._trees.get(key)
+            if current is not None:
+                parents, clock = self._link_heads(current)
+                if parents != draft.parents:
+                    draft = replace(draft, parents=parents, clock=clock)
+        ev = yield from self._signed_event(draft, key, rpc.signature)
+        self._signing_requests.discard(rpc.request_id)
+        tree = self._trees.get(key)
+        if tree is None:
+            self._refuse_request(self._op_now, rpc, name, "unknown_topic")
+            return
+        now = self._op_now
+        cid = self._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
+        self._published_requests.put(rpc.request_id, cid)
+        self._send(
+            now,
+            rpc.author,
+            RequestAck(topic=rpc.topic, request_id=rpc.request_id, ok=True, event=cid),
+            name,
+        )
+
+    def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None:
+        req = self._requests.pop(rpc.request_id, None)
+        if req is not None and not rpc.ok:
+            self._drop(now, "request_refused", topic=req.name, peer=peer)

@@ -1,0 +1,199 @@
+"""The signing queue: operations that wait for the driver's signatures.
+
+An operation is a generator that yields ``{label: data to sign}`` and is resumed
+with the signatures (docs/security.md "Signatures"). With signatures off it runs
+at once; on, operations run one at a time in order, so that a node's own events
+chain exactly as they would without signatures. Checking the signatures of
+topics and events from outside is here too.
+
+(:class:`SigningQueue` is a part of :class:`~._node.PulsarcastNode`: a mixin
+over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from multiformats import CID
+
+from ._base import NodeBase
+from ._descriptors import (
+    PROTOCOL_VERSION,
+    SIGNED_VERSION,
+    EventDescriptor,
+    TopicDescriptor,
+)
+from ._errors import LocalProtocolError
+from ._io import OperationDone, Pending, SignRequest
+from ._signing import verify_signature
+from ._tree import Tree
+
+__all__ = ["SigningQueue"]
+
+_R = TypeVar("_R")
+
+
+_Steps = Generator[dict[str, bytes], dict[str, bytes], _R]
+"""An operation that may wait for signatures: it yields ``{label: data to sign}``
+and is resumed with ``{label: signature}`` (docs/security.md "Signatures")."""
+
+
+@dataclass(slots=True, kw_only=True)
+class _Op:
+    """An operation waiting in the signing queue (one runs at a time, FIFO)."""
+
+    id: str
+    steps: _Steps[Any]
+    public: bool
+    """An API command: finish with an ``OperationDone`` output."""
+    on_fail: Callable[[float, str], None] | None = None
+    waiting: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # sign id -> label, data
+    got: dict[str, bytes] = field(default_factory=dict)
+    started: bool = False
+
+
+class SigningQueue(NodeBase):
+    """The signing queue (a part of :class:`~._node.PulsarcastNode`)."""
+
+    @property
+    def _version(self) -> str:
+        """The ``protocolVersion`` this node writes."""
+        return SIGNED_VERSION if self.config.require_signatures else PROTOCOL_VERSION
+
+    def _run(self, now: float, steps: _Steps[_R], *, public: bool = True) -> _R | Pending:
+        """Run an operation: at once when signatures are off, else through the queue.
+
+        Signing operations run one at a time, in order, so a node's own events
+        chain (LAST_SEEN) exactly as they would without signatures.
+        """
+        if not self.config.require_signatures:
+            self._op_now = now
+            try:
+                steps.send(None)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                result: _R = stop.value
+                return result
+            steps.close()
+            raise AssertionError("an operation asked for a signature with signatures off")
+        self._op_seq += 1
+        op = _Op(id=f"op-{self._op_seq}", steps=steps, public=public)
+        self._ops.append(op)
+        self._advance(now)
+        return Pending(op=op.id)
+
+    def _advance(self, now: float, value: dict[str, bytes] | None = None) -> None:
+        """Start or resume the operation at the head of the queue, then the next ones."""
+        while self._ops:
+            op = self._ops[0]
+            if op.started and value is None:
+                return  # still waiting for its signatures
+            op.started = True
+            self._op_now = now
+            try:
+                want = op.steps.send(value)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                self._finish(now, op, stop.value, None)
+                value = None
+                continue
+            except LocalProtocolError as exc:
+                self._finish(now, op, None, str(exc))
+                value = None
+                continue
+            op.waiting.clear()
+            op.got.clear()
+            for label, data in want.items():
+                self._op_seq += 1
+                rid = f"sign-{self._op_seq}"
+                op.waiting[rid] = (label, data)
+                self._sign_waits[rid] = op
+                self._emit(SignRequest(request_id=rid, data=data))
+            return
+
+    def _finish(self, now: float, op: _Op, result: Any, error: str | None) -> None:
+        if self._ops and self._ops[0] is op:
+            self._ops.popleft()
+        for rid in op.waiting:
+            self._sign_waits.pop(rid, None)
+        op.waiting.clear()
+        if op.public:
+            self._emit(OperationDone(op=op.id, result=result, error=error))
+        if error is not None and op.on_fail is not None:
+            op.on_fail(now, error)
+
+    def signed(self, now: float, request_id: str, signature: bytes) -> None:
+        """The answer to a :class:`SignRequest`: this node's signature over its ``data``.
+
+        A signature that does not verify against this node's peer ID (the driver
+        signed with another key) fails the operation, as :meth:`sign_failed` does.
+        """
+        op = self._sign_waits.pop(request_id, None)
+        if op is None:
+            return  # its operation failed meanwhile (another signature of it failed)
+        label, data = op.waiting.pop(request_id)
+        if not isinstance(signature, bytes) or not verify_signature(self.peer_id, data, signature):
+            self._abort(now, op, f"the signature for {request_id} is not {self.peer_id}'s")
+            return
+        op.got[label] = signature
+        if not op.waiting:
+            self._advance(now, dict(op.got))
+
+    def sign_failed(self, now: float, request_id: str, reason: str) -> None:
+        """The driver could not sign (Kubo down, no Ed25519 key): the operation fails."""
+        op = self._sign_waits.pop(request_id, None)
+        if op is None:
+            return
+        op.waiting.pop(request_id, None)
+        self._abort(now, op, f"signing failed: {reason}")
+
+    def _abort(self, now: float, op: _Op, error: str) -> None:
+        op.steps.close()
+        self._finish(now, op, None, error)
+        self._advance(now)
+
+    @property
+    def pending_signatures(self) -> int:
+        """Operations waiting for (or queued behind) signatures."""
+        return len(self._ops)
+
+    def _signed_topic(self, draft: TopicDescriptor) -> _Steps[TopicDescriptor]:
+        if not draft.is_draft:
+            return draft
+        sigs = yield {"topic": draft.signing_bytes()}
+        return draft.with_signature(sigs["topic"])
+
+    def _signed_event(
+        self, draft: EventDescriptor, tree: CID, author_signature: bytes | None = None
+    ) -> _Steps[EventDescriptor]:
+        if not draft.is_draft:
+            return draft
+        want = {"publisher": draft.signing_bytes()}
+        if author_signature is None:
+            want["author"] = draft.author_statement(tree)
+        sigs = yield want
+        author = author_signature if author_signature is not None else sigs["author"]
+        return draft.with_signatures(author=author, publisher=sigs["publisher"])
+
+    def _topic_refused(self, desc: TopicDescriptor) -> str | None:
+        """Why a topic version from outside is refused (``unsigned``, ``bad_signature``)."""
+        if desc.protocol_version == PROTOCOL_VERSION:
+            return "unsigned" if self.config.require_signatures else None
+        if desc.cid in self._verified:
+            return None
+        assert desc.signature is not None
+        if not verify_signature(desc.author, desc.signing_bytes(), desc.signature):
+            return "bad_signature"
+        self._verified.put(desc.cid)
+        return None
+
+    def _event_refused(self, tree: Tree, ev: EventDescriptor) -> str | None:
+        """Why an event is refused: unsigned, or a signature that does not check out."""
+        if ev.protocol_version == PROTOCOL_VERSION:
+            return "unsigned" if self.config.require_signatures else None
+        assert ev.publisher_signature is not None and ev.author_signature is not None
+        if not verify_signature(ev.publisher, ev.signing_bytes(), ev.publisher_signature):
+            return "bad_signature"
+        if not verify_signature(ev.author, ev.author_statement(tree.key), ev.author_signature):
+            return "bad_signature"
+        return None

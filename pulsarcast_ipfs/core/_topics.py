@@ -1,0 +1,415 @@
+"""Topic commands and queries: create, update, subscribe, unsubscribe, read, history.
+
+Algorithm 1 (a topic with its meta topic, or a sub-topic), §5 Updating (a new
+version published on the meta topic), subscriptions and meta-topic following,
+readers (the history without a subscription) and the pages of the retained
+history. Every signature an operation needs is made before it changes state.
+
+(:class:`Topics` is a part of :class:`~._node.PulsarcastNode`: a mixin
+over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from multiformats import CID
+
+from pulsarcast_ipfs.records import RecordKind
+
+from ._base import NodeBase
+from ._descriptors import (
+    EventDescriptor,
+    PeerPolicy,
+    TopicDescriptor,
+    TopicOptions,
+    cid_str,
+    format_created,
+)
+from ._errors import LocalProtocolError, UnknownTopic
+from ._history import HistoryKey, HistoryOrder
+from ._io import (
+    HistoryPage,
+    Pending,
+    StoreBlock,
+    TopicState,
+)
+from ._signqueue import _Steps
+from ._tree import Tree
+from ._treestate import ACTING_ROOT_STATES, tree_state
+
+__all__ = ["Topics"]
+
+
+class Topics(NodeBase):
+    """Topic commands and queries (a part of :class:`~._node.PulsarcastNode`)."""
+
+    def _store_topic(self, desc: TopicDescriptor) -> None:
+        self._topic_blocks.put(desc.cid, desc)
+        self._emit(StoreBlock(cid=desc.cid, data=desc.encode(), own=True, announce=True))
+
+    def create_topic(
+        self,
+        now: float,
+        name: str,
+        *,
+        options: TopicOptions | None = None,
+        parent: CID | None = None,
+    ) -> CID | Pending:
+        """Algorithm 1: create a topic (with its meta topic), or a sub-topic of ``parent``.
+
+        Returns the topic's CID; with ``require_signatures``, :class:`Pending` (the
+        CID comes in an :class:`OperationDone` once the descriptors are signed).
+        """
+        if not isinstance(name, str) or not name:
+            raise LocalProtocolError("a topic name must be a non-empty string")
+        if options is not None and not isinstance(options, TopicOptions):
+            raise LocalProtocolError("options must be TopicOptions")
+        if parent is not None:
+            ptree = self._tree_for(parent)
+            if ptree.author != self.peer_id:
+                raise LocalProtocolError("only the author of a topic may create its sub-topics")
+            if name == ptree.name:
+                return self.update_topic(now, parent, options=options or ptree.latest.options)
+            return self._run(now, self._create_sub_topic(ptree.key, name, options))
+        return self._run(now, self._create_topic(name, options))
+
+    def _create_topic(self, name: str, options: TopicOptions | None) -> _Steps[CID]:
+        meta = yield from self._signed_topic(
+            TopicDescriptor.new(
+                name=f"meta-{name}",
+                author=self.peer_id,
+                now=self._op_now,
+                options=TopicOptions(allowed_publishers=PeerPolicy(enabled=True)),  # author only
+                protocol_version=self._version,
+            )
+        )
+        topic = yield from self._signed_topic(
+            TopicDescriptor.new(
+                name=name,
+                author=self.peer_id,
+                now=self._op_now,
+                options=options,
+                links={"meta": meta.cid},
+                protocol_version=self._version,
+            )
+        )
+        announce = yield from self._signed_event(
+            self._meta_draft(meta.cid, ((), 0), topic), meta.cid
+        )
+        now = self._op_now
+        self._store_topic(meta)
+        self._store_topic(topic)
+        meta_tree = self._new_tree(now, meta)
+        tree = self._new_tree(now, topic)
+        self._subscribe_tree(now, tree)
+        self._publish_event(now, meta_tree, announce, via="direct", inject_id=None)
+        return topic.cid
+
+    def _create_sub_topic(
+        self, parent_key: CID, name: str, options: TopicOptions | None
+    ) -> _Steps[CID]:
+        ptree = self._trees.get(parent_key)
+        if ptree is None:
+            raise UnknownTopic(f"unknown topic {parent_key}")
+        meta_cid = ptree.latest.meta
+        assert meta_cid is not None
+        topic = yield from self._signed_topic(
+            TopicDescriptor.new(
+                name=name,
+                author=self.peer_id,
+                now=self._op_now,
+                options=options,
+                parent=ptree.latest.cid,
+                links={"meta": meta_cid},
+                protocol_version=self._version,
+            )
+        )
+        first = yield from self._signed_announcement(meta_cid, topic, None)
+        # The parent gets a new version that links the sub-topic in its "#" map.
+        links = dict(ptree.latest.links)
+        links[name] = topic.cid
+        version = yield from self._signed_version(parent_key, ptree.latest.options, links)
+        second = yield from self._signed_announcement(ptree.root.meta, version, first)
+        now = self._op_now
+        self._store_topic(topic)
+        tree = self._new_tree(now, topic)
+        self._subscribe_tree(now, tree)
+        self._announce(meta_cid, first)
+        self._apply_version(parent_key, version)
+        self._announce(ptree.root.meta, second)
+        return topic.cid
+
+    def _meta_draft(
+        self, meta_version: CID, parents: tuple[tuple[CID, ...], int], topic: TopicDescriptor
+    ) -> EventDescriptor:
+        """The meta-topic event that announces ``topic`` (a new topic or version)."""
+        return EventDescriptor(
+            topic=meta_version,
+            author=self.peer_id,
+            publisher=self.peer_id,
+            parents=parents[0],
+            clock=parents[1],
+            payload=topic.encode(),
+            created=format_created(self._op_now),
+            protocol_version=self._version,
+        )
+
+    def _signed_announcement(
+        self, meta_key: CID | None, topic: TopicDescriptor, after: EventDescriptor | None
+    ) -> _Steps[EventDescriptor | None]:
+        """Sign the meta-topic event for ``topic`` (``None``: no meta tree here);
+        it follows ``after`` (an announcement not yet published) or LAST_SEEN."""
+        meta_tree = self._trees.get(meta_key) if meta_key is not None else None
+        if meta_tree is None:
+            return None
+        links = (
+            ((after.cid,), after.clock + 1) if after is not None else self._link_heads(meta_tree)
+        )
+        draft = self._meta_draft(meta_tree.latest.cid, links, topic)
+        return (yield from self._signed_event(draft, meta_tree.key))
+
+    def _announce(self, meta_key: CID | None, ev: EventDescriptor | None) -> None:
+        meta_tree = self._trees.get(meta_key) if meta_key is not None else None
+        if ev is not None and meta_tree is not None:
+            self._publish_event(self._op_now, meta_tree, ev, via="direct", inject_id=None)
+
+    def _signed_version(
+        self, key: CID, options: TopicOptions, links: dict[str, CID]
+    ) -> _Steps[TopicDescriptor]:
+        tree = self._trees.get(key)
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {key}")
+        return (
+            yield from self._signed_topic(
+                TopicDescriptor.new(
+                    name=tree.name,
+                    author=self.peer_id,
+                    now=self._op_now,
+                    options=options,
+                    parent=tree.latest.cid,
+                    links=links,
+                    protocol_version=self._version,
+                )
+            )
+        )
+
+    def _apply_version(self, key: CID, desc: TopicDescriptor) -> None:
+        tree = self._trees[key]
+        self._store_topic(desc)
+        self._learn_version(self._op_now, tree, desc)
+
+    def update_topic(self, now: float, topic_cid: CID, *, options: TopicOptions) -> CID | Pending:
+        """§5 Updating: a new version (``parent`` = the latest), published on the meta topic.
+
+        Returns the new version's CID, or :class:`Pending` (``require_signatures``).
+        """
+        tree = self._tree_for(topic_cid)
+        if tree.author != self.peer_id:
+            raise LocalProtocolError("only the author of a topic may update it")
+        if not isinstance(options, TopicOptions):
+            raise LocalProtocolError("options must be TopicOptions")
+        return self._run(now, self._new_update(tree.key, options))
+
+    def _new_update(self, key: CID, options: TopicOptions) -> _Steps[CID]:
+        tree = self._trees.get(key)
+        if tree is None:
+            raise UnknownTopic(f"unknown topic {key}")
+        version = yield from self._signed_version(key, options, dict(tree.latest.links))
+        announce = yield from self._signed_announcement(tree.root.meta, version, None)
+        self._apply_version(key, version)
+        self._announce(tree.root.meta, announce)
+        return version.cid
+
+    def subscribe(self, now: float, topic_cid: CID, *, since: float | None = None) -> None:
+        """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
+
+        ``since`` (a restarted driver resuming a subscription, given the topic's first
+        version): deliver events created from then on, recovering the ones missed.
+        """
+        if not isinstance(topic_cid, CID):
+            raise LocalProtocolError("subscribe expects a topic CID")
+        if since is not None and since < now:
+            self._resume_since[topic_cid] = since
+        self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
+
+    def _subscribe_tree(self, now: float, tree: Tree) -> None:
+        if tree.subscribed:
+            return
+        tree.subscribed = True
+        tree.since = min(now, self._resume_since.pop(tree.key, now))
+        self._update_retention(now, tree)
+        self._record(now, RecordKind.SUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
+        meta_cid = tree.root.meta
+        if meta_cid is not None:
+            if meta_cid in self._trees:
+                self._follow(now, self._trees[meta_cid], tree)
+            else:
+                self._resolving.setdefault(meta_cid, []).append(("follow", tree.key))
+                self._continue_resolutions(now)
+        self._ensure_joined(now, tree)
+        self._tree_changed(now, tree)
+
+    def _follow(self, now: float, meta: Tree, tree: Tree) -> None:
+        if not tree.subscribed or tree.key in meta.followers:
+            return
+        if not meta.followers and not meta.subscribed:
+            meta.since = now
+        meta.followers.add(tree.key)
+        self._update_retention(now, meta)
+        self._ensure_joined(now, meta)
+
+    def unsubscribe(self, now: float, topic_cid: CID) -> None:
+        """§5 Unsubscribe: stay as a relay while children remain, else leave (pruning)."""
+        if isinstance(topic_cid, CID) and topic_cid in self._resolving:
+            self._resolving[topic_cid] = [
+                p for p in self._resolving[topic_cid] if p[0] != "subscribe"
+            ]
+            if not self._resolving[topic_cid]:
+                del self._resolving[topic_cid]
+            return
+        tree = self._tree_for(topic_cid)
+        if not tree.subscribed:
+            return
+        tree.subscribed = False
+        self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
+        self._update_retention(now, tree)
+        meta_cid = tree.root.meta
+        if meta_cid is not None and meta_cid in self._trees:
+            meta = self._trees[meta_cid]
+            meta.followers.discard(tree.key)
+            self._update_retention(now, meta)
+            self._maybe_leave(now, meta)
+        for lst in self._resolving.values():
+            lst[:] = [p for p in lst if p != ("follow", tree.key)]
+        self._tree_changed(now, tree)
+        self._maybe_leave(now, tree)
+
+    def read(self, now: float, topic_cid: CID, *, holders: Iterable[str] = ()) -> None:
+        """Read a topic's history without subscribing (a *reader*, PROTOCOL.md §5).
+
+        The node resolves the topic (fetching its descriptor), joins its tree like a
+        relay, keeps its history within the retention policy and back-fills it from
+        its tree neighbours' HEADS and the events' parent links; it delivers nothing.
+        It stays ``reader_ttl`` seconds after the last call, then leaves unless
+        otherwise wanted. ``history`` pages through what it has gathered.
+
+        ``holders``: peers known to hold the history (the driver found them in the
+        DHT). While it only reads, the node first JOINs one of them as a *leaf*,
+        whatever its distance to the author, and takes no children there: the tree's
+        path towards the author may end at an acting root that holds nothing when
+        the author is gone (docs/protocol-notes.md "Readers").
+        """
+        if not isinstance(topic_cid, CID):
+            raise LocalProtocolError("read expects a topic CID")
+        found: list[str] = []
+        for peer in holders:
+            if not isinstance(peer, str):
+                raise LocalProtocolError("read: holders must be peer IDs")
+            if peer != self.peer_id and peer not in found:
+                found.append(peer)
+        if found:
+            if len(self._read_holders) >= 64:
+                del self._read_holders[next(iter(self._read_holders))]
+            self._read_holders[topic_cid] = tuple(found[:16])
+        self._when_resolved(
+            now,
+            topic_cid,
+            "read",
+            lambda t, tree: self._read_tree(t, tree, self._read_holders.pop(topic_cid, ())),
+        )
+
+    def _when_resolved(
+        self, now: float, topic_cid: CID, purpose: str, then: Callable[[float, Tree], None]
+    ) -> None:
+        """``then(now, tree)`` for topic ``topic_cid``'s tree, now if it is known, else
+        once its descriptor chain is fetched (``purpose`` names it in the queue)."""
+        key = self._version_of.get(topic_cid)
+        if key is not None:
+            then(now, self._trees[key])
+            return
+        self._resolving.setdefault(topic_cid, []).append((purpose, None))
+        self._continue_resolutions(now)
+
+    def _read_tree(self, now: float, tree: Tree, holders: tuple[str, ...] = ()) -> None:
+        tree.reading_until = now + self.config.reader_ttl
+        if holders:
+            tree.holders = holders
+        self._update_retention(now, tree)
+        if tree.author != self.peer_id:
+            if (
+                holders
+                and tree.join is None
+                and tree.parent not in tree.holders
+                and self._leaf_hop(now, tree, set()) is not None
+            ):
+                self._join_next(now, tree, set())  # below a holder (make before break)
+            else:
+                self._ensure_joined(now, tree)
+        self._tree_changed(now, tree)
+
+    def history(
+        self,
+        topic_cid: CID,
+        *,
+        order: HistoryOrder = "newest",
+        after: CID | EventDescriptor | None = None,
+        limit: int = 50,
+    ) -> HistoryPage:
+        """§5 History: one page of the topic's retained history in the history order
+        (``(clock, CID bytes)``; ``newest`` first or ``oldest`` first), strictly after
+        the cursor ``after`` (an event CID this node knows, or the cursor event's
+        descriptor, e.g. fetched by the driver). A node that keeps no history of the
+        topic (a relay) raises :class:`LocalProtocolError`: call :meth:`read` first.
+        """
+        tree = self._tree_for(topic_cid)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            raise LocalProtocolError("limit must be a positive integer")
+        if order not in ("newest", "oldest"):
+            raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
+        h = tree.history
+        if h is None:
+            raise LocalProtocolError(
+                f"this node keeps no history of topic {tree.name!r}: subscribe or read it"
+            )
+        key: HistoryKey | None = None
+        if isinstance(after, EventDescriptor):
+            if self._version_of.get(after.topic) not in (None, tree.key):
+                raise LocalProtocolError(f"cursor event {after.cid} belongs to another topic")
+            key = after.order_key
+        elif after is not None:
+            entry = self._known_event(after)
+            if entry is None:
+                raise LocalProtocolError(f"unknown cursor event {after}")
+            if entry[0] != tree.key:
+                raise LocalProtocolError(f"cursor event {after} belongs to another topic")
+            key = entry[1].order_key
+        events, more = h.page(order=order, after=key, limit=limit)
+        return HistoryPage(
+            events=tuple(events),
+            next=events[-1][0] if events and more else None,
+            complete=h.complete,
+            missing=tuple(sorted(h.missing, key=bytes)),
+            heads=tuple(sorted(h.heads, key=lambda c: h.key_of(c) or (0, b""), reverse=True)),
+            retained=len(h),
+        )
+
+    def topic_state(self, topic_cid: CID) -> TopicState:
+        """This node's place in the topic's tree."""
+        tree = self._tree_for(topic_cid)
+        return TopicState(
+            topic_cid=tree.key,
+            latest_cid=tree.latest.cid,
+            name=tree.name,
+            author=tree.author,
+            role=self._role(tree),
+            parent=tree.parent,
+            children=tuple(tree.children),
+            subscribed=tree.subscribed,
+            joined=tree.joined,
+            acting_root=tree_state(tree, self.peer_id) in ACTING_ROOT_STATES,
+            heads=tuple(reversed(tree.recent)),
+            synced=tree.joined and (tree.parent is None or tree.parent in tree.heads_from),
+            retained=len(tree.history) if tree.history is not None else 0,
+            retained_bytes=tree.history.bytes if tree.history is not None else 0,
+        )

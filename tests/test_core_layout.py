@@ -1,0 +1,46 @@
+"""The node's parts (core/_base.py and the mixins) fit together."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+from pulsarcast_ipfs.core import PulsarcastNode
+from pulsarcast_ipfs.core._base import NodeBase
+
+CORE = Path(__file__).resolve().parent.parent / "pulsarcast_ipfs" / "core"
+
+
+def _declared() -> set[str]:
+    """The methods NodeBase declares for the type checker (``if TYPE_CHECKING``)."""
+    tree = ast.parse((CORE / "_base.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "NodeBase")
+    block = next(n for n in cls.body if isinstance(n, ast.If))
+    return {n.name for n in block.body if isinstance(n, ast.FunctionDef)}
+
+
+def _parts() -> list[type]:
+    return [k for k in PulsarcastNode.__mro__[1:] if k not in (NodeBase, object)]
+
+
+def test_each_declared_method_is_defined_by_exactly_one_part() -> None:
+    for name in _declared():
+        owners = [k.__name__ for k in _parts() if name in vars(k)]
+        assert len(owners) == 1, (name, owners)
+
+
+def test_no_part_shadows_another() -> None:
+    seen: dict[str, str] = {}
+    for k in (PulsarcastNode, *_parts(), NodeBase):
+        for name, value in vars(k).items():
+            if name.startswith("__") or (not callable(value) and not isinstance(value, property)):
+                continue
+            assert name not in seen, f"{name} in {k.__name__} and {seen[name]}"
+            seen[name] = k.__name__
+
+
+def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
+    for k in (PulsarcastNode, *_parts(), NodeBase):
+        lines = len(Path(inspect.getfile(k)).read_text().splitlines())
+        assert lines <= 600, (k.__name__, lines)
