@@ -12,7 +12,10 @@ its strictness rules, and ``tests/test_core_dagcbor.py`` checks it against
 - simple values ``false``, ``true``, ``null``; floats as 64-bit only, finite;
 - valid UTF-8 text; nothing after the top-level item; nesting depth bounded.
 
-Any violation raises :class:`CborError` (a ``ValueError``). CID objects are
+Any violation raises :class:`CborError` (a ``ValueError``), and nothing else does:
+multiformats' documented errors for bad CID bytes (``ValueError``, ``KeyError``) are
+translated; any other exception is a bug and escapes as itself. Depth is bounded
+(``MAX_DEPTH``) before Python's recursion limit is near. CID objects are
 memoised by their bytes (bounded LRU), so the same link decoded by many nodes
 of one process is built once.
 """
@@ -95,7 +98,7 @@ def cid_from_bytes(raw: bytes) -> CID:
         return cid_for_digest(bytes(raw[len(_DAG_CBOR_SHA256) :]))
     try:
         cid = CID.decode(raw)
-    except Exception as exc:  # multiformats raises several unrelated types
+    except (ValueError, KeyError) as exc:  # what CID.decode documents (KeyError: unknown code)
         raise CborError(f"invalid CID bytes: {exc}") from exc
     if bytes(cid) != raw:
         raise CborError("CID bytes are not canonical")

@@ -157,14 +157,19 @@ def format_created(now: float) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@functools.lru_cache(maxsize=16384)
 def parse_created(text: str) -> float:
     """Parse a ``created`` string strictly; return seconds since the epoch.
 
     Raises ``ValueError`` on anything but ISO-8601 UTC (``Z`` or ``+00:00``).
     """
     if not isinstance(text, str):
+        # Checked before the memo: a list or map from the wire is unhashable.
         raise ValueError("created must be a string")
+    return _parse_created(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_created(text: str) -> float:
     m = _CREATED_RE.match(text)
     if m is None:
         raise ValueError(f"created must be ISO-8601 UTC, got {text!r}")
@@ -283,7 +288,7 @@ def _decode_map(data: object) -> dict[str, Any]:
         raise DescriptorError(f"descriptor larger than {MAX_DESCRIPTOR_SIZE} bytes")
     try:
         obj = _dagcbor.decode(raw)
-    except Exception as exc:  # CborError; anything else is a bug, still the remote's fault
+    except _dagcbor.CborError as exc:  # anything else is a bug and escapes as itself
         raise DescriptorError(f"not valid dag-cbor: {exc}") from exc
     if not isinstance(obj, dict):
         raise DescriptorError("a descriptor must be a dag-cbor map")
@@ -545,7 +550,7 @@ class TopicDescriptor:
                 event_linking=EventLinking(linking),
                 signature=signature,
             )
-        except (ValueError, LocalProtocolError, TypeError) as exc:
+        except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid topic descriptor: {exc}") from exc
         return _finish_decode(desc, data, expected_cid)
 
@@ -696,7 +701,7 @@ class EventDescriptor:
                 author_signature=sigs["author"],
                 publisher_signature=sigs["publisher"],
             )
-        except (ValueError, LocalProtocolError, TypeError) as exc:
+        except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc
         return _finish_decode(desc, data, expected_cid)
 
