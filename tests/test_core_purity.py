@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -89,10 +90,10 @@ def _imported_names(tree: ast.Module, module: str, is_package: bool) -> list[str
     return names
 
 
-def import_closure(entry: str, root: Path) -> dict[str, Path]:
-    """Every module of ``root`` that importing ``entry`` loads: ``entry``, its parent
+def import_closure(*entries: str, root: Path) -> dict[str, Path]:
+    """Every module of ``root`` that importing ``entries`` loads: each entry, its parent
     packages, and what each of them imports, transitively (found by parsing)."""
-    todo = [entry]
+    todo = list(entries)
     seen: dict[str, Path] = {}
     while todo:
         name = todo.pop()
@@ -132,13 +133,11 @@ def impurities(path: Path, module: str) -> list[str]:
 ROOT = CORE.parents[1]
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     """The core's import closure, and every module of ``core/`` (``core.testing`` too)."""
-    modules = import_closure("pulsarcast_ipfs.core", ROOT)
-    for path in CORE.glob("*.py"):
-        if path.name != "__init__.py":
-            modules.update(import_closure(f"pulsarcast_ipfs.core.{path.stem}", ROOT))
-    return modules
+    inside = [f"pulsarcast_ipfs.core.{p.stem}" for p in CORE.glob("*.py") if p.stem != "__init__"]
+    return import_closure("pulsarcast_ipfs.core", *inside, root=ROOT)
 
 
 def test_the_closure_is_what_python_loads() -> None:
@@ -152,7 +151,7 @@ def test_the_closure_is_what_python_loads() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     loaded = set(out.stdout.split())
-    closure = import_closure("pulsarcast_ipfs.core", ROOT)
+    closure = import_closure("pulsarcast_ipfs.core", root=ROOT)
     assert {"pulsarcast_ipfs.kademlia", "pulsarcast_ipfs.records"} <= loaded
     assert loaded <= set(closure), loaded - set(closure)
     assert {f"pulsarcast_ipfs.core.{p.stem}" for p in CORE.glob("*.py")} - {
@@ -181,7 +180,7 @@ def test_the_walker_catches_impurity(tmp_path: Path) -> None:
         "y = random.random()\n"
         "open('/dev/null')\n"
     )
-    closure = import_closure("planted.core", tmp_path)
+    closure = import_closure("planted.core", root=tmp_path)
     assert set(closure) == {"planted", "planted.core", "planted.core._clean", "planted.helper"}
     found = [p for name, path in closure.items() for p in impurities(path, name)]
     assert any("imports time" in p for p in found), found
