@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pulsarcast_ipfs.core import (
     MAX_FRAME_SIZE,
+    DescriptorError,
     Event,
     FrameDecoder,
     Heads,
@@ -23,6 +24,7 @@ from pulsarcast_ipfs.core import (
     RequestToPublish,
     Rpc,
     TopicDescriptor,
+    _dagcbor,
     compute_cid,
     decode_rpc,
     encode_frame,
@@ -177,3 +179,16 @@ def test_fuzz_mutated_frames_only_remote_protocol_error(data: st.DataObject) -> 
     if data.draw(st.booleans()):
         del raw[data.draw(st.integers(min_value=0, max_value=len(raw) - 1)) :]
     _only_remote_errors(bytes(raw))
+
+
+@pytest.mark.parametrize("nest", [b"\x81", b"\xa1\x61a"])  # [[[...]]] / {"a": {"a": ...}}
+def test_deep_nesting_is_refused_by_the_depth_limit(nest: bytes) -> None:
+    """A frame of nested arrays or maps as large as the frame limit allows is refused
+    by the decoder's depth bound (``CborError`` → ``RemoteProtocolError``), long
+    before Python's recursion limit; no ``RecursionError`` is caught anywhere."""
+    body = nest * ((MAX_FRAME_SIZE - 1) // len(nest)) + b"\x00"
+    with pytest.raises(RemoteProtocolError, match="nested too deeply") as exc:
+        decode_rpc(body)
+    assert isinstance(exc.value.__cause__, _dagcbor.CborError)
+    with pytest.raises(DescriptorError, match="nested too deeply"):
+        TopicDescriptor.decode(body[: 64 * 1024])

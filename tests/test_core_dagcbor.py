@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import dag_cbor
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from multiformats import CID
 
 from pulsarcast_ipfs.core import _dagcbor
 from pulsarcast_ipfs.core._descriptors import compute_cid
@@ -83,3 +87,48 @@ def test_mutations_never_crash(value: Any, data: st.DataObject) -> None:
 def test_rejects_what_dag_cbor_forbids(data: bytes) -> None:
     with pytest.raises(_dagcbor.CborError):
         _dagcbor.decode(data)
+
+
+def test_cids_are_built_on_public_ground() -> None:
+    """No write to a private attribute of a library object, no bypassed constructor,
+    anywhere in the project (the fields of ``multiformats.CID``, ``object.__new__``)."""
+    root = Path(_dagcbor.__file__).parents[2]
+    private = {"_base", "_version", "_codec", "_hashfun", "_digest"}
+    found = []
+    for path in sorted(root.glob("*/**/*.py")):
+        if ".venv" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and node.attr in private
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: writes .{node.attr}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "__new__"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "object"
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: calls object.__new__")
+    assert found == []
+
+
+def test_fast_and_plain_cids_mix_in_either_order() -> None:
+    """The fast CID is interned by multiformats like any CID: whichever of it and a
+    plain CID of the same fields is built first, the two are equal and hash alike."""
+    digest = hashlib.sha256(b"plain first").digest()
+    plain = CID("base32", 1, "dag-cbor", b"\x12\x20" + digest)
+    got = _dagcbor.cid_for_digest(digest)
+    assert got is plain  # the live plain CID came back: correct, only slower
+    assert _dagcbor.is_dag_cbor_sha256_link(got) and _dagcbor._cid_bytes(got) == bytes(plain)
+    fast = compute_cid(b"fast first")
+    other = CID.decode(bytes(fast))  # base58btc: another multiformats instance
+    assert type(fast) is not CID and type(other) is CID
+    assert fast == other and other == fast and not fast != other
+    assert hash(fast) == hash(other) and {other: 1}[fast] == 1
+    assert bytes(fast) == bytes(other) and str(fast) == str(other.set(base="base32"))
+    assert CID("base32", 1, "dag-cbor", bytes(fast)[2:]) is fast
+    assert _dagcbor.decode(_dagcbor.encode([fast, other])) == [fast, fast]

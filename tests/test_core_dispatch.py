@@ -6,9 +6,16 @@ import typing
 
 import pytest
 
-from pulsarcast_ipfs.core import OUTPUT_METHODS, Output, OutputDispatch, SendRpc, StoreBlock
+from pulsarcast_ipfs.core import (
+    OUTPUT_METHODS,
+    FetchBlock,
+    Output,
+    OutputDispatch,
+    ReleaseBlocks,
+    SendRpc,
+    compute_cid,
+)
 from pulsarcast_ipfs.core.testing import CoreNet
-from pulsarcast_ipfs.records import MetricRecord
 
 
 def test_every_output_type_has_its_method() -> None:
@@ -39,11 +46,10 @@ def test_a_missing_method_or_an_unknown_output_is_an_error() -> None:
     others = [t for t in OUTPUT_METHODS if t is not SendRpc]
     half = _Half()
     dispatch: OutputDispatch[str] = OutputDispatch(half, ignore=others)
-    dispatch("p", [object.__new__(StoreBlock)])  # ignored
+    dispatch("p", [ReleaseBlocks(cids=())])  # ignored
     with pytest.raises(TypeError, match="unknown core output int"):
         dispatch("p", [3])
     with pytest.raises(TypeError, match="not core outputs"):
         OutputDispatch(half, ignore=[int])
-    rec = object.__new__(MetricRecord)
-    dispatch("p", [rec])
+    dispatch("p", [FetchBlock(cid=compute_cid(b"\xa0"))])
     assert half.sent == []

@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from multiformats import CID
 
-from pulsarcast_ipfs.core import FrameDecoder
+from pulsarcast_ipfs.core import (
+    Digest,
+    FrameDecoder,
+    Members,
+    RemoteProtocolError,
+    _codec,
+    _dagcbor,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,11 +65,163 @@ def test_node_random_mutation_3000_inputs() -> None:
     assert {"invalid", "duplicate"} <= set(fz.dropped)
 
 
-@pytest.mark.slow
-@settings(max_examples=300, deadline=None)
-@given(st.binary(min_size=2, max_size=400))
-def test_node_arbitrary_bytes(data: bytes) -> None:
-    NodeFuzzer(WORLD, reset_every=10**9).one_input(data)
+def _body(frame: bytes) -> bytes:
+    i = 0
+    while frame[i] & 0x80:
+        i += 1
+    return frame[i + 1 :]
+
+
+def _seed_messages() -> list[dict[str, Any]]:
+    """One real message of each op: the world's frames, plus MEMBERS and DIGEST."""
+    by_op: dict[str, dict[str, Any]] = {}
+    for frame in WORLD.frames:
+        obj = _dagcbor.decode(_body(frame))
+        by_op.setdefault(obj["op"], obj)
+    topic, ev = WORLD.topics[0], WORLD.events[0]
+    by_op["MEMBERS"] = Members(topic=topic, epoch=3, members=tuple(WORLD.peers[2:5])).to_ipld()
+    by_op["DIGEST"] = Digest(
+        topic=topic,
+        lo=1.0,
+        hi=9.0,
+        count=1,
+        sum=5,
+        ranges=((4.0, 1, 5), (9.0, 0, 0)),
+        have=((ev, 2.0),),
+    ).to_ipld()
+    assert len(by_op) == len(_codec._BY_OP)
+    return [by_op[op] for op in sorted(by_op)]
+
+
+SEED_MESSAGES = _seed_messages()
+IPLD_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.binary(max_size=40)
+    | st.sampled_from(WORLD.events + WORLD.topics)
+    | st.just(CID("base32", 1, "raw", b"\x12\x20" + bytes(32))),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def reshaped_frames(draw: st.DrawFn) -> bytes:
+    """A real message with up to three fields (``op`` included) given any IPLD value,
+    or removed, or one added: valid dag-cbor that reaches the message validators."""
+    obj = dict(draw(st.sampled_from(SEED_MESSAGES)))
+    for key in draw(st.lists(st.sampled_from(sorted(obj)), max_size=3, unique=True)):
+        if draw(st.integers(0, 9)) == 0:
+            del obj[key]
+        else:
+            obj[key] = draw(IPLD_VALUES)
+    if draw(st.integers(0, 9)) == 0:
+        obj[draw(st.text(max_size=6))] = draw(IPLD_VALUES)
+    body = _dagcbor.encode(obj)
+    return _codec._varint(len(body)) + body
+
+
+FUZZ_INPUTS = st.one_of(
+    st.binary(max_size=400),
+    st.integers(0, 2**32 - 1).map(lambda seed: random_frames(random.Random(seed), WORLD)),
+    reshaped_frames(),
+    reshaped_frames(),
+)
+"""Garbage; the world's frames mutated by the fuzzers' own byte mutator (most fail in
+the dag-cbor decoder); or real messages with fields of any type (the validators)."""
+
+
+def check_property(one_input: Callable[[bytes], object], *, examples: int) -> None:
+    """Hypothesis feeds ``examples`` inputs to a harness's ``one_input`` (derandomized).
+
+    The harness states the property: a ``FuzzFailure`` (an exception other than
+    ``RemoteProtocolError`` came out of the codec, or the node raised) or any
+    exception escaping it fails the run, reported without shrinking.
+    """
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=(Phase.generate,),
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(FUZZ_INPUTS)
+    def prop(data: bytes) -> None:
+        one_input(data)
+
+    prop()
+
+
+def test_codec_arbitrary_and_mutated_bytes() -> None:
+    check_property(codec_one_input, examples=600)
+
+
+def test_finding_an_unhashable_created() -> None:
+    """Found by ``reshaped_frames`` once the decoders stopped catching everything:
+    ``created`` as a list reached the memo of ``parse_created`` (``TypeError:
+    unhashable type``), which a catch-all had turned into a RemoteProtocolError."""
+    rtp = next(m for m in SEED_MESSAGES if m["op"] == "REQUEST_TO_PUBLISH")
+    for created in ([], {}, [rtp["created"]]):
+        body = _dagcbor.encode({**rtp, "created": created})
+        with pytest.raises(RemoteProtocolError, match="created must be a string"):
+            FrameDecoder().feed(_codec._varint(len(body)) + body)
+
+
+def test_node_arbitrary_and_mutated_bytes() -> None:
+    fz = NodeFuzzer(WORLD, reset_every=10**9)
+    check_property(lambda data: fz.one_input(b"\x01\x05" + data), examples=300)
+
+
+def _planted_in_the_cbor_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug on the slow path of link decoding (any CID but dag-cbor sha2-256)."""
+    real = _dagcbor.cid_from_bytes
+
+    def buggy(raw: bytes) -> CID:
+        if len(raw) != 36 or not raw.startswith(b"\x01\x71\x12\x20"):
+            raise IndexError("planted: the slow path indexes past the end")
+        return real(raw)
+
+    monkeypatch.setattr(_dagcbor, "cid_from_bytes", buggy)
+
+
+def _planted_in_a_validator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug on the error path of the RPC validators' link check."""
+    real = _codec._cid
+
+    def buggy(value: object, where: str) -> CID:
+        if not _dagcbor.is_dag_cbor_sha256_link(value):
+            raise TypeError("planted: the error message is built from the wrong type")
+        return real(value, where)
+
+    monkeypatch.setattr(_codec, "_cid", buggy)
+
+
+@pytest.mark.parametrize("plant", [_planted_in_the_cbor_decoder, _planted_in_a_validator])
+def test_the_fuzzers_find_a_planted_decoder_bug(
+    monkeypatch: pytest.MonkeyPatch, plant: Callable[[pytest.MonkeyPatch], None]
+) -> None:
+    """The property can fail from the inside: a bug in a decoder is a finding.
+
+    The decoders translate only the errors they expect (``CborError``, the
+    validators' ``LocalProtocolError``, multiformats' documented ``ValueError`` /
+    ``KeyError``) into ``RemoteProtocolError``; a planted ``IndexError`` or
+    ``TypeError`` escapes as itself and the harness reports it. With a catch-all
+    ``except Exception`` in the decoders this test fails: the bug would be
+    laundered into a ``RemoteProtocolError``, which the property allows.
+    """
+    plant(monkeypatch)
+    with pytest.raises(FuzzFailure) as failure:
+        check_property(codec_one_input, examples=300)
+    assert isinstance(failure.value.__cause__, IndexError | TypeError)
+    assert "planted" in str(failure.value.__cause__)
 
 
 def test_harness_reports_a_violation(monkeypatch: pytest.MonkeyPatch) -> None:

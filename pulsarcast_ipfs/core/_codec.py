@@ -10,6 +10,9 @@ messages. Anything malformed — a bad varint, a frame over the size limit, bad
 dag-cbor, an unknown op, a missing or extra field, a wrong type, a bad CID or
 peer ID — raises :class:`RemoteProtocolError` and nothing else; after that the
 decoder refuses further input (the stream is out of sync and must be closed).
+Only the errors the lower layers document are translated (the dag-cbor decoder's
+``CborError``, the validators' ``LocalProtocolError``): any other exception is a bug
+of the decoder and escapes as itself, so that a fuzzer can find it.
 
 Messages (``topic`` is always the CID of the topic's *first version*, which keys
 the dissemination tree across updates)::
@@ -533,7 +536,7 @@ def decode_rpc(body: bytes) -> Rpc:
     """Decode one frame body strictly; only :class:`RemoteProtocolError`."""
     try:
         obj = _dagcbor.decode(bytes(body))
-    except Exception as exc:  # CborError; anything else is still the remote's fault
+    except _dagcbor.CborError as exc:  # anything else is a bug and escapes as itself
         raise RemoteProtocolError(f"RPC body is not valid dag-cbor: {exc}") from exc
     if not isinstance(obj, dict):
         raise RemoteProtocolError("RPC body must be a dag-cbor map")
@@ -566,17 +569,16 @@ def decode_rpc(body: bytes) -> Rpc:
         kwargs[name] = value
     try:
         rpc = cls(**kwargs)
-    except LocalProtocolError as exc:
+    except LocalProtocolError as exc:  # what the validators raise on a bad value
         raise RemoteProtocolError(str(exc)) from exc
-    except Exception as exc:  # a type error deep in a validator must not escape as such
-        raise RemoteProtocolError(f"invalid {op} message: {exc}") from exc
     return rpc  # type: ignore[return-value]
 
 
 class FrameDecoder:
     """Incremental frame decoder: feed bytes in any pieces, get whole messages.
 
-    Raises only :class:`RemoteProtocolError`; once it has, it refuses more input.
+    Bad input raises only :class:`RemoteProtocolError`; once it has, the decoder
+    refuses more input. (Any other exception is a bug, and is not translated.)
     """
 
     __slots__ = ("_broken", "_buf", "max_frame_size")
@@ -613,9 +615,6 @@ class FrameDecoder:
         except RemoteProtocolError as exc:
             self._broken = exc
             raise
-        except Exception as exc:  # defensive: nothing else may escape
-            self._broken = RemoteProtocolError(f"undecodable input: {exc}")
-            raise self._broken from exc
 
     def _next_length(self) -> tuple[int, int] | None:
         value = 0

@@ -12,9 +12,13 @@ its strictness rules, and ``tests/test_core_dagcbor.py`` checks it against
 - simple values ``false``, ``true``, ``null``; floats as 64-bit only, finite;
 - valid UTF-8 text; nothing after the top-level item; nesting depth bounded.
 
-Any violation raises :class:`CborError` (a ``ValueError``). CID objects are
+Any violation raises :class:`CborError` (a ``ValueError``), and nothing else does:
+multiformats' documented errors for bad CID bytes (``ValueError``, ``KeyError``) are
+translated; any other exception is a bug and escapes as itself. Depth is bounded
+(``MAX_DEPTH``) before Python's recursion limit is near. CID objects are
 memoised by their bytes (bounded LRU), so the same link decoded by many nodes
-of one process is built once.
+of one process is built once; they are built with multiformats' public
+constructor only (see :class:`_Cid`).
 """
 
 from __future__ import annotations
@@ -38,14 +42,20 @@ class CborError(ValueError):
 
 
 class _Cid(CID):
-    """A CID whose binary form and hash are computed once, at construction.
+    """A CID whose binary form and hash are computed once, on first use.
 
     ``multiformats.CID`` rebuilds a tuple (and hashes its multicodec object) on every
     ``hash()`` / ``==`` and re-encodes varints on every ``bytes()``: ~2.5 µs a dict
-    lookup, and the core keys every map by CID. This subclass is equal to, and hashes
-    exactly like, the plain ``CID`` of the same bytes (same ``_as_tuple``), so the two
-    mix freely in sets and dicts; only the cost differs. Made only by
-    :func:`cid_from_bytes` and :func:`cid_for_digest` from validated CIDs.
+    lookup, and the core keys every map by CID. This subclass keeps both in slots of
+    its own, filled the first time they are asked for from what the public ``CID``
+    methods return, so it is equal to, and hashes exactly like, the plain ``CID`` of
+    the same bytes and the two mix freely in sets and dicts; only the cost differs.
+
+    Built only through the public constructor, ``_Cid("base32", 1, "dag-cbor",
+    multihash)`` (:func:`cid_for_digest`): multiformats validates and interns it like
+    any CID, and nothing of the library's is written or bypassed. The constructor
+    costs ~100 µs (run-time type checks), paid once per distinct CID thanks to the
+    memo of :func:`cid_for_digest` (benchmarks/codec_bench.py).
     """
 
     __slots__ = ("_pc_hash", "_pc_raw")
@@ -54,77 +64,58 @@ class _Cid(CID):
     _pc_raw: bytes
 
     def __hash__(self) -> int:
-        return self._pc_hash
+        try:
+            return self._pc_hash
+        except AttributeError:
+            self._pc_hash = CID.__hash__(self)
+            return self._pc_hash
+
+    def __bytes__(self) -> bytes:
+        try:
+            return self._pc_raw
+        except AttributeError:
+            self._pc_raw = CID.__bytes__(self)
+            return self._pc_raw
 
     def __eq__(self, other: Any) -> bool:
         if self is other:
             return True
         if type(other) is _Cid:
-            return self._pc_raw == other._pc_raw
+            return self.__bytes__() == other.__bytes__()
         return CID.__eq__(self, other)
 
     def __ne__(self, other: Any) -> bool:
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
-    def __bytes__(self) -> bytes:
-        return self._pc_raw
-
     def __reduce__(self) -> tuple[Any, ...]:
-        return (cid_from_bytes, (self._pc_raw,))
-
-
-def _fast(cid: CID, raw: bytes) -> _Cid:
-    """A :class:`_Cid` with the fields of the validated ``cid`` (whose bytes are ``raw``)."""
-    out = object.__new__(_Cid)
-    out._base = cid.base
-    out._version = cid.version
-    out._codec = cid.codec
-    out._hashfun = cid.hashfun
-    out._digest = cid.digest
-    out._pc_raw = raw
-    out._pc_hash = hash(cid)
-    return out
+        return (cid_from_bytes, (self.__bytes__(),))
 
 
 @functools.lru_cache(maxsize=65536)
 def cid_from_bytes(raw: bytes) -> CID:
     """The CID of binary form ``raw`` (memoised); ``CborError`` if it is not one."""
     if len(raw) == len(_DAG_CBOR_SHA256) + 32 and raw.startswith(_DAG_CBOR_SHA256):
-        # The links of every descriptor: no need for multiformats' validation.
+        # The links of every descriptor: no need for multiformats' decoding.
         return cid_for_digest(bytes(raw[len(_DAG_CBOR_SHA256) :]))
     try:
         cid = CID.decode(raw)
-    except Exception as exc:  # multiformats raises several unrelated types
+    except (ValueError, KeyError) as exc:  # what CID.decode documents (KeyError: unknown code)
         raise CborError(f"invalid CID bytes: {exc}") from exc
     if bytes(cid) != raw:
         raise CborError("CID bytes are not canonical")
-    return _fast(cid, bytes(raw))
-
-
-_TEMPLATE: Final = CID("base32", 1, "dag-cbor", b"\x12\x20" + bytes(32))
+    return cid  # not a link of the protocol: the plain CID (the validators refuse it)
 
 
 @functools.lru_cache(maxsize=65536)
 def cid_for_digest(digest: bytes) -> CID:
-    """CIDv1 dag-cbor sha2-256 (base32) of a 32-byte sha256 digest (memoised).
-
-    Built from a validated template (same base, version, codec and hash function):
-    only the digest differs, so multiformats' validation is not repeated per CID.
-    """
+    """CIDv1 dag-cbor sha2-256 (base32) of a 32-byte sha256 digest (memoised)."""
     if len(digest) != 32:
         raise CborError("a sha2-256 digest is 32 bytes")
-    t = _TEMPLATE
-    out = object.__new__(_Cid)
-    out._base = t.base
-    out._version = t.version
-    out._codec = t.codec
-    out._hashfun = t.hashfun
-    mh = b"\x12\x20" + digest
-    out._digest = mh
-    out._pc_raw = _DAG_CBOR_SHA256 + digest
-    out._pc_hash = hash((CID, 1, t.codec, mh))
-    return out
+    # Interned by multiformats: if a plain CID of these very fields is alive (someone
+    # built CID("base32", 1, "dag-cbor", ...) first), that one is returned. It is
+    # equal and hashes alike; only its hash and bytes() cost more.
+    return _Cid("base32", 1, "dag-cbor", b"\x12\x20" + digest)
 
 
 def sha256_cid(data: bytes) -> CID:
@@ -138,7 +129,7 @@ def _cid_bytes_slow(cid: CID) -> bytes:
 
 def _cid_bytes(cid: CID) -> bytes:
     if type(cid) is _Cid:
-        return cid._pc_raw
+        return cid.__bytes__()
     return _cid_bytes_slow(cid)
 
 
@@ -346,7 +337,7 @@ def decode(data: bytes) -> Any:
 def is_dag_cbor_sha256_link(value: object) -> bool:
     """Is ``value`` a CIDv1 dag-cbor sha2-256 link (fast path, no run-time type checks)."""
     if type(value) is _Cid:
-        raw = value._pc_raw
+        raw = value.__bytes__()
     elif isinstance(value, CID):
         raw = _cid_bytes_slow(value)
     else:

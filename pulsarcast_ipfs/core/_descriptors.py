@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A descriptor is a frozen dataclass that validates itself on construction and
-computes, once, its canonical dag-cbor bytes and its CID (CIDv1, dag-cbor,
+computes, once, its canonical dag-cbor bytes and (on first use) its CID (CIDv1, dag-cbor,
 sha2-256). The CID is always *recomputed* from the bytes, never trusted from the
 wire: :meth:`TopicDescriptor.decode` decodes strictly (exact key set, types,
 supported ``protocolVersion``, link targets that are CIDv1 dag-cbor sha2-256,
@@ -157,14 +157,19 @@ def format_created(now: float) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@functools.lru_cache(maxsize=16384)
 def parse_created(text: str) -> float:
     """Parse a ``created`` string strictly; return seconds since the epoch.
 
     Raises ``ValueError`` on anything but ISO-8601 UTC (``Z`` or ``+00:00``).
     """
     if not isinstance(text, str):
+        # Checked before the memo: a list or map from the wire is unhashable.
         raise ValueError("created must be a string")
+    return _parse_created(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_created(text: str) -> float:
     m = _CREATED_RE.match(text)
     if m is None:
         raise ValueError(f"created must be ISO-8601 UTC, got {text!r}")
@@ -283,7 +288,7 @@ def _decode_map(data: object) -> dict[str, Any]:
         raise DescriptorError(f"descriptor larger than {MAX_DESCRIPTOR_SIZE} bytes")
     try:
         obj = _dagcbor.decode(raw)
-    except Exception as exc:  # CborError; anything else is a bug, still the remote's fault
+    except _dagcbor.CborError as exc:  # anything else is a bug and escapes as itself
         raise DescriptorError(f"not valid dag-cbor: {exc}") from exc
     if not isinstance(obj, dict):
         raise DescriptorError("a descriptor must be a dag-cbor map")
@@ -360,7 +365,8 @@ class TopicDescriptor:
     """Ed25519 by ``author`` over :meth:`signing_bytes` (1.1.0); ``None`` in 1.0.0
     (and in a 1.1.0 *draft*, which the node signs and never sends)."""
     _data: bytes = field(init=False, repr=False)
-    _cid: CID = field(init=False, repr=False)
+    _cid: CID | None = field(init=False, default=None, repr=False)
+    """Computed on first use: a draft (signed next) never needs its CID."""
 
     def __post_init__(self) -> None:
         try:
@@ -389,7 +395,6 @@ class TopicDescriptor:
         object.__setattr__(self, "event_linking", linking)
         data = _encode(self.to_ipld())
         object.__setattr__(self, "_data", data)
-        object.__setattr__(self, "_cid", compute_cid(data))
 
     @classmethod
     def new(
@@ -464,7 +469,11 @@ class TopicDescriptor:
     @property
     def cid(self) -> CID:
         """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
-        return self._cid
+        cid = self._cid
+        if cid is None:
+            cid = compute_cid(self._data)
+            object.__setattr__(self, "_cid", cid)
+        return cid
 
     @property
     def meta(self) -> CID | None:
@@ -545,17 +554,17 @@ class TopicDescriptor:
                 event_linking=EventLinking(linking),
                 signature=signature,
             )
-        except (ValueError, LocalProtocolError, TypeError) as exc:
+        except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid topic descriptor: {exc}") from exc
         return _finish_decode(desc, data, expected_cid)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TopicDescriptor):
             return NotImplemented
-        return self._cid == other._cid
+        return self.cid == other.cid
 
     def __hash__(self) -> int:
-        return hash(self._cid)
+        return hash(self.cid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -577,7 +586,8 @@ class EventDescriptor:
     publisher_signature: bytes | None = field(default=None, repr=False)
     """Ed25519 by ``publisher`` over :meth:`signing_bytes` (1.1.0)."""
     _data: bytes = field(init=False, repr=False)
-    _cid: CID = field(init=False, repr=False)
+    _cid: CID | None = field(init=False, default=None, repr=False)
+    """Computed on first use: a draft (signed next) never needs its CID."""
     _created_ts: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -606,7 +616,6 @@ class EventDescriptor:
             raise LocalProtocolError(f"invalid event descriptor: {exc}") from exc
         data = _encode(self.to_ipld())
         object.__setattr__(self, "_data", data)
-        object.__setattr__(self, "_cid", compute_cid(data))
         object.__setattr__(self, "_created_ts", created_ts)
 
     @property
@@ -657,7 +666,11 @@ class EventDescriptor:
     @property
     def cid(self) -> CID:
         """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
-        return self._cid
+        cid = self._cid
+        if cid is None:
+            cid = compute_cid(self._data)
+            object.__setattr__(self, "_cid", cid)
+        return cid
 
     @property
     def created_ts(self) -> float:
@@ -666,7 +679,7 @@ class EventDescriptor:
     @property
     def order_key(self) -> tuple[int, bytes]:
         """This event's place in the history order: ``(clock, CID bytes)``."""
-        return (self.clock, bytes(self._cid))
+        return (self.clock, bytes(self.cid))
 
     @classmethod
     def decode(cls, data: bytes, *, expected_cid: CID | None = None) -> EventDescriptor:
@@ -696,17 +709,17 @@ class EventDescriptor:
                 author_signature=sigs["author"],
                 publisher_signature=sigs["publisher"],
             )
-        except (ValueError, LocalProtocolError, TypeError) as exc:
+        except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc
         return _finish_decode(desc, data, expected_cid)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EventDescriptor):
             return NotImplemented
-        return self._cid == other._cid
+        return self.cid == other.cid
 
     def __hash__(self) -> int:
-        return hash(self._cid)
+        return hash(self.cid)
 
 
 def sort_parents(parents: Iterable[CID]) -> tuple[CID, ...]:
