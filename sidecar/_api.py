@@ -476,20 +476,20 @@ class _Api:
         """
         d = self.d
         root = d.known_root(cid)
-        if root is not None and d.keeps_history(cid):
-            if d.is_reader(root):
-                d.start_reading(cid)  # extend the reader's stay
+        if root is not None and d.reading.keeps_history(cid):
+            if d.reading.is_reader(root):
+                d.reading.start_reading(cid)  # extend the reader's stay
             return True
-        async with d.read_lock(cid):
+        async with d.reading.lock(cid):
             root = d.known_root(cid)
-            if root is not None and d.keeps_history(cid):
+            if root is not None and d.reading.keeps_history(cid):
                 return True  # another request made it a reader meanwhile
             return await self.become_reader(cid, root)
 
     async def become_reader(self, cid: CID, root: CID | None) -> bool:
         d = self.d
         began = time.monotonic()
-        found, connected = await d.find_holders(cid)
+        found, connected = await d.reading.find_holders(cid)
         if root is None:
             # Not a topic this node knows: check it is one (a clear 404 otherwise),
             # then look for the holders of its first version (subscribers announce it).
@@ -509,9 +509,9 @@ class _Api:
                     ) from None
             root = await self.root_of(cid, desc)
         if root != cid:  # a later version: subscribers announce the first one
-            more, more_connected = await d.find_holders(root)
+            more, more_connected = await d.reading.find_holders(root)
             found, connected = found + more, connected + more_connected
-        settled = await d.read_history(
+        settled = await d.reading.read_history(
             cid,
             root,
             found=found,

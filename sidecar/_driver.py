@@ -31,7 +31,6 @@ from pulsarcast_ipfs.core import (
     FetchBlock,
     HistoryOrder,
     HistoryPage,
-    LocalProtocolError,
     NodeConfig,
     OperationDone,
     OutputDispatch,
@@ -52,11 +51,12 @@ from pulsarcast_ipfs.core import (
     UnknownTopic,
     cid_str,
 )
-from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError, PeerAddrs
+from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._config import SidecarConfig
 from ._metrics import MetricsWriter, resource_records
+from ._readers import Readers
 from ._routing import RoutingView, topic_cid
 from ._state import StateError, StateStore
 from ._store import BlockStore, kubo_announces_pins
@@ -86,12 +86,6 @@ TOPIC_REANNOUNCE = 12 * 3600.0
 """A subscribed topic is announced (``provide/once``) again this often."""
 TOPIC_ANNOUNCE_RETRY = 60.0
 """After a failed topic announcement (descriptor not readable), try again this soon."""
-FINDPROVS_NUM = 8
-"""Holders of a topic looked up (``routing/findprovs``) by a node that reads it."""
-FINDPROVS_WAIT = 10.0
-CONNECT_WAIT = 5.0
-SETTLE = 0.5
-"""A new reader's history counts as gathered once it has held still this long."""
 
 
 class SigningFailed(PulsarcastError):
@@ -194,18 +188,8 @@ class Driver:
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
         self._announced: dict[CID, float] = {}
         """Subscribed topics (first versions) announced, with when (:attr:`clock`)."""
-        self.readers: dict[CID, float] = {}
-        """Topics (first versions) this node reads without subscribing, last read."""
-        self._read_locks: dict[CID, anyio.Lock] = {}
-        self.history_reads = 0
-        """History requests that made this node a reader (holders looked up)."""
-        self.history_read_providers = 0
-        """Holders found by those (``routing/findprovs``), summed."""
-        self.history_read_connected = 0
-        self._holders: dict[CID, set[str]] = {}
-        """Holders of topics read (``find_holders``): known peers whatever the table."""
-        self.history_read_incomplete = 0
-        """Reads answered before the history was complete (bounded wait)."""
+        self.reading = Readers(self)
+        """History reads of topics this node keeps no history of (:mod:`._readers`)."""
 
     @property
     def node(self) -> PulsarcastNode:
@@ -481,7 +465,7 @@ class Driver:
         self.call(lambda now: self.node.subscribe(now, cid))
         if not await self.wait_for(lambda: self.known_root(cid) is not None, max_wait=max_wait):
             return False
-        self.readers.pop(root, None)
+        self.reading.forget(root)
         self._subscribed(root, name)
         return True
 
@@ -513,49 +497,6 @@ class Driver:
         """One page of the retained history of topic ``cid`` (``node.history``)."""
         return self.node.history(cid, order=order, after=after, limit=limit)
 
-    def is_reader(self, root: CID) -> bool:
-        return root in self.readers
-
-    async def read_history(
-        self,
-        cid: CID,
-        root: CID,
-        *,
-        found: int,
-        connected: int,
-        resolve_wait: float,
-        max_wait: float,
-    ) -> bool | None:
-        """Become a reader of topic ``cid`` (first version ``root``), the holders
-        already looked up (``found`` providers, ``connected`` to); wait at most
-        ``max_wait`` in all for the back-fill. Whether the history was gathered in
-        time, or ``None`` if the core did not resolve the topic within
-        ``resolve_wait``."""
-        began = time.monotonic()
-        self.history_reads += 1
-        self.history_read_providers += found
-        self.history_read_connected += connected
-        self.start_reading(cid, root)
-        resolved = await self.wait_for(
-            lambda: self.known_root(cid) is not None, max_wait=resolve_wait
-        )
-        if not resolved:
-            return None
-        self.readers[root] = self.clock()
-        left = max(1.0, max_wait - (time.monotonic() - began))
-        settled = await self.settle_history(cid, max_wait=left)
-        if not settled:
-            self.history_read_incomplete += 1
-        log.info(
-            "reading topic %s: %d holder(s) found, %d connected, history %s after %.1f s",
-            cid_str(root),
-            found,
-            connected,
-            "gathered" if settled else "still incomplete",
-            time.monotonic() - began,
-        )
-        return settled
-
     def metrics_text(self) -> str:
         """``GET /metrics``: counters and gauges in Prometheus' text format."""
         store, transport = self.store, self.transport
@@ -577,11 +518,11 @@ class Driver:
             "pulsarcast_pin_failed_total": store.pin_failed,
             "pulsarcast_pin_calls_total": store.pin_calls,
             "pulsarcast_topics_announced_total": store.topics_announced,
-            "pulsarcast_history_reads_total": self.history_reads,
-            "pulsarcast_history_read_providers_total": self.history_read_providers,
-            "pulsarcast_history_read_connected_total": self.history_read_connected,
-            "pulsarcast_history_read_incomplete_total": self.history_read_incomplete,
-            "pulsarcast_readers": len(self.readers),
+            "pulsarcast_history_reads_total": self.reading.reads,
+            "pulsarcast_history_read_providers_total": self.reading.providers,
+            "pulsarcast_history_read_connected_total": self.reading.connected,
+            "pulsarcast_history_read_incomplete_total": self.reading.incomplete,
+            "pulsarcast_readers": len(self.reading),
             "pulsarcast_frames_in_total": transport.frames_in,
             "pulsarcast_frames_out_total": transport.frames_out,
             "pulsarcast_bad_frames_total": transport.bad_frames,
@@ -624,9 +565,7 @@ class Driver:
                 del self._announced[root]
                 if cid_str(root) not in self.state.state.created:
                     self.store.unpin_topic(root)
-        for root, last in list(self.readers.items()):
-            if now - last > self.node_config.reader_ttl:
-                del self.readers[root]  # the core has let the reader go by now
+        self.reading.expire(now, self.node_config.reader_ttl)
 
     def _topic_announced(self, root: CID, ok: bool) -> None:
         if not ok and root in self._announced:  # try again soon, not in 12 h
@@ -643,98 +582,6 @@ class Driver:
                 return
         log.info("announcing topic %s (pinned, provide/once)", cid_str(root))
         self.store.pin_topic(root, data)
-
-    async def find_holders(self, cid: CID) -> tuple[int, int]:
-        """``routing/findprovs`` of ``cid``, then ``swarm/connect`` to each provider:
-        (providers found, connected). Bitswap asks connected peers first, and retained
-        events are not announced one by one (docs/sidecar.md "History")."""
-        try:
-            found = await self.kubo.routing_findprovs(cid, FINDPROVS_NUM, max_wait=FINDPROVS_WAIT)
-        except KuboError as exc:
-            log.warning("findprovs %s failed: %s", cid, exc)
-            return 0, 0
-        others = [p for p in found if p.peer_id != self.peer_id]
-        connected: list[str] = []
-
-        async def connect(p: PeerAddrs) -> None:
-            addrs = [a if "/p2p/" in a else f"{a}/p2p/{p.peer_id}" for a in p.addresses]
-            for addr in addrs or [f"/p2p/{p.peer_id}"]:
-                try:
-                    with anyio.fail_after(CONNECT_WAIT):
-                        await self.kubo.swarm_connect(addr)
-                except (KuboError, TimeoutError) as exc:
-                    log.debug("swarm/connect %s failed: %s", addr, exc)
-                    continue
-                connected.append(p.peer_id)
-                return
-
-        async with anyio.create_task_group() as tg:
-            for p in others:
-                tg.start_soon(connect, p)
-        if connected:
-            self._holders[cid] = set(connected)
-            if len(self._holders) > 64:
-                del self._holders[next(iter(self._holders))]
-            await self._refresh_routing()
-        return len(others), len(connected)
-
-    def keeps_history(self, cid: CID) -> bool:
-        """Whether the node keeps topic ``cid``'s history (subscriber, author, reader)."""
-        try:
-            self.node.history(cid, limit=1)
-        except (UnknownTopic, LocalProtocolError):
-            return False
-        return True
-
-    def read_lock(self, cid: CID) -> anyio.Lock:
-        lock = self._read_locks.get(cid)
-        if lock is None:
-            if len(self._read_locks) > 1024:
-                self._read_locks.clear()
-            lock = self._read_locks[cid] = anyio.Lock()
-        return lock
-
-    def start_reading(self, cid: CID, root: CID | None = None) -> None:
-        """``node.read``: keep (and back-fill) the topic's history ``reader_ttl`` more,
-        hanging below one of the holders found (``find_holders``) if there are any."""
-        root = root or self.known_root(cid)
-        holders = sorted(self._holders.get(cid, set()) | self._holders.get(root or cid, set()))
-        self.call(lambda now: self.node.read(now, cid, holders=holders))
-        if root is not None:
-            self.readers[root] = self.clock()
-
-    def _history_ready(self, cid: CID) -> tuple[int, ...] | None:
-        """A snapshot of a reader's progress if it looks done (in the tree under a
-        parent, or acting as root with children; history complete, no fetch in
-        flight), else ``None``."""
-        try:
-            st = self.node.topic_state(cid)
-            page = self.node.history(cid, limit=1)
-        except (UnknownTopic, LocalProtocolError):
-            return None
-        if not st.synced or (st.parent is None and st.author != self.peer_id and not st.children):
-            # Not under a parent yet, or its HEADS not heard yet; or an acting root of
-            # its own (a relay acting as root with children gathers from them).
-            return None
-        if not page.complete or self.node.memory_usage["fetches"]:
-            return None
-        return (page.retained, len(page.heads))
-
-    async def settle_history(self, cid: CID, *, max_wait: float) -> bool:
-        """Wait (at most ``max_wait``) until a new reader has joined the tree and its
-        back-filled history is complete and has held still for :data:`SETTLE`."""
-        held: tuple[int, ...] | None = None
-        since = 0.0
-        with anyio.move_on_after(max_wait):
-            while True:
-                snap = self._history_ready(cid)
-                t = time.monotonic()
-                if snap is None or snap != held:
-                    held, since = snap, t
-                elif t - since >= SETTLE:
-                    return True
-                await anyio.sleep(0.05)
-        return False
 
     def persist(self) -> None:
         """Save ``state.json`` with fresh heads."""
@@ -805,7 +652,7 @@ class Driver:
                     self._tg = tg
                     await tg.start(self.transport.run, tg)
                     tg.start_soon(self.store.run, tg)
-                    await self._refresh_routing()
+                    await self.refresh_routing()
                     tg.start_soon(self._routing_loop)
                     tg.start_soon(self._timer_loop)
                     tg.start_soon(self._housekeeping_loop)
@@ -879,7 +726,7 @@ class Driver:
     _routing: RoutingView | None = None
     """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""
 
-    async def _refresh_routing(self) -> None:
+    async def refresh_routing(self) -> None:
         """Give the node its known peers (``swarm/peers`` each time, ``stats/dht`` every
         30 s: :class:`RoutingView`); the node is told only when they changed or a tree
         acts as root."""
@@ -908,8 +755,9 @@ class Driver:
         # A reader also knows the holders it found (``routing/findprovs``) and
         # connected to, whatever the per-bucket limit keeps: with the author gone for
         # good, they are the tree it must join (a sparse table may list none of them).
-        for holders in self._holders.values():
-            peers.extend(h for h in holders if h not in peers and h != self.peer_id)
+        peers.extend(
+            h for h in self.reading.known_holders() if h not in peers and h != self.peer_id
+        )
         # set_known_peers with the peers the node has already changes nothing, except
         # that acting roots look for a closer peer at once: skip it unless one does.
         if acting or peers != view.given:
@@ -919,7 +767,7 @@ class Driver:
     async def _routing_loop(self) -> None:
         while True:
             await anyio.sleep(self.config.routing_interval)
-            await self._refresh_routing()
+            await self.refresh_routing()
 
     async def _timer_loop(self) -> None:
         while True:

@@ -321,18 +321,18 @@ async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
     driver._topics = {str(topic): "acting", str(gone): "gone", "not a CID": "?"}
     async with kubo.client() as client:
         driver.kubo = client
-        await driver._refresh_routing()
-        await driver._refresh_routing()  # nothing new: the node is not told again
+        await driver.refresh_routing()
+        await driver.refresh_routing()  # nothing new: the node is not told again
         assert node.given == [limit_per_bucket(me, others[:2], None)]
         kubo.connected.add(others[2])
-        await driver._refresh_routing()
+        await driver.refresh_routing()
         assert node.given[-1] == limit_per_bucket(me, others[:3], None)
         node.acting = True  # acting root: the author is added, every time
-        await driver._refresh_routing()
-        await driver._refresh_routing()
+        await driver.refresh_routing()
+        await driver.refresh_routing()
         assert node.given[-2:] == [[*limit_per_bucket(me, others[:3], None), author]] * 2
         node.acting = False
-        await driver._refresh_routing()
+        await driver.refresh_routing()
         assert len(node.given) == 5 and author not in node.given[-1]
     assert kubo.calls.count("stats/dht") == 1 and kubo.calls.count("swarm/peers") == 6
 
