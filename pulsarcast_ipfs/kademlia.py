@@ -63,12 +63,12 @@ def peer_id_bytes(peer_id: str) -> bytes:
     if peer_id.startswith(("Qm", "1")):
         try:
             raw = bytes(multibase.decode("z" + peer_id))
-        except Exception as exc:  # multibase raises several unrelated types
+        except (ValueError, LookupError) as exc:  # what multibase raises on bad text
             raise InvalidPeerId(f"invalid peer ID {peer_id!r}: not base58btc") from exc
     else:
         try:
             cid = CID.decode(peer_id)
-        except Exception as exc:
+        except (ValueError, LookupError) as exc:  # multiformats' errors (and an IndexError)
             raise InvalidPeerId(
                 f"invalid peer ID {peer_id!r}: neither base58btc nor a CID"
             ) from exc

@@ -69,3 +69,14 @@ def test_bucket_index_is_common_prefix_length(a: int, b: int) -> None:
     else:
         assert format(a, "0256b")[:idx] == format(b, "0256b")[:idx]
         assert format(a, "0256b")[idx] != format(b, "0256b")[idx]
+
+
+@given(st.sampled_from(["", "Qm", "1", "b", "z", "bafz", "12D3KooW"]), st.text(max_size=60))
+def test_any_text_is_a_peer_id_or_invalid_peer_id(prefix: str, text: str) -> None:
+    """Peer IDs come from the wire and the API: garbage raises ``InvalidPeerId`` and
+    nothing else (the multibase and CID decoders are caught by their own error types,
+    so a bug of ours would escape as itself)."""
+    try:
+        kademlia.validate_peer_id(prefix + text)
+    except kademlia.InvalidPeerId:
+        pass
