@@ -123,7 +123,7 @@ def refusal(exc: Exception) -> JSONResponse:
 def parse_cid(text: str, what: str = "CID") -> CID:
     try:
         cid = CID.decode(text)
-    except Exception:
+    except (ValueError, LookupError):  # multiformats' errors
         raise ApiError(400, "bad_request", f"bad {what}: {text!r} is not a CID") from None
     if cid.version != 1 or cid.codec.name != "dag-cbor":
         raise ApiError(400, "bad_request", f"bad {what}: {text} is not a CIDv1 dag-cbor CID")

@@ -26,6 +26,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Deliver,
+    DescriptorError,
     DisconnectPeer,
     EventDescriptor,
     FetchBlock,
@@ -375,7 +376,7 @@ class Driver:
             return None
         try:
             return TopicDescriptor.decode(data, expected_cid=cid)
-        except Exception:
+        except DescriptorError:
             return None
 
     def _topic_state(self, cid: CID) -> TopicState | None:

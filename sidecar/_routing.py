@@ -68,7 +68,7 @@ def topic_cid(root: str) -> CID:
     ValueError if ``root`` is not a CID."""
     try:
         return CID.decode(root)
-    except Exception as exc:  # multiformats raises several unrelated types
+    except (ValueError, LookupError) as exc:  # multiformats' errors
         raise ValueError(f"not a CID: {root[:80]!r}") from exc
 
 

@@ -108,7 +108,7 @@ def _multibase_bytes(text: object, what: str) -> bytes:
         return b""
     try:
         return bytes(multibase.decode(text))
-    except Exception as exc:  # multibase raises several unrelated types
+    except (ValueError, LookupError) as exc:  # what multibase raises on bad text
         raise KuboProtocolError(f"{what}: not multibase: {text[:40]!r}") from exc
 
 
@@ -149,7 +149,7 @@ def _checked_key(doc: Any, expected: CID) -> CID:
         return expected  # the usual answer, compared as text (no multiformats parse)
     try:
         got_cid = CID.decode(got)
-    except Exception as exc:
+    except (ValueError, LookupError) as exc:  # multiformats' errors
         raise KuboProtocolError(
             f"Kubo returned an invalid CID {got!r}", endpoint="block/put"
         ) from exc
