@@ -332,7 +332,10 @@ class FakeTransport(Transport):
         self.fake_peers.receive(peer, data)
 
     def feed(self, peer: str, data: bytes) -> None:
-        """``data`` arrives from ``peer`` on its incoming connection (opened on first use)."""
+        """``data`` arrives from ``peer`` on its incoming connection (opened on first use);
+        lost, as on a network, once the node has closed its connections (stopping)."""
+        if self._closing:
+            return
         stream = self._streams.get(peer)
         if stream is None:
             assert self._tg is not None, "the transport is not running"
@@ -340,7 +343,10 @@ class FakeTransport(Transport):
             self._streams[peer] = stream
             stream.send_nowait(peer.encode("ascii") + b"\n")
             self._tg.start_soon(self._handle, cast(Any, receive))
-        stream.send_nowait(data)
+        try:
+            stream.send_nowait(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._streams.pop(peer, None)  # the node closed this connection
 
 
 class FakePeers:
