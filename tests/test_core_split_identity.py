@@ -26,10 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_core_readers import _orphaned
 
 from pulsarcast_ipfs.core import NodeConfig, PeerPolicy, TopicOptions
 from pulsarcast_ipfs.core.testing import CoreNet
-from pulsarcast_ipfs.kademlia import peer_position
 
 
 def _digest(net: CoreNet) -> str:
@@ -132,21 +132,8 @@ def _signed() -> CoreNet:
 def _orphan() -> CoreNet:
     """One peer per k-bucket, the author gone for good, a stranger reads below a
     holder then subscribes (tests/test_core_readers.py)."""
-    net = CoreNet(12, seed=3, bucket_size=1)
-    author = net.peers[0]
-    topic = net.call(author, "create_topic", "orphan")
-    net.run_for(0.5)
-    apos = peer_position(author)
-    others = sorted(net.peers[1:], key=lambda p: peer_position(p) ^ apos)
-    holders = others[-2:]
-    for h in holders:
-        net.call(h, "subscribe", topic)
-    net.run_for(3)
-    for i in range(10):
-        net.call(author, "publish", topic, b"%d" % i)
-    net.run_for(3)
-    net.crash(author)
-    net.run_for(30)
+    net, topic, holders, rest, _ = _orphaned(3)
+    others = rest + holders  # the live nodes, farthest from the author last
     stranger = others[len(others) // 2 - 2]
     net.call(stranger, "read", topic, holders=holders)
     net.run_for(10)
