@@ -8,7 +8,9 @@ The hierarchy separates "you misused the API" from "the peer sent garbage"
     │   ├── UnknownTopic            the node knows no topic by that CID
     │   ├── NotAllowedToPublish     neither allowed to publish nor to request it (§5)
     │   ├── InvalidParent           a CUSTOM parent this node does not know (§5)
-    │   └── TopicConflict           a CUSTOM parent that is an event of another topic (§5)
+    │   ├── TopicConflict           a CUSTOM parent that is an event of another topic (§5)
+    │   ├── InvalidAttributes       an event attribute map breaks the rules (core/_filters.py)
+    │   └── FilterSyntaxError       a subscription filter does not parse (position, expected)
     └── RemoteProtocolError         the peer (or a file) sent garbage; the only error
         └── DescriptorError         garbage may ever raise: invalid descriptor bytes (§4)
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 __all__ = [
     "DescriptorError",
+    "FilterSyntaxError",
+    "InvalidAttributes",
     "InvalidParent",
     "LocalProtocolError",
     "NotAllowedToPublish",
@@ -56,6 +60,20 @@ class InvalidParent(LocalProtocolError):
 
 class TopicConflict(LocalProtocolError):
     """The parent named for a CUSTOM-linked event belongs to another topic (PROTOCOL.md §5)."""
+
+
+class InvalidAttributes(LocalProtocolError):
+    """An event's attribute map (or a filter's value) breaks the rules of core/_filters.py."""
+
+
+class FilterSyntaxError(LocalProtocolError):
+    """A filter's text does not parse: ``position`` (0-based offset) and ``expected``."""
+
+    def __init__(self, problem: str, *, position: int, expected: str) -> None:
+        super().__init__(f"{problem} at position {position}: expected {expected}")
+        self.problem = problem
+        self.position = position
+        self.expected = expected
 
 
 class RemoteProtocolError(PulsarcastError):
