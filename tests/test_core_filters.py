@@ -65,7 +65,7 @@ def test_valid_attributes_pass_as_they_are() -> None:
     ],
 )
 def test_bad_attributes_are_refused_saying_why(attrs: object, says: str) -> None:
-    with pytest.raises(InvalidAttributes, match=None) as info:
+    with pytest.raises(InvalidAttributes) as info:
         validate_attributes(attrs)
     assert says in str(info.value)
 

@@ -31,9 +31,12 @@ from ._codec import (
 )
 from ._config import NodeConfig
 from ._descriptors import (
+    ATTRIBUTE_VERSIONS,
+    ATTRIBUTES_VERSION,
     MAX_PARENTS,
     MAX_PAYLOAD_SIZE,
     PROTOCOL_VERSION,
+    SIGNED_ATTRIBUTES_VERSION,
     SIGNED_VERSION,
     EventDescriptor,
     EventLinking,
@@ -44,6 +47,7 @@ from ._descriptors import (
     cid_str,
     compute_cid,
     decode_descriptor,
+    event_version,
     format_created,
     parse_created,
     sort_parents,
@@ -111,6 +115,8 @@ from ._signing import (
 )
 
 __all__ = [
+    "ATTRIBUTES_VERSION",
+    "ATTRIBUTE_VERSIONS",
     "KUBO_SIGN_PREFIX",
     "MATCH_ALL",
     "MAX_ATTRIBUTES",
@@ -128,6 +134,7 @@ __all__ = [
     "MAX_STRING_LENGTH",
     "OUTPUT_METHODS",
     "PROTOCOL_VERSION",
+    "SIGNED_ATTRIBUTES_VERSION",
     "SIGNED_VERSION",
     "AttributeValue",
     "Between",
@@ -195,6 +202,7 @@ __all__ = [
     "decode_rpc",
     "encode_frame",
     "encode_rpc",
+    "event_version",
     "format_created",
     "matches",
     "matches_any",

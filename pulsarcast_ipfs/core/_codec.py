@@ -26,7 +26,9 @@ the dissemination tree across updates)::
                         event block; topic-version block or null; pushed: the MEMBERS
                         epoch the publisher pushed this event to directly, or null
     REQUEST_TO_PUBLISH {op, topic, descriptor, requestId, author, payload, parent, created,
-                        injectId, signature}   signature: the author's (1.1.0) or null
+                        injectId, signature[, attributes]}   signature: the author's
+                        (1.1.0) or null; attributes: the event's (issue 15), a key
+                        present only when the event has them (older nodes' shape else)
     REQUEST_ACK        {op, topic, requestId, ok, event}
     PING / PONG        {op, nonce}
     HEADS              {op, topic, heads: [[CID, created seconds], ...]}
@@ -41,7 +43,9 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any, ClassVar, Final
 
 from multiformats import CID
@@ -49,7 +53,8 @@ from multiformats import CID
 from . import _dagcbor
 from ._descriptors import MAX_DESCRIPTOR_SIZE, MAX_PAYLOAD_SIZE, check_link, parse_created
 from ._descriptors import _peer as _check_peer
-from ._errors import LocalProtocolError, RemoteProtocolError
+from ._errors import InvalidAttributes, LocalProtocolError, RemoteProtocolError
+from ._filters import AttributeValue, validate_attributes
 
 __all__ = [
     "MAX_FRAME_SIZE",
@@ -126,6 +131,9 @@ class _Message:
     __slots__ = ()
     op: ClassVar[str]
     _wire: ClassVar[dict[str, str]]  # python field -> wire key
+    _optional: ClassVar[frozenset[str]] = frozenset()
+    """Fields whose key is left out when None (added to a message after its first
+    version, so that a message without them keeps the older shape)."""
 
     def _validate(self) -> None:
         raise NotImplementedError
@@ -140,6 +148,10 @@ class _Message:
         obj: dict[str, Any] = {"op": self.op}
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
+            if value is None and f.name in self._optional:
+                continue
+            if isinstance(value, Mapping):
+                value = dict(value)
             if isinstance(value, tuple):
                 value = [list(v) if isinstance(v, tuple) else v for v in value]
             obj[self._wire.get(f.name, f.name)] = value
@@ -236,8 +248,19 @@ class RequestToPublish(_Message):
     signature: bytes | None = None
     """The requester's Ed25519 signature over the event's ``author_statement``
     (docs/security.md "Signatures"); ``None`` from an unsigned (1.0.0) requester."""
+    attributes: Mapping[str, AttributeValue] | None = None
+    """The event's attributes (core/_filters.py), or None: then the key is absent."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"attributes"})
 
     def _validate(self) -> None:
+        if self.attributes is not None:
+            if not self.attributes:
+                raise _bad("attributes: an empty map is written as no key")
+            try:
+                attrs = validate_attributes(self.attributes)
+            except InvalidAttributes as exc:
+                raise _bad(f"attributes: {exc}") from exc
+            object.__setattr__(self, "attributes", MappingProxyType(attrs))
         _cid(self.topic, "topic")
         _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
         if self.signature is not None and (
@@ -498,6 +521,8 @@ def encode_rpc(rpc: Rpc) -> bytes:
     computed once; values are encoded by the dag-cbor encoder. Messages are
     validated on construction, so the values are encodable.
     """
+    if rpc._optional:
+        return _dagcbor.encode(rpc.to_ipld())  # rare messages: the general encoder
     head, items = _PLANS[type(rpc)]
     out = bytearray(head)
     enc = _dagcbor._enc
@@ -546,6 +571,7 @@ def decode_rpc(body: bytes) -> Rpc:
     cls = _BY_OP[op]
     names = {f.name: cls._wire.get(f.name, f.name) for f in fields(cls)}  # type: ignore[arg-type]
     expected = {"op", *names.values()}
+    expected -= {names[n] for n in cls._optional if names[n] not in obj}
     if set(obj) != expected:
         raise RemoteProtocolError(
             f"{op}: missing fields {sorted(expected - set(obj))}, "
@@ -553,7 +579,11 @@ def decode_rpc(body: bytes) -> Rpc:
         )
     kwargs: dict[str, Any] = {}
     for name, wire in names.items():
+        if wire not in obj:
+            continue  # an optional field left out
         value: Any = obj[wire]
+        if value is None and name in cls._optional:
+            raise RemoteProtocolError(f"{op}: {wire} is left out, not null, when absent")
         if name in ("heads", "have") and value is not None:
             if not isinstance(value, list):
                 raise RemoteProtocolError(f"{op}: {name} must be a list")

@@ -20,7 +20,8 @@ Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
                           "eventLinking": "LAST_SEEN" | "CUSTOM"}}
     event = {"topic": CID, "author": peer-id, "publisher": peer-id,
              "parents": [CID, ...], "clock": int,
-             "payload": bytes, "metadata": {"created": str, "protocolVersion": str}}
+             "payload": bytes, "metadata": {"created": str, "protocolVersion": str},
+             "attributes": {name: str | int | float}}      (2.0.1 / 2.1.1 only)
 
 Protocol 2 (docs/protocol-notes.md "History DAG"): an event links *every* head its
 publisher knows (``parents``: at most :data:`MAX_PARENTS` distinct CIDs in ascending
@@ -40,6 +41,14 @@ created, payload: what a requester can sign before a publisher is chosen). The C
 covers everything, signatures included. The decoders check the *shape* only; the
 node verifies the signatures (it knows the tree an event travels in).
 
+``protocolVersion`` ``"2.0.1"`` (unsigned) and ``"2.1.1"`` (signed) are 2.0.0 and
+2.1.0 with an ``"attributes"`` map (issue 15; rules in core/_filters.py): the patch
+digit 1 says "carries attributes", the minor digit keeps saying "signed". The map is
+non-empty, at most 16 names to strings or finite numbers, covered by the CID, the
+publisher's signature and the author's statement. An event without attributes is
+written exactly as before (2.0.0/2.1.0, same bytes, same CID); a node that does not
+know 2.0.1/2.1.1 refuses only the events that carry attributes.
+
 ``created`` is ISO-8601 UTC with microseconds (``2026-01-01T00:00:00.000000Z``;
 ``+00:00`` is accepted on decoding). It comes from the ``now`` given to the core.
 """
@@ -56,6 +65,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from multiformats import CID
@@ -64,11 +74,15 @@ from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 
 from . import _dagcbor
 from ._errors import DescriptorError, LocalProtocolError
+from ._filters import AttributeValue, validate_attributes
 
 __all__ = [
+    "ATTRIBUTES_VERSION",
+    "ATTRIBUTE_VERSIONS",
     "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
+    "SIGNED_ATTRIBUTES_VERSION",
     "SIGNED_VERSION",
     "EventDescriptor",
     "EventLinking",
@@ -79,6 +93,7 @@ __all__ = [
     "cid_str",
     "compute_cid",
     "decode_descriptor",
+    "event_version",
     "format_created",
     "parse_created",
     "sort_parents",
@@ -88,11 +103,17 @@ PROTOCOL_VERSION: Final = "2.0.0"
 """The unsigned ``protocolVersion`` (PROTOCOL.md §4), written when signatures are off."""
 SIGNED_VERSION: Final = "2.1.0"
 """The signed ``protocolVersion`` (docs/security.md "Signatures")."""
-SIGNED_VERSIONS: Final = frozenset({"1.1.0", SIGNED_VERSION})
+ATTRIBUTES_VERSION: Final = "2.0.1"
+"""An unsigned event with ``attributes`` (docs/protocol-notes.md "Attributes")."""
+SIGNED_ATTRIBUTES_VERSION: Final = "2.1.1"
+"""A signed event with ``attributes``."""
+SIGNED_VERSIONS: Final = frozenset({"1.1.0", SIGNED_VERSION, SIGNED_ATTRIBUTES_VERSION})
 """Versions whose descriptors carry signatures."""
-EVENT_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION})
+ATTRIBUTE_VERSIONS: Final = frozenset({ATTRIBUTES_VERSION, SIGNED_ATTRIBUTES_VERSION})
+"""Event versions with an ``attributes`` map (and only they have one)."""
+EVENT_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION}) | ATTRIBUTE_VERSIONS
 """Event descriptors: protocol 2 only (multi-parent links and a clock)."""
-SUPPORTED_VERSIONS: Final = EVENT_VERSIONS | {"1.0.0", "1.1.0"}
+SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION, "1.0.0", "1.1.0"})
 """Topic descriptors: protocol 1 topics have the same shape and are read as they are."""
 MAX_PARENTS: Final = 16
 """Most parents an event links (a LAST_SEEN publisher links its newest heads)."""
@@ -303,6 +324,14 @@ def _exact_keys(obj: object, keys: set[str], where: str) -> dict[str, Any]:
         missing, extra = sorted(keys - got), sorted(got - keys)
         raise ValueError(f"{where}: missing fields {missing}, unknown fields {extra}")
     return obj
+
+
+def event_version(*, signed: bool, attributes: bool) -> str:
+    """The ``protocolVersion`` an event is written with: signed or not, with
+    ``attributes`` or not (an event without them keeps 2.0.0/2.1.0 and its CID)."""
+    if attributes:
+        return SIGNED_ATTRIBUTES_VERSION if signed else ATTRIBUTES_VERSION
+    return SIGNED_VERSION if signed else PROTOCOL_VERSION
 
 
 def _check_version(metadata: object, supported: frozenset[str] = SUPPORTED_VERSIONS) -> str:
@@ -585,6 +614,9 @@ class EventDescriptor:
     """Ed25519 by ``author`` over :meth:`author_statement` (1.1.0)."""
     publisher_signature: bytes | None = field(default=None, repr=False)
     """Ed25519 by ``publisher`` over :meth:`signing_bytes` (1.1.0)."""
+    attributes: Mapping[str, AttributeValue] | None = None
+    """Named strings and numbers a subscription's filter selects on (core/_filters.py);
+    only in the :data:`ATTRIBUTE_VERSIONS`, never empty (no attributes = None)."""
     _data: bytes = field(init=False, repr=False)
     _cid: CID | None = field(init=False, default=None, repr=False)
     """Computed on first use: a draft (signed next) never needs its CID."""
@@ -607,6 +639,16 @@ class EventDescriptor:
             created_ts = parse_created(self.created)
             if self.protocol_version not in EVENT_VERSIONS:
                 raise ValueError(f"unsupported protocolVersion {self.protocol_version!r}")
+            if self.attributes is not None:
+                if not self.attributes:
+                    raise ValueError("attributes: an event without attributes has no map")
+                attrs = validate_attributes(self.attributes)
+                object.__setattr__(self, "attributes", MappingProxyType(attrs))
+            if (self.attributes is not None) != (self.protocol_version in ATTRIBUTE_VERSIONS):
+                raise ValueError(
+                    f"attributes are carried exactly by protocolVersion "
+                    f"{sorted(ATTRIBUTE_VERSIONS)} events (this one: {self.protocol_version!r})"
+                )
             _check_signed(
                 self.protocol_version,
                 (self.author_signature, self.publisher_signature),
@@ -636,7 +678,11 @@ class EventDescriptor:
     def author_statement(self, tree: CID) -> bytes:
         """What the author signs (see :func:`author_statement`)."""
         return author_statement(
-            tree=tree, author=self.author, created=self.created, payload=self.payload
+            tree=tree,
+            author=self.author,
+            created=self.created,
+            payload=self.payload,
+            attributes=self.attributes,
         )
 
     def to_ipld(self) -> dict[str, Any]:
@@ -649,7 +695,7 @@ class EventDescriptor:
         return body
 
     def _body(self) -> dict[str, Any]:
-        return {
+        body = {
             "topic": self.topic,
             "author": self.author,
             "publisher": self.publisher,
@@ -658,6 +704,9 @@ class EventDescriptor:
             "payload": self.payload,
             "metadata": {"created": self.created, "protocolVersion": self.protocol_version},
         }
+        if self.attributes is not None:
+            body["attributes"] = dict(self.attributes)
+        return body
 
     def encode(self) -> bytes:
         """Canonical dag-cbor bytes of this descriptor."""
@@ -690,6 +739,8 @@ class EventDescriptor:
             keys = {"topic", "author", "publisher", "parents", "clock", "payload", "metadata"}
             if version in SIGNED_VERSIONS:
                 keys.add("signatures")
+            if version in ATTRIBUTE_VERSIONS:
+                keys.add("attributes")
             top = _exact_keys(obj, keys, "event")
             meta = _exact_keys(top["metadata"], {"created", "protocolVersion"}, "metadata")
             sigs: dict[str, Any] = {"author": None, "publisher": None}
@@ -708,6 +759,7 @@ class EventDescriptor:
                 protocol_version=meta["protocolVersion"],
                 author_signature=sigs["author"],
                 publisher_signature=sigs["publisher"],
+                attributes=_attribute_map(top.get("attributes"), version),
             )
         except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc
@@ -727,15 +779,39 @@ def sort_parents(parents: Iterable[CID]) -> tuple[CID, ...]:
     return tuple(sorted(set(parents), key=bytes))
 
 
-def author_statement(*, tree: CID, author: str, created: str, payload: bytes) -> bytes:
-    """What an event's author signs: ``{"tree", "author", "created", "payload"}``.
+def _attribute_map(value: object, version: str) -> Mapping[str, AttributeValue] | None:
+    if version not in ATTRIBUTE_VERSIONS:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"attributes: expected a map, got {type(value).__name__}")
+    return value
+
+
+def author_statement(
+    *,
+    tree: CID,
+    author: str,
+    created: str,
+    payload: bytes,
+    attributes: Mapping[str, AttributeValue] | None = None,
+) -> bytes:
+    """What an event's author signs: ``{"tree", "author", "created", "payload"}``,
+    and ``"attributes"`` when the event has them (so a publisher cannot change them).
 
     ``tree`` is the topic's *first version* (the tree key): a requester signs this
     before it knows which node will publish, under which topic version and with
     which ``parents`` (LAST_SEEN) — those the publisher's signature covers. The key
     set differs from both descriptors', so no signature can be taken for another.
     """
-    return _encode({"tree": tree, "author": author, "created": created, "payload": payload})
+    statement: dict[str, Any] = {
+        "tree": tree,
+        "author": author,
+        "created": created,
+        "payload": payload,
+    }
+    if attributes:
+        statement["attributes"] = dict(attributes)
+    return _encode(statement)
 
 
 _D = TypeVar("_D", TopicDescriptor, EventDescriptor)

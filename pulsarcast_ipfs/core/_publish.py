@@ -10,6 +10,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from multiformats import CID
@@ -24,6 +25,7 @@ from ._descriptors import (
     EventLinking,
     author_statement,
     cid_str,
+    event_version,
     format_created,
 )
 from ._errors import (
@@ -33,6 +35,7 @@ from ._errors import (
     TopicConflict,
     UnknownTopic,
 )
+from ._filters import AttributeValue, validate_attributes
 from ._io import Pending, PublishResult, StoreBlock
 from ._requests import _Request
 from ._signqueue import _Steps
@@ -54,11 +57,14 @@ class Publishing(NodeBase):
         *,
         parent: CID | None = None,
         inject_id: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> PublishResult | Pending:
         """Algorithms 3 and 4: publish here if allowed, else request an allowed node to.
 
         With ``require_signatures`` this returns :class:`Pending`; the
         :class:`PublishResult` comes in an :class:`OperationDone` once signed.
+        ``attributes`` (core/_filters.py rules; ``InvalidAttributes`` if broken) go
+        into the event descriptor; None or an empty map means none.
         """
         tree = self._tree_for(topic_cid)
         if not isinstance(payload, bytes):
@@ -69,6 +75,7 @@ class Publishing(NodeBase):
             inject_id = f"{self.peer_id}/{self._next_seq()}"
         elif not isinstance(inject_id, str) or not inject_id or len(inject_id) > 256:
             raise LocalProtocolError("inject_id must be a non-empty string of at most 256")
+        attrs = validate_attributes(attributes) if attributes else None
         version = tree.latest
         parent = self._check_parent(tree, parent)
         if not version.may_publish(self.peer_id) and not version.may_request(self.peer_id):
@@ -83,10 +90,15 @@ class Publishing(NodeBase):
             inject_id=inject_id,
             size=len(payload),
         )
-        return self._run(now, self._publish(tree.key, payload, parent, inject_id))
+        return self._run(now, self._publish(tree.key, payload, parent, inject_id, attrs))
 
     def _publish(
-        self, key: CID, payload: bytes, parent: CID | None, inject_id: str
+        self,
+        key: CID,
+        payload: bytes,
+        parent: CID | None,
+        inject_id: str,
+        attributes: dict[str, AttributeValue] | None,
     ) -> _Steps[PublishResult]:
         tree = self._trees.get(key)
         if tree is None:
@@ -108,7 +120,10 @@ class Publishing(NodeBase):
                 clock=links[1],
                 payload=payload,
                 created=created,
-                protocol_version=self._version,
+                protocol_version=event_version(
+                    signed=self.config.require_signatures, attributes=attributes is not None
+                ),
+                attributes=attributes,
             )
             ev = yield from self._signed_event(draft, key)
             if key not in self._trees:
@@ -120,7 +135,11 @@ class Publishing(NodeBase):
         signature: bytes | None = None
         if self.config.require_signatures:
             statement = author_statement(
-                tree=key, author=self.peer_id, created=created, payload=payload
+                tree=key,
+                author=self.peer_id,
+                created=created,
+                payload=payload,
+                attributes=attributes,
             )
             signature = (yield {"author": statement})["author"]
         request_id = f"{self.peer_id}/{self._rng.getrandbits(64):016x}"
@@ -134,6 +153,7 @@ class Publishing(NodeBase):
             created=created,
             inject_id=inject_id,
             signature=signature,
+            attributes=attributes,
         )
         req = _Request(
             tree=tree.key,

@@ -20,12 +20,11 @@ from pulsarcast_ipfs.kademlia import peer_position
 from ._base import NodeBase
 from ._codec import RequestAck, RequestToPublish
 from ._descriptors import (
-    PROTOCOL_VERSION,
-    SIGNED_VERSION,
     EventDescriptor,
     EventLinking,
     TopicDescriptor,
     author_statement,
+    event_version,
 )
 from ._errors import DescriptorError
 from ._signing import verify_signature
@@ -160,7 +159,8 @@ class Requests(NodeBase):
             clock=clock,
             payload=rpc.payload,
             created=rpc.created,
-            protocol_version=SIGNED_VERSION if signed else PROTOCOL_VERSION,
+            protocol_version=event_version(signed=signed, attributes=rpc.attributes is not None),
+            attributes=rpc.attributes,
         )
         self._signing_requests.add(rpc.request_id)
 
@@ -182,7 +182,11 @@ class Requests(NodeBase):
         if rpc.signature is None:
             return "unsigned" if self.config.require_signatures else None
         statement = author_statement(
-            tree=rpc.topic, author=rpc.author, created=rpc.created, payload=rpc.payload
+            tree=rpc.topic,
+            author=rpc.author,
+            created=rpc.created,
+            payload=rpc.payload,
+            attributes=rpc.attributes,
         )
         if not verify_signature(rpc.author, statement, rpc.signature):
             return "bad_signature"

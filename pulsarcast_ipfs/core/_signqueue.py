@@ -22,6 +22,7 @@ from ._base import NodeBase
 from ._descriptors import (
     PROTOCOL_VERSION,
     SIGNED_VERSION,
+    SIGNED_VERSIONS,
     EventDescriptor,
     TopicDescriptor,
 )
@@ -189,7 +190,7 @@ class SigningQueue(NodeBase):
 
     def _event_refused(self, tree: Tree, ev: EventDescriptor) -> str | None:
         """Why an event is refused: unsigned, or a signature that does not check out."""
-        if ev.protocol_version == PROTOCOL_VERSION:
+        if ev.protocol_version not in SIGNED_VERSIONS:
             return "unsigned" if self.config.require_signatures else None
         assert ev.publisher_signature is not None and ev.author_signature is not None
         if not verify_signature(ev.publisher, ev.signing_bytes(), ev.publisher_signature):
