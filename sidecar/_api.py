@@ -56,6 +56,7 @@ from pulsarcast_ipfs.core import (
     TopicOptions,
     UnknownTopic,
     cid_str,
+    validate_attributes,
 )
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
@@ -405,8 +406,17 @@ class _Api:
         inject_id = body.get("inject_id")
         if inject_id is not None and not isinstance(inject_id, str):
             raise ApiError(400, "bad_request", "inject_id must be a string")
+        attributes = body.get("attributes")
+        if attributes is not None:
+            if not isinstance(attributes, dict):
+                raise ApiError(
+                    400, "bad_request", 'attributes must be an object {"name": string | number}'
+                )
+            validate_attributes(attributes)  # InvalidAttributes: 400 bad_request, saying why
         self.tree_key(cid)
-        res = await self.d.publish(cid, payload, parent=parent, inject_id=inject_id)
+        res = await self.d.publish(
+            cid, payload, parent=parent, inject_id=inject_id, attributes=attributes or None
+        )
         return JSONResponse(
             {
                 "status": res.status,

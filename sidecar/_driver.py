@@ -105,6 +105,7 @@ def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
         "created": ev.created,
         "protocol_version": ev.protocol_version,
         "payload": base64.b64encode(ev.payload).decode("ascii"),
+        "attributes": dict(ev.attributes) if ev.attributes is not None else {},
     }
 
 
@@ -478,12 +479,20 @@ class Driver:
         self.announce_topics()  # unpins the topic (unless this node created it)
 
     async def publish(
-        self, cid: CID, payload: bytes, *, parent: CID | None, inject_id: str | None
+        self,
+        cid: CID,
+        payload: bytes,
+        *,
+        parent: CID | None,
+        inject_id: str | None,
+        attributes: dict[str, Any] | None = None,
     ) -> PublishResult:
         """Publish (or request to publish) ``payload`` in topic ``cid``."""
         return await self.complete(
             self.call(
-                lambda now: self.node.publish(now, cid, payload, parent=parent, inject_id=inject_id)
+                lambda now: self.node.publish(
+                    now, cid, payload, parent=parent, inject_id=inject_id, attributes=attributes
+                )
             )
         )
 

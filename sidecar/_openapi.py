@@ -80,7 +80,17 @@ _EVENT: dict[str, Any] = {
         "created": {"type": "string"},
         "protocol_version": {"type": "string"},
         "payload": {"type": "string"},
+        "attributes": {"$ref": "#/components/schemas/Attributes"},
     },
+}
+_ATTRIBUTES = {
+    "type": "object",
+    "description": "at most 16 names [A-Za-z_][A-Za-z0-9_]* (1-32 characters, not and/in/"
+    "between) to a string (at most 256 characters) or a finite number (docs/http-api.md "
+    '"Attributes and filters")',
+    "maxProperties": 16,
+    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,31}$"},
+    "additionalProperties": {"type": ["string", "number"]},
 }
 _HISTORY_PAGE = {
     "type": "object",
@@ -127,6 +137,7 @@ _PUBLISH = {
         "text": {"type": "string"},
         "parent": {"type": "string"},
         "inject_id": {"type": "string"},
+        "attributes": {"$ref": "#/components/schemas/Attributes"},
     },
 }
 
@@ -231,6 +242,7 @@ def openapi_document() -> dict[str, Any]:
                 "HistoryPage": _HISTORY_PAGE,
                 "Delivery": _DELIVERY,
                 "Publish": _PUBLISH,
+                "Attributes": _ATTRIBUTES,
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

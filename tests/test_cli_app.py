@@ -180,6 +180,41 @@ def test_pub_prints_the_event_cid(sidecar: tuple[FakeSidecar, Any], run: Run) ->
     assert body(fake.requests[-1]) == {"text": "x", "parent": "bafyreiev1"}
 
 
+def test_pub_with_attributes(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    argv = ["--attr", "ups=12", "--attr", "ratio=-0.5", "--attr", "big=1e3"]
+    argv += ["--attr", "user=alice", "--attr", 'zip="01234"', "--attr", "empty=", "--attr", "x=a=b"]
+    assert run("pub", TOPIC, "hello", *argv)[0] == 0
+    assert body(fake.requests[-1]) == {
+        "text": "hello",
+        "attributes": {
+            "ups": 12,
+            "ratio": -0.5,
+            "big": 1000.0,
+            "user": "alice",
+            "zip": "01234",
+            "empty": "",
+            "x": "a=b",
+        },
+    }
+    assert isinstance(body(fake.requests[-1])["attributes"]["big"], float)
+
+
+@pytest.mark.parametrize(
+    ("attr", "says"),
+    [("ups", "NAME=VALUE"), ("=1", "NAME=VALUE"), ('s="\\q"', "bad quoted string")],
+)
+def test_pub_bad_attr_is_a_usage_error(
+    sidecar: tuple[FakeSidecar, Any], run: Run, attr: str, says: str
+) -> None:
+    fake, _ = sidecar
+    code, out, err = run("pub", TOPIC, "x", "--attr", attr)
+    assert code == 2 and out == "" and says in err
+    assert not fake.requests  # nothing sent
+    code, _, err = run("pub", TOPIC, "x", "--attr", "a=1", "--attr", "a=2")
+    assert code == 2 and "given twice" in err
+
+
 @pytest.mark.parametrize("argv", [["pub", TOPIC, "-"], ["pub", TOPIC]])
 def test_pub_reads_standard_input(
     sidecar: tuple[FakeSidecar, Any], run: Run, monkeypatch: pytest.MonkeyPatch, argv: list[str]

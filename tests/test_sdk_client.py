@@ -61,6 +61,7 @@ def event_json(n: int, **over: Any) -> dict[str, Any]:
         "created": "2026-11-21T09:00:01.5Z",
         "protocol_version": "2.0.0",
         "payload": base64.b64encode(f"event {n}".encode()).decode(),
+        "attributes": {"ups": n, "ratio": n / 8, "user": "u"} if n % 2 == 0 else {},
     }
     doc.update(over)
     return doc
@@ -177,6 +178,8 @@ async def test_requests_carry_token_and_the_contract_bodies() -> None:
         assert await pc.subscribe(topic.cid) == CID_T
         out_text = await pc.publish(topic.cid, "héllo")
         await pc.publish(topic.cid, b"\x00\xff", parent=f"{CID_E}0", inject_id="i-1")
+        await pc.publish(topic.cid, "a", attributes={"ups": 12, "user": "alice", "r": 0.5})
+        await pc.publish(topic.cid, "b", attributes={})
 
     assert all(r.headers["authorization"] == "Bearer tok" for r in seen)
     assert json.loads(seen[0].content) == {
@@ -192,6 +195,11 @@ async def test_requests_carry_token_and_the_contract_bodies() -> None:
         "parent": f"{CID_E}0",
         "inject_id": "i-1",
     }
+    assert json.loads(seen[4].content) == {
+        "text": "a",
+        "attributes": {"ups": 12, "user": "alice", "r": 0.5},
+    }
+    assert json.loads(seen[5].content) == {"text": "b"}  # no attributes: the older body
     assert out_text.published and out_text.event == f"{CID_E}1"
     assert topic.meta == "bafyreimeta" and topic.created.tzinfo is not None
 
@@ -207,6 +215,10 @@ async def test_bad_arguments_are_refused_before_any_request() -> None:
             await pc.get_topic("")
         with pytest.raises(TypeError, match="bytes or str"):
             await pc.publish(CID_T, 42)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="a string or a number"):
+            await pc.publish(CID_T, "x", attributes={"a": True})
+        with pytest.raises(TypeError, match="mapping"):
+            await pc.publish(CID_T, "x", attributes=[("a", 1)])  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="limit"):
             await pc.history(CID_T, limit=501)
         with pytest.raises(TypeError, match="list of peer"):
@@ -673,6 +685,12 @@ def test_objects_round_trip_through_their_json() -> None:
     delivery = Delivery.from_json(delivery_json(4))
     assert Delivery.from_json(delivery.to_json()) == delivery
     assert delivery.to_json() == delivery_json(4) | {"created": "2026-11-21T09:00:01.500000Z"}
+    assert dict(delivery.event.attributes) == {"ups": 4, "ratio": 0.5, "user": "u"}
+    older = {k: v for k, v in delivery_json(4).items() if k != "attributes"}
+    assert dict(Delivery.from_json(older).event.attributes) == {}  # an older sidecar's line
+    for bad in ([1], {"a": True}, {"a": None}, {"a": [1]}):
+        with pytest.raises(sdk.InvalidResponse, match="'attributes' must map names"):
+            Delivery.from_json(delivery_json(4) | {"attributes": bad})
     status = sdk.NodeStatus.from_json(
         {
             "peer_id": PEER,

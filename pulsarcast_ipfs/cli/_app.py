@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from rich.table import Table
 
 from pulsarcast_ipfs.sdk import (
     ApiError,
+    AttributeValue,
     Client,
     ClientConfig,
     Delivery,
@@ -152,6 +154,15 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
     p.add_argument("topic", metavar="TOPIC", help="the topic CID")
     p.add_argument("data", metavar="DATA", nargs="?", default="-", help="the payload, or -")
     p.add_argument("--parent", metavar="CID", help="the parent event (CUSTOM linking)")
+    p.add_argument(
+        "--attr",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="an attribute of the event, repeatable (at most 16): a VALUE that reads as a "
+        "number is a number (12, -0.5, 1e3), any other is a string; NAME='\"12\"' (double "
+        "quotes, JSON escapes) forces a string",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     # history
@@ -396,7 +407,8 @@ def _pub(args: argparse.Namespace, client: Client) -> int:
         data = sys.stdin.buffer.read()
     else:
         data = args.data
-    out = client.publish(args.topic, data, parent=args.parent)
+    attributes = parse_attrs(args.attr)
+    out = client.publish(args.topic, data, parent=args.parent, attributes=attributes or None)
     if args.json:
         _emit(out.to_json())
     elif out.published:
@@ -407,6 +419,37 @@ def _pub(args: argparse.Namespace, client: Client) -> int:
         )
         print(out.request_id or "requested")
     return 0
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
+
+
+def parse_attr_value(text: str) -> AttributeValue:
+    """``--attr``'s VALUE: a number if it reads as one (``12``, ``-0.5``, ``1e3``; with
+    ``.`` or an exponent a float), a JSON string if double-quoted, else the text."""
+    if _NUMBER.match(text):
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--attr: bad quoted string {text}: {exc.msg}") from None
+        if isinstance(value, str):
+            return value
+    return text
+
+
+def parse_attrs(items: list[str]) -> dict[str, AttributeValue]:
+    """``--attr NAME=VALUE`` options as a map (the sidecar checks names and values)."""
+    out: dict[str, AttributeValue] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--attr takes NAME=VALUE, got {item!r}")
+        if name in out:
+            raise ValueError(f"--attr: {name!r} given twice")
+        out[name] = parse_attr_value(value)
+    return out
 
 
 def _history(args: argparse.Namespace, client: Client) -> int:

@@ -39,6 +39,7 @@ from pulsarcast_ipfs.sdk._errors import (
 from pulsarcast_ipfs.sdk._sync import Client
 from pulsarcast_ipfs.sdk._types import (
     DEFAULT_API,
+    AttributeValue,
     ClientConfig,
     Delivery,
     Event,
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_API",
     "ApiError",
     "AsyncClient",
+    "AttributeValue",
     "BadRequest",
     "Client",
     "ClientConfig",

@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import json
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from pulsarcast_ipfs.sdk._errors import InvalidResponse, error_from_response
 from pulsarcast_ipfs.sdk._types import (
+    AttributeValue,
     Delivery,
     Event,
     EventLinking,
@@ -164,8 +165,29 @@ def subscribe(cid: str, *, on: bool) -> Call[str]:
     )
 
 
+def _attributes(attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
+    """Check the shape here (the sidecar checks the rules: names, lengths, finiteness)."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        raise TypeError(f"attributes must be a mapping, got {type(attributes).__name__}")
+    out: dict[str, AttributeValue] = {}
+    for name, value in attributes.items():
+        if not isinstance(name, str):
+            raise TypeError(f"attribute names are strings, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise TypeError(f"attribute {name!r}: a string or a number, got {value!r}")
+        out[name] = value
+    return out
+
+
 def publish(
-    cid: str, data: bytes | str, *, parent: str | None, inject_id: str | None = None
+    cid: str,
+    data: bytes | str,
+    *,
+    parent: str | None,
+    inject_id: str | None = None,
+    attributes: Mapping[str, AttributeValue] | None = None,
 ) -> Call[PublishOutcome]:
     body: dict[str, Any]
     if isinstance(data, str):
@@ -179,6 +201,8 @@ def publish(
         body["parent"] = parent
     if inject_id is not None:
         body["inject_id"] = inject_id
+    if attrs := _attributes(attributes):
+        body["attributes"] = attrs
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/publish",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -13,6 +13,7 @@ from pulsarcast_ipfs.sdk import _calls
 from pulsarcast_ipfs.sdk._errors import SidecarUnavailable, error_from_response
 from pulsarcast_ipfs.sdk._retry import Reconnects, describe
 from pulsarcast_ipfs.sdk._types import (
+    AttributeValue,
     ClientConfig,
     Delivery,
     Event,
@@ -155,12 +156,17 @@ class Client:
         *,
         parent: str | None = None,
         inject_id: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> PublishOutcome:
         """Publish ``data`` (PROTOCOL.md §5 "Publish"): ``str`` travels as UTF-8 text,
         ``bytes`` as they are. A node that may only request to publish gets
         ``status == "requested"``; one that may do neither gets :class:`NotAllowed`.
-        ``inject_id`` labels the publish in the metric records (benchmarks)."""
-        return self._send(_calls.publish(topic, data, parent=parent, inject_id=inject_id))
+        ``inject_id`` labels the publish in the metric records (benchmarks).
+        ``attributes`` (at most 16 names to strings or finite numbers; docs/sdk.md)
+        go into the event descriptor, for subscribers' filters to select on."""
+        return self._send(
+            _calls.publish(topic, data, parent=parent, inject_id=inject_id, attributes=attributes)
+        )
 
     def get_event(self, cid: str) -> Event:
         """An event descriptor by CID (from any node, through IPFS)."""

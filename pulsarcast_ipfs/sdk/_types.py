@@ -15,12 +15,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pulsarcast_ipfs.sdk._errors import InvalidResponse
 
 __all__ = [
     "DEFAULT_API",
+    "AttributeValue",
     "ClientConfig",
     "Delivery",
     "Event",
@@ -36,6 +38,9 @@ __all__ = [
 ]
 
 DEFAULT_API = "http://127.0.0.1:5050"
+
+AttributeValue = str | int | float
+"""The value of an event attribute: a string or a finite number (docs/sdk.md)."""
 
 
 def normalise_api(api: str) -> str:
@@ -304,6 +309,10 @@ class Event:
     created: datetime
     protocol_version: str
     payload: bytes = field(repr=False)
+    attributes: Mapping[str, AttributeValue] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
+    """The event's attributes (issue 15; empty when it has none, or from an older sidecar)."""
 
     @property
     def text(self) -> str:
@@ -322,6 +331,7 @@ class Event:
             "created": format_created(self.created),
             "protocol_version": self.protocol_version,
             "payload": base64.b64encode(self.payload).decode("ascii"),
+            "attributes": dict(self.attributes),
         }
 
     @classmethod
@@ -352,7 +362,20 @@ class Event:
             created=_created(d, what),
             protocol_version=_str(d, "protocol_version", what),
             payload=payload,
+            attributes=_attributes(d, what),
         )
+
+
+def _attributes(doc: Mapping[str, Any], what: str) -> Mapping[str, AttributeValue]:
+    value = doc.get("attributes", {})
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str | int | float) and not isinstance(v, bool)
+        for k, v in value.items()
+    ):
+        raise InvalidResponse(
+            f"{what}: field 'attributes' must map names to strings or numbers, got {value!r}"
+        )
+    return MappingProxyType(dict(value))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
