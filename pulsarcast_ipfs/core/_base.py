@@ -38,6 +38,7 @@ from ._codec import (
 from ._config import NodeConfig
 from ._descriptors import EventDescriptor, TopicDescriptor
 from ._errors import LocalProtocolError, UnknownTopic
+from ._filters import Filter
 from ._io import (
     Output,
     Pending,
@@ -93,6 +94,7 @@ class NodeBase:
     _fetches: dict[CID, _Fetch]
     _resolving: dict[CID, list[tuple[str, CID | None]]]
     _resume_since: dict[CID, float]
+    _pending_filters: dict[CID, Filter | None]
     _read_holders: dict[CID, tuple[str, ...]]
     _requests: dict[str, _Request]
     _known: dict[str, int]

@@ -27,6 +27,7 @@ from ._descriptors import (
     sort_parents,
 )
 from ._errors import DescriptorError
+from ._filters import matches
 from ._io import Deliver, StoreBlock, TopicUpdated
 from ._tree import Tree
 
@@ -288,7 +289,7 @@ class Dissemination(NodeBase):
         self, now: float, tree: Tree, cid: CID, ev: EventDescriptor, recovered: bool
     ) -> None:
         self._delivered.put(cid)
-        if tree.subscribed:
+        if tree.subscribed and (tree.filter is None or matches(tree.filter, ev.attributes)):
             self._emit(Deliver(topic_cid=tree.key, event_cid=cid, event=ev, recovered=recovered))
             self._record(
                 now,

@@ -44,6 +44,7 @@ from multiformats import CID
 
 from ._descriptors import EventDescriptor
 from ._errors import LocalProtocolError
+from ._filters import Filter, matches
 
 __all__ = ["HistoryKey", "HistoryOrder", "RetentionPolicy", "TopicHistory"]
 
@@ -51,6 +52,8 @@ HistoryKey = tuple[int, bytes]
 """``(clock, CID bytes)``: an event's place in the history order."""
 HistoryOrder = Literal["newest", "oldest"]
 
+MAX_SCAN: Final = 10_000
+"""Most events a filtered history page examines (then it ends early, with a cursor)."""
 _OUTSIDE_MEMORY: Final = 4096
 """How many fetched-but-too-old CIDs are remembered (so they are not fetched again)."""
 
@@ -173,6 +176,50 @@ class TopicHistory:
             raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
         cid_of, events = self._cid_of, self._events
         return [(cid_of[raw], events[cid_of[raw]]) for _, raw in chosen], more
+
+    def filtered_page(
+        self,
+        *,
+        order: HistoryOrder = "newest",
+        after: HistoryKey | None = None,
+        limit: int,
+        where: Filter,
+        scan: int = MAX_SCAN,
+    ) -> tuple[list[tuple[CID, EventDescriptor]], CID | None]:
+        """Up to ``limit`` events ``where`` matches, strictly after ``after`` in
+        ``order``, examining at most ``scan`` events; and the next page's cursor.
+
+        The cursor is the last event examined (matching or not), or None when no event
+        after it remains. With ``limit`` matches found, one more is looked for (within
+        ``scan``) so that a last page says ``None`` rather than leading to an empty one.
+        """
+        if type(limit) is not int or limit < 1:
+            raise LocalProtocolError("limit must be a positive integer")
+        keys = self._keys
+        if order == "newest":
+            end = len(keys) if after is None else bisect.bisect_left(keys, after)
+            positions: range = range(end - 1, -1, -1)
+        elif order == "oldest":
+            start = 0 if after is None else bisect.bisect_right(keys, after)
+            positions = range(start, len(keys))
+        else:
+            raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
+        cid_of, events = self._cid_of, self._events
+        out: list[tuple[CID, EventDescriptor]] = []
+        last: CID | None = None
+        examined = 0
+        for pos in positions:
+            if examined >= scan:
+                return out, last  # out of budget: go on after the last examined
+            cid = cid_of[keys[pos][1]]
+            ev = events[cid]
+            if matches(where, ev.attributes):
+                if len(out) == limit:
+                    return out, out[-1][0]  # one more match exists: next page after ours
+                out.append((cid, ev))
+            last = cid
+            examined += 1
+        return out, None  # the end of the history
 
     # ---------------------------------------------------------------- updates
 

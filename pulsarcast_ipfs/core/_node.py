@@ -165,6 +165,7 @@ class PulsarcastNode(
         self._fetches = {}
         self._resolving = {}
         self._resume_since = {}
+        self._pending_filters = {}  # subscribe(filter=) of a topic being resolved
         self._read_holders = {}  # read() -> _read_tree()
         self._requests = {}
         self._known = {}  # peer -> keyspace position

@@ -27,6 +27,7 @@ from ._descriptors import (
     format_created,
 )
 from ._errors import LocalProtocolError, UnknownTopic
+from ._filters import Filter
 from ._history import HistoryKey, HistoryOrder
 from ._io import (
     HistoryPage,
@@ -221,19 +222,38 @@ class Topics(NodeBase):
         self._announce(tree.root.meta, announce)
         return version.cid
 
-    def subscribe(self, now: float, topic_cid: CID, *, since: float | None = None) -> None:
+    def subscribe(
+        self,
+        now: float,
+        topic_cid: CID,
+        *,
+        since: float | None = None,
+        filter: Filter | None = None,
+    ) -> None:
         """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
 
         ``since`` (a restarted driver resuming a subscription, given the topic's first
         version): deliver events created from then on, recovering the ones missed.
+        ``filter`` (core/_filters.py): deliver only the events it matches, live and
+        recovered alike; the node still relays, retains and repairs every event (the
+        tree is unchanged). Subscribing again replaces the filter (None: no filter).
         """
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError("subscribe expects a topic CID")
+        if filter is not None and not isinstance(filter, Filter):
+            raise LocalProtocolError("filter must be a Filter (parse_filter) or None")
         if since is not None and since < now:
             self._resume_since[topic_cid] = since
+        self._pending_filters[topic_cid] = filter
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
+    def _take_filter(self, tree: Tree) -> None:
+        """Apply the filter of the subscribe call(s) that resolved to ``tree``."""
+        for cid in [c for c in self._pending_filters if self._version_of.get(c) == tree.key]:
+            tree.filter = self._pending_filters.pop(cid)
+
     def _subscribe_tree(self, now: float, tree: Tree) -> None:
+        self._take_filter(tree)
         if tree.subscribed:
             return
         tree.subscribed = True
@@ -267,11 +287,13 @@ class Topics(NodeBase):
             ]
             if not self._resolving[topic_cid]:
                 del self._resolving[topic_cid]
+            self._pending_filters.pop(topic_cid, None)
             return
         tree = self._tree_for(topic_cid)
         if not tree.subscribed:
             return
         tree.subscribed = False
+        tree.filter = None
         self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         self._update_retention(now, tree)
         meta_cid = tree.root.meta
@@ -355,13 +377,22 @@ class Topics(NodeBase):
         order: HistoryOrder = "newest",
         after: CID | EventDescriptor | None = None,
         limit: int = 50,
+        where: Filter | None = None,
     ) -> HistoryPage:
         """§5 History: one page of the topic's retained history in the history order
         (``(clock, CID bytes)``; ``newest`` first or ``oldest`` first), strictly after
         the cursor ``after`` (an event CID this node knows, or the cursor event's
         descriptor, e.g. fetched by the driver). A node that keeps no history of the
         topic (a relay) raises :class:`LocalProtocolError`: call :meth:`read` first.
+
+        ``where``: only the events the filter matches. The page's ``next`` is then the
+        last event *examined* (it may not match, and the page may be short or even
+        empty with a ``next``: at most :data:`~._history.MAX_SCAN` events are examined
+        per page); the next page starts strictly after it, so no event is listed
+        twice or skipped.
         """
+        if where is not None and not isinstance(where, Filter):
+            raise LocalProtocolError("where must be a Filter (parse_filter) or None")
         tree = self._tree_for(topic_cid)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
             raise LocalProtocolError("limit must be a positive integer")
@@ -384,10 +415,14 @@ class Topics(NodeBase):
             if entry[0] != tree.key:
                 raise LocalProtocolError(f"cursor event {after} belongs to another topic")
             key = entry[1].order_key
-        events, more = h.page(order=order, after=key, limit=limit)
+        if where is None:
+            events, more = h.page(order=order, after=key, limit=limit)
+            nxt = events[-1][0] if events and more else None
+        else:
+            events, nxt = h.filtered_page(order=order, after=key, limit=limit, where=where)
         return HistoryPage(
             events=tuple(events),
-            next=events[-1][0] if events and more else None,
+            next=nxt,
             complete=h.complete,
             missing=tuple(sorted(h.missing, key=bytes)),
             heads=tuple(sorted(h.heads, key=lambda c: h.key_of(c) or (0, b""), reverse=True)),

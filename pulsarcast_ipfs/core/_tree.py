@@ -9,6 +9,7 @@ from typing import Any
 from multiformats import CID
 
 from ._descriptors import TopicDescriptor
+from ._filters import Filter
 from ._history import TopicHistory
 from ._io import Role
 
@@ -84,6 +85,9 @@ class Tree:
     versions: dict[CID, TopicDescriptor] = field(default_factory=dict)
     depth: dict[CID, int] = field(default_factory=dict)
     subscribed: bool = False
+    filter: Filter | None = None
+    """The subscription's content filter (core/_filters.py): only the events it
+    matches are delivered to the application; None = every event."""
     publishing: bool = False
     followers: set[CID] = field(default_factory=set)
     since: float = 0.0
