@@ -45,6 +45,8 @@ from pulsarcast_ipfs.core import (
     DescriptorError,
     EventDescriptor,
     EventLinking,
+    Filter,
+    FilterSyntaxError,
     HistoryOrder,
     HistoryPage,
     InvalidParent,
@@ -56,6 +58,8 @@ from pulsarcast_ipfs.core import (
     TopicOptions,
     UnknownTopic,
     cid_str,
+    parse_filter,
+    render_filter,
     validate_attributes,
 )
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
@@ -111,10 +115,18 @@ _REFUSED = tuple(t for t, _, _ in REFUSALS)
 
 
 def refusal(exc: Exception) -> JSONResponse:
-    """The error answer to ``exc`` (an instance of one of the types of :data:`REFUSALS`)."""
+    """The error answer to ``exc`` (an instance of one of the types of :data:`REFUSALS`).
+
+    A filter that does not parse also says where and what was expected, as fields
+    ``position`` and ``expected`` of the error object (docs/http-api.md "Filters")."""
     for kind, row, prefix in REFUSALS:
         if isinstance(exc, kind):
-            return _error_response(row.status, row.code, f"{prefix}{exc}")
+            resp = _error_response(row.status, row.code, f"{prefix}{exc}")
+            if isinstance(exc, FilterSyntaxError):
+                error: dict[str, Any] = {"code": row.code, "message": f"{prefix}{exc}"}
+                error.update(position=exc.position, expected=exc.expected)
+                resp = JSONResponse({"error": error}, status_code=row.status)
+            return resp
     raise TypeError(f"no answer for {type(exc).__name__}") from exc
 
 
@@ -129,6 +141,16 @@ def parse_cid(text: str, what: str = "CID") -> CID:
     if cid.version != 1 or cid.codec.name != "dag-cbor":
         raise ApiError(400, "bad_request", f"bad {what}: {text} is not a CIDv1 dag-cbor CID")
     return cid
+
+
+def parse_where(value: object, what: str) -> Filter | None:
+    """A filter from the body (``filter``) or the query (``where``); None if absent.
+    A text that does not parse raises :class:`FilterSyntaxError` (a 400 saying where)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, "bad_request", f"{what} must be a string (docs/http-api.md)")
+    return parse_filter(value)
 
 
 def _policy(body: dict[str, Any], key: str) -> PeerPolicy:
@@ -306,6 +328,7 @@ class _Api:
                     "parent": st.parent,
                     "children": list(st.children),
                     "subscribed": st.subscribed,
+                    "filter": self.d.subscription_filter(st.topic_cid) if st.subscribed else None,
                     "acting_root": st.acting_root,
                     "heads": [cid_str(c) for c in st.heads[:8]],
                     "retained": st.retained,
@@ -360,14 +383,24 @@ class _Api:
 
     async def subscribe(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
+        body = await read_json(request, self.max_body)
+        where = parse_where(body.get("filter"), "filter")
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         root = await self.root_of(cid, desc)
         # The core may first fetch the descriptor (and its meta topic) through the
         # block store; answer once it knows the topic, so that a publish right after
         # this call finds it.
-        if not await self.d.subscribe(cid, root=root, name=desc.name, max_wait=DESCRIPTOR_TIMEOUT):
+        if not await self.d.subscribe(
+            cid, root=root, name=desc.name, max_wait=DESCRIPTOR_TIMEOUT, filter=where
+        ):
             raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
-        return JSONResponse({"topic": cid_str(root), "subscribed": True})
+        return JSONResponse(
+            {
+                "topic": cid_str(root),
+                "subscribed": True,
+                "filter": render_filter(where) if where is not None else None,
+            }
+        )
 
     async def unsubscribe(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
@@ -462,8 +495,9 @@ class _Api:
             )
         cursor_s = after_s or before_s
         cursor = parse_cid(cursor_s, "cursor") if cursor_s else None
+        where = parse_where(q.get("where"), "where")
         settled = await self.gather_history(cid)
-        page = await self.history_page(cid, order, cursor, limit)
+        page = await self.history_page(cid, order, cursor, limit, where)
         return JSONResponse(
             {
                 "events": [event_json(c, ev) for c, ev in page.events],
@@ -534,10 +568,15 @@ class _Api:
         return settled
 
     async def history_page(
-        self, cid: CID, order: HistoryOrder, cursor: CID | None, limit: int
+        self,
+        cid: CID,
+        order: HistoryOrder,
+        cursor: CID | None,
+        limit: int,
+        where: Filter | None = None,
     ) -> HistoryPage:
         try:
-            return self.d.history(cid, order=order, after=cursor, limit=limit)
+            return self.d.history(cid, order=order, after=cursor, limit=limit, where=where)
         except LocalProtocolError:
             if cursor is None:
                 raise
@@ -550,7 +589,7 @@ class _Api:
                 raise ApiError(400, "bad_request", f"bad cursor: {exc.message}") from None
             raise
         try:
-            return self.d.history(cid, order=order, after=ev, limit=limit)
+            return self.d.history(cid, order=order, after=ev, limit=limit, where=where)
         except LocalProtocolError as exc:
             raise ApiError(400, "bad_request", f"bad cursor: {exc}") from None
 

@@ -30,6 +30,7 @@ from pulsarcast_ipfs.core import (
     DisconnectPeer,
     EventDescriptor,
     FetchBlock,
+    Filter,
     HistoryOrder,
     HistoryPage,
     NodeConfig,
@@ -51,6 +52,8 @@ from pulsarcast_ipfs.core import (
     TopicUpdated,
     UnknownTopic,
     cid_str,
+    parse_filter,
+    render_filter,
 )
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
@@ -460,21 +463,40 @@ class Driver:
         self.persist()
         return new
 
-    async def subscribe(self, cid: CID, *, root: CID, name: str, max_wait: float) -> bool:
-        """Subscribe to topic ``cid`` (first version ``root``) and persist it; whether
-        the core knew the topic within ``max_wait`` (it may fetch its descriptor and
-        meta topic first), so that a publish right after this finds it."""
-        self.call(lambda now: self.node.subscribe(now, cid))
+    async def subscribe(
+        self,
+        cid: CID,
+        *,
+        root: CID,
+        name: str,
+        max_wait: float,
+        filter: Filter | None = None,
+    ) -> bool:
+        """Subscribe to topic ``cid`` (first version ``root``) and persist it, with its
+        ``filter`` (replacing any earlier one); whether the core knew the topic within
+        ``max_wait`` (it may fetch its descriptor and meta topic first), so that a
+        publish right after this finds it."""
+        self.call(lambda now: self.node.subscribe(now, cid, filter=filter))
         if not await self.wait_for(lambda: self.known_root(cid) is not None, max_wait=max_wait):
             return False
+        root_s = cid_str(root)
+        if filter is None:
+            self.state.state.filters.pop(root_s, None)
+        else:
+            self.state.state.filters[root_s] = render_filter(filter)
         self.reading.forget(root)
         self._subscribed(root, name)
         return True
+
+    def subscription_filter(self, root: CID) -> str | None:
+        """The canonical text of topic ``root``'s subscription filter, if it has one."""
+        return self.state.state.filters.get(cid_str(root))
 
     def unsubscribe(self, cid: CID, root: CID) -> None:
         """Unsubscribe from topic ``cid`` (first version ``root``) and persist it."""
         self.call(lambda now: self.node.unsubscribe(now, cid))
         self.state.state.subscriptions.pop(cid_str(root), None)
+        self.state.state.filters.pop(cid_str(root), None)
         self.persist()
         self.announce_topics()  # unpins the topic (unless this node created it)
 
@@ -503,9 +525,10 @@ class Driver:
         order: HistoryOrder,
         after: CID | EventDescriptor | None,
         limit: int,
+        where: Filter | None = None,
     ) -> HistoryPage:
         """One page of the retained history of topic ``cid`` (``node.history``)."""
-        return self.node.history(cid, order=order, after=after, limit=limit)
+        return self.node.history(cid, order=order, after=after, limit=limit, where=where)
 
     def metrics_text(self) -> str:
         """``GET /metrics``: counters and gauges in Prometheus' text format."""
@@ -661,7 +684,7 @@ class Driver:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await tg.start(self.transport.run, tg)
-                    tg.start_soon(self.store.run, tg)
+                    await tg.start(self.store.run, tg)  # before _resume may fetch
                     await self.refresh_routing()
                     tg.start_soon(self._routing_loop)
                     tg.start_soon(self._timer_loop)
@@ -727,11 +750,18 @@ class Driver:
             except ValueError:
                 log.warning("skipping bad persisted topic CID %r", root)
                 continue
-            log.info("resuming subscription %s (since %.3f)", root, since)
-            self._resubscribe(cid, since)
+            text = self.state.state.filters.get(root)
+            where = parse_filter(text) if text is not None else None  # checked on load
+            log.info(
+                "resuming subscription %s (since %.3f)%s",
+                root,
+                since,
+                f" where {text}" if text is not None else "",
+            )
+            self._resubscribe(cid, since, where)
 
-    def _resubscribe(self, cid: CID, since: float) -> None:
-        self.call(lambda now: self.node.subscribe(now, cid, since=since))
+    def _resubscribe(self, cid: CID, since: float, where: Filter | None = None) -> None:
+        self.call(lambda now: self.node.subscribe(now, cid, since=since, filter=where))
 
     _routing: RoutingView | None = None
     """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""

@@ -142,6 +142,19 @@ _PUBLISH = {
 }
 
 
+_SUBSCRIBE = {
+    "type": "object",
+    "properties": {
+        "filter": {
+            "type": "string",
+            "maxLength": 4096,
+            "description": "deliver only the events it matches, e.g. "
+            '"ups >= 10 and controversiality = 1" (docs/http-api.md "Filters")',
+        }
+    },
+}
+
+
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -185,6 +198,8 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("TopicOptions")}}}
     if path.endswith("/publish"):
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("Publish")}}}
+    if path.endswith("/subscribe"):
+        op["requestBody"] = {"content": {"application/json": {"schema": _ref("Subscribe")}}}
     if path.endswith("/history"):
         params += [
             {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},
@@ -200,6 +215,12 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
                 "name": "limit",
                 "in": "query",
                 "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+            },
+            {
+                "name": "where",
+                "in": "query",
+                "description": 'only the events this filter matches (docs/http-api.md "Filters")',
+                "schema": {"type": "string", "maxLength": 4096},
             },
         ]
     content: dict[str, Any] = {"application/json": {"schema": schema}}
@@ -243,6 +264,7 @@ def openapi_document() -> dict[str, Any]:
                 "Delivery": _DELIVERY,
                 "Publish": _PUBLISH,
                 "Attributes": _ATTRIBUTES,
+                "Subscribe": _SUBSCRIBE,
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pulsarcast_ipfs.core import FilterSyntaxError, parse_filter
+
 __all__ = ["PersistedState", "StateError", "StateStore"]
 
 STATE_FILE = "state.json"
@@ -69,6 +71,9 @@ class PersistedState:
     """Root topic CID → when the subscription started (epoch seconds)."""
     heads: dict[str, list[str]] = field(default_factory=dict)
     """Root topic CID → most recent event CIDs seen, newest first."""
+    filters: dict[str, str] = field(default_factory=dict)
+    """Root topic CID → the subscription's filter, in its canonical text (issue 15);
+    a subscription without one has no entry."""
     next_seq: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -78,6 +83,7 @@ class PersistedState:
             "created": self.created,
             "subscriptions": self.subscriptions,
             "heads": self.heads,
+            "filters": self.filters,
             "next_seq": self.next_seq,
         }
 
@@ -94,6 +100,7 @@ class PersistedState:
         created = doc.get("created", [])
         subs = doc.get("subscriptions", {})
         heads = doc.get("heads", {})
+        filters = doc.get("filters", {})
         seq = doc.get("next_seq", 1)
         if peer is not None and not isinstance(peer, str):
             raise bad("peer_id must be a string")
@@ -107,6 +114,13 @@ class PersistedState:
             isinstance(v, list) and all(isinstance(c, str) for c in v) for v in heads.values()
         ):
             raise bad("heads must map topic CIDs to lists of CIDs")
+        if not isinstance(filters, dict) or not all(isinstance(v, str) for v in filters.values()):
+            raise bad("filters must map topic CIDs to filter texts")
+        for root, text in filters.items():
+            try:
+                parse_filter(text)
+            except FilterSyntaxError as exc:
+                raise bad(f"the filter of subscription {root} does not parse: {exc}") from None
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
             raise bad("next_seq must be a positive integer")
         return cls(
@@ -114,6 +128,7 @@ class PersistedState:
             created=list(created),
             subscriptions={str(k): float(v) for k, v in subs.items()},
             heads={str(k): list(v) for k, v in heads.items()},
+            filters={str(k): v for k, v in filters.items()},
             next_seq=seq,
         )
 

@@ -192,13 +192,20 @@ class BlockStore:
         self.fetch_failed = 0
         self.kubo_down = False
 
-    async def run(self, tg: anyio.abc.TaskGroup) -> None:
+    async def run(
+        self,
+        tg: anyio.abc.TaskGroup,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Write until cancelled; then, for at most :data:`_DRAIN_WAIT`, put what is
         still queued and make the pins due (the waits for fuller batches would
-        otherwise lose them when the sidecar stops)."""
+        otherwise lose them when the sidecar stops). Started (``tg.start``) once
+        :meth:`fetch` may be called."""
         self._tg = tg
         for i in range(self.provide_workers):
             tg.start_soon(self._provide_loop, name=f"provide-{i}")
+        task_status.started()
         try:
             await self._put_loop()
         finally:

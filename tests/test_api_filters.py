@@ -3,11 +3,22 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
-from test_api_fake import Sidecar, _error, _topic, sc
+from test_api_fake import CLOCK_OFFSET, Sidecar, _error, _topic, sc
+
+from benchmarks import driver_bench as bench
+from pulsarcast_ipfs.core.testing import make_signers
+from sidecar import Driver, SidecarConfig, build_app
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
 
@@ -70,3 +81,120 @@ async def test_nan_in_the_json_body_is_refused(sc: Sidecar) -> None:
         f"/v1/topics/{topic}/publish", content=body, headers={"content-type": "application/json"}
     )
     assert "not finite" in _error(r, 400, "bad_request")
+
+
+# -- filters on subscriptions ---------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _sidecar_at(state_dir: Path, kubo: Any) -> AsyncIterator[Sidecar]:
+    """A sidecar on ``state_dir`` and the fake Kubo ``kubo`` (a restart reuses both)."""
+    peers = bench.FakePeers(kubo.signer.peer_id, kubo)
+    config = SidecarConfig(kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir)
+    driver = Driver(
+        config,
+        kubo=kubo.client(),
+        transport_factory=functools.partial(bench.FakeTransport, peers=peers),
+        clock=lambda: time.time() + CLOCK_OFFSET,
+    )
+    api = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
+    )
+    async with api, bench.running(driver):
+        yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=state_dir)
+
+
+REDDIT = [
+    ({"ups": 12, "controversiality": 1, "user": "alice"}, True),
+    ({"ups": 3, "controversiality": 1, "user": "bob"}, False),
+    (None, False),
+    ({"ups": 10, "controversiality": 1}, True),
+    ({"ups": 50, "controversiality": 0}, False),
+    ({"ups": "12", "controversiality": 1}, False),  # a string is no number
+    ({"ups": 99.5, "controversiality": 1.0}, True),
+]
+WHERE = "ups >= 10 and controversiality = 1"
+
+
+async def _deliveries(sc: Sidecar, after: int = 0) -> list[dict[str, Any]]:
+    r = await sc.api.get("/v1/deliveries", params={"after": after, "follow": "false"})
+    return [json.loads(x) for x in r.text.splitlines() if x.strip()]
+
+
+async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    async with _sidecar_at(tmp_path, kubo) as sc:
+        topic = await _topic(sc)
+        r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": WHERE})
+        canonical = "controversiality = 1 and ups >= 10"
+        assert r.json() == {"topic": topic, "subscribed": True, "filter": canonical}
+        sent = [(await _publish(sc, topic, f"m{i}", a), ok) for i, (a, ok) in enumerate(REDDIT)]
+        assert [d["cid"] for d in await _deliveries(sc)] == [c for c, ok in sent if ok]
+        st = (await sc.api.get("/v1/status")).json()
+        assert st["topics"][0]["filter"] == canonical
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["filters"] == {topic: canonical}
+    async with _sidecar_at(tmp_path, kubo) as sc:  # a restart: the filter is kept
+        st = (await sc.api.get("/v1/status")).json()
+        for _ in range(200):
+            if st["topics"] and st["topics"][0]["subscribed"]:
+                break
+            await anyio.sleep(0.02)
+            st = (await sc.api.get("/v1/status")).json()
+        assert st["topics"][0]["filter"] == canonical
+        last = (await _deliveries(sc))[-1]["seq"]
+        more = [(await _publish(sc, topic, f"n{i}", a), ok) for i, (a, ok) in enumerate(REDDIT)]
+        assert [d["cid"] for d in await _deliveries(sc, last)] == [c for c, ok in more if ok]
+        # subscribing again without a filter removes it
+        r = await sc.api.post(f"/v1/topics/{topic}/subscribe")
+        assert r.json()["filter"] is None
+        cid = await _publish(sc, topic, "plain", None)
+        assert (await _deliveries(sc))[-1]["cid"] == cid
+    assert json.loads((tmp_path / "state.json").read_text())["filters"] == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "expected"),
+    [
+        ("ups >=", 6, "a value"),
+        ("ups >= 10 or x = 1", 10, "'and' or the end"),
+        ("user = 'alice", 13, "a closing '"),
+        ("ups in [1, 'a']", 11, "same kind"),
+    ],
+)
+async def test_a_malformed_filter_is_a_400_with_position_and_expected(
+    sc: Sidecar, text: str, position: int, expected: str
+) -> None:
+    topic = await _topic(sc)
+    r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": text})
+    message = _error(r, 400, "bad_request")
+    err = r.json()["error"]
+    assert err["position"] == position and expected in err["expected"]
+    assert f"at position {position}" in message
+    r = await sc.api.get(f"/v1/topics/{topic}/history", params={"where": text})
+    assert _error(r, 400, "bad_request") == message
+    assert r.json()["error"]["position"] == position
+    r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": 5})
+    assert "filter must be a string" in _error(r, 400, "bad_request")
+    assert json.loads((sc.state_dir / "state.json").read_text()).get("filters", {}) == {}
+
+
+async def test_filtered_history_pages_skip_the_others(sc: Sidecar) -> None:
+    topic = await _topic(sc)
+    sent = [(await _publish(sc, topic, f"m{i}", a), ok) for i, (a, ok) in enumerate(REDDIT * 3)]
+    wanted = [c for c, ok in sent if ok]
+    for order, expect in (("oldest", wanted), ("newest", wanted[::-1])):
+        got: list[str] = []
+        params: dict[str, Any] = {"where": WHERE, "limit": 2, "order": order}
+        for _ in range(20):
+            h = (await sc.api.get(f"/v1/topics/{topic}/history", params=params)).json()
+            assert len(h["events"]) <= 2
+            got += [e["cid"] for e in h["events"]]
+            if h["next"] is None:
+                break
+            params["after"] = h["next"]
+        assert got == expect, order
+    unfiltered = (await sc.api.get(f"/v1/topics/{topic}/history", params={"limit": 100})).json()
+    assert len(unfiltered["events"]) == len(sent)

@@ -343,6 +343,20 @@ def test_history_oldest_first_pages_and_cursor(sidecar: tuple[FakeSidecar, Any],
     assert fake.requests[-1].url.params["after"] == "bafyreiev3"
 
 
+def test_sub_and_history_where(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    where = 'ups >= 10 and user in ["a", "b"]'
+    code, _, err = run("sub", TOPIC, "--where", where, "--after", "3", "--no-follow")
+    assert code == 0 and f"where {where}" in err
+    subscribe = [r for r in fake.requests if r.url.path.endswith("/subscribe")]
+    assert body(subscribe[-1]) == {"filter": where}
+    run("sub", TOPIC, "--after", "3", "--no-follow")
+    subscribe = [r for r in fake.requests if r.url.path.endswith("/subscribe")]
+    assert body(subscribe[-1]) == {}
+    code, _, _ = run("history", TOPIC, "--where", where, "--limit", "2")
+    assert code == 0 and fake.requests[-1].url.params["where"] == where
+
+
 def test_history_says_when_it_is_not_complete(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
     fake, _ = sidecar
     fake.history_complete = False

@@ -445,6 +445,60 @@ async def test_iter_history_walks_every_page() -> None:
         assert [e.text for e in spc.iter_history(CID_T, page_size=2)] == texts
 
 
+async def test_filtered_history_goes_on_after_an_empty_page_with_a_cursor() -> None:
+    """A filtered page (``where``) may be empty and still have ``next``: the walk goes
+    on from it; without ``where`` an empty page ends the walk as before."""
+    pages = {
+        None: ([1, 2], f"{CID_E}2"),
+        f"{CID_E}2": ([], f"{CID_E}5"),  # examined 3..5, none matched
+        f"{CID_E}5": ([7], None),
+    }
+    asked: list[dict[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        params = dict(request.url.params)
+        asked.append(params)
+        events, nxt = pages[params.get("after")]
+        doc = {
+            "events": [event_json(n) for n in events],
+            "next": nxt,
+            "complete": True,
+            "missing": [],
+            "heads": [],
+            "retained": 7,
+            "order": "oldest",
+        }
+        return httpx.Response(200, json=doc)
+
+    where = "ups >= 10 and user in ['a', 'b']"
+    async with aclient(handler) as pc:
+        got = [e.text async for e in pc.iter_history(CID_T, order="oldest", where=where)]
+    assert got == ["event 1", "event 2", "event 7"]
+    assert all(a["where"] == where for a in asked) and len(asked) == 3
+    with sclient(handler) as spc:
+        assert [e.text for e in spc.iter_history(CID_T, order="oldest", where=where)] == got
+        with pytest.raises(TypeError, match="where must be a string"):
+            spc.history(CID_T, where=5)  # type: ignore[arg-type]
+
+
+async def test_subscribe_sends_the_filter() -> None:
+    bodies: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        doc = {"topic": CID_T, "subscribed": True, "filter": "ups >= 10"}
+        return httpx.Response(200, json=doc)
+
+    async with aclient(handler) as pc:
+        assert await pc.subscribe(CID_T, filter="ups >= 10") == CID_T
+        assert await pc.subscribe(CID_T) == CID_T
+    with sclient(handler) as spc:
+        spc.subscribe(CID_T, filter="user = 'x'")
+        with pytest.raises(TypeError, match="filter must be a string"):
+            spc.subscribe(CID_T, filter=1)  # type: ignore[arg-type]
+    assert bodies == [{"filter": "ups >= 10"}, {}, {"filter": "user = 'x'"}]
+
+
 async def test_history_oldest_first_and_cursor() -> None:
     handler, asked = history_handler(5)
     async with aclient(handler) as pc:

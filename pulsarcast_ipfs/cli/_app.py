@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pulsarcast_ipfs.sdk import (
@@ -132,6 +133,13 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
     )
     s.add_argument("topic", metavar="TOPIC", help="the topic CID")
     s.add_argument(
+        "--where",
+        metavar="FILTER",
+        help="deliver only the events this filter matches, e.g. "
+        '\'ups >= 10 and user = "alice"\' (grammar: docs/http-api.md "Filters"); the '
+        "subscription keeps it until subscribed again",
+    )
+    s.add_argument(
         "--after", metavar="SEQ", type=int, help="first replay every delivery after this seq"
     )
     s.add_argument("--no-follow", action="store_true", help="stop after the replay")
@@ -185,6 +193,9 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         dest="after",
         metavar="CID",
         help="start after this event in the chosen order (a page cursor; --before is its old name)",
+    )
+    h.add_argument(
+        "--where", metavar="FILTER", help="only the events this filter matches (see sub --where)"
     )
     h.add_argument(
         "--json", action="store_true", help="one JSON event per line (with parents, clock)"
@@ -378,10 +389,11 @@ def _delivery_line(d: Delivery, long: bool) -> str:
 def _sub(args: argparse.Namespace, client: Client) -> int:
     if args.count is not None and args.count < 1:
         raise ValueError("--count must be at least 1")
-    root = client.subscribe(args.topic)
+    root = client.subscribe(args.topic, filter=args.where)
     err = Console(stderr=True, highlight=False)
     if not args.json:
-        err.print(f"[dim]subscribed to {root}; Ctrl-C to stop[/dim]")
+        where = f" where {escape(args.where)}" if args.where is not None else ""
+        err.print(f"[dim]subscribed to {root}{where}; Ctrl-C to stop[/dim]", markup=True)
     last: int | None = args.after
     seen = 0
     try:
@@ -461,7 +473,9 @@ def _history(args: argparse.Namespace, client: Client) -> int:
     complete = True
     missing = 0
     while left > 0:
-        page = client.history(args.topic, order=order, after=after, limit=min(left, 500))
+        page = client.history(
+            args.topic, order=order, after=after, limit=min(left, 500), where=args.where
+        )
         complete, missing = complete and page.complete, max(missing, len(page.missing))
         for event in page.events[:left]:
             if args.json:
@@ -469,7 +483,8 @@ def _history(args: argparse.Namespace, client: Client) -> int:
             else:
                 print(f"{event.cid}\t{event.created:%Y-%m-%d %H:%M:%S}\t{_text(event.payload)}")
         left -= len(page.events)
-        if page.next is None or not page.events or page.next == after:
+        # a filtered page may be empty and still lead on (next)
+        if page.next is None or (not page.events and args.where is None) or page.next == after:
             break
         after = page.next
     if not complete:

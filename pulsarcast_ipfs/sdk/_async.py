@@ -140,9 +140,15 @@ class AsyncClient:
             )
         )
 
-    async def subscribe(self, cid: str) -> str:
-        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID."""
-        return await self._send(_calls.subscribe(cid, on=True))
+    async def subscribe(self, cid: str, *, filter: str | None = None) -> str:
+        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID.
+
+        ``filter`` (docs/http-api.md "Filters"), e.g. ``"ups >= 10 and user = 'alice'"``:
+        the node delivers only the events it matches (live and recovered); subscribing
+        again replaces it, and without it the subscription has none. A filter that does
+        not parse is a :class:`BadRequest` saying at which position and what was expected.
+        """
+        return await self._send(_calls.subscribe(cid, on=True, filter=filter))
 
     async def unsubscribe(self, cid: str) -> str:
         """Unsubscribe this node; it may stay in the tree as a relay."""
@@ -181,13 +187,18 @@ class AsyncClient:
         after: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        where: str | None = None,
     ) -> HistoryPage:
         """One page of the topic's history (PROTOCOL.md §5 "History"), in the order
         ``(clock, CID)`` that is the same on every node: ``newest`` first or ``oldest``
         first, strictly after the cursor ``after`` (the previous page's ``next``).
-        ``before`` is the deprecated old name of ``after`` (newest first only)."""
+        ``before`` is the deprecated old name of ``after`` (newest first only).
+        ``where``: only the events this filter matches; a page may then be short, or
+        empty with a ``next``: go on from ``next`` (:meth:`iter_history` does)."""
         cursor = _calls.history_cursor(order, after, before)
-        return await self._send(_calls.history(topic, order=order, after=cursor, limit=limit))
+        return await self._send(
+            _calls.history(topic, order=order, after=cursor, limit=limit, where=where)
+        )
 
     async def iter_history(
         self,
@@ -197,10 +208,14 @@ class AsyncClient:
         after: str | None = None,
         page_size: int = 50,
         before: str | None = None,
+        where: str | None = None,
     ) -> AsyncIterator[Event]:
-        """Every event of the topic, page after page (``order`` as for :meth:`history`)."""
+        """Every event of the topic, page after page (``order`` and ``where`` as for
+        :meth:`history`)."""
         cursor = _calls.history_cursor(order, after, before)
-        walk = _calls.HistoryWalk(topic, order=order, after=cursor, page_size=page_size)
+        walk = _calls.HistoryWalk(
+            topic, order=order, after=cursor, page_size=page_size, where=where
+        )
         while not walk.done:
             page = await self._send(walk.call())
             for event in page.events:

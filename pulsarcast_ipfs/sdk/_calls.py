@@ -155,12 +155,17 @@ def _subscription(doc: Any) -> str:
     return str(doc["topic"])
 
 
-def subscribe(cid: str, *, on: bool) -> Call[str]:
+def subscribe(cid: str, *, on: bool, filter: str | None = None) -> Call[str]:
     action = "subscribe" if on else "unsubscribe"
+    body: dict[str, Any] = {}
+    if filter is not None:
+        if not isinstance(filter, str):
+            raise TypeError(f"filter must be a string, got {type(filter).__name__}")
+        body["filter"] = filter
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/{action}",
-        body={},
+        body=body,
         parse_json=_subscription,
     )
 
@@ -212,7 +217,12 @@ def publish(
 
 
 def history(
-    cid: str, *, order: HistoryOrder = "newest", after: str | None = None, limit: int = 50
+    cid: str,
+    *,
+    order: HistoryOrder = "newest",
+    after: str | None = None,
+    limit: int = 50,
+    where: str | None = None,
 ) -> Call[HistoryPage]:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError("limit must be an integer")
@@ -224,6 +234,10 @@ def history(
     if after is not None:
         _seg(after, "after")
         params["after"] = after.strip()
+    if where is not None:
+        if not isinstance(where, str):
+            raise TypeError(f"where must be a string, got {type(where).__name__}")
+        params["where"] = where
     return Call(
         method="GET",
         path=f"/v1/topics/{_seg(cid)}/history",
@@ -269,20 +283,25 @@ class HistoryWalk:
         order: HistoryOrder = "newest",
         after: str | None = None,
         page_size: int = 50,
+        where: str | None = None,
     ) -> None:
         self.cid = cid
         self.order = order
         self.after = after
         self.page_size = page_size
+        self.where = where
         self.done = False
         self._seen: set[str] = set()
         self.call()  # bad arguments fail here, before any request
 
     def call(self) -> Call[HistoryPage]:
-        return history(self.cid, order=self.order, after=self.after, limit=self.page_size)
+        return history(
+            self.cid, order=self.order, after=self.after, limit=self.page_size, where=self.where
+        )
 
     def advance(self, page: HistoryPage) -> None:
-        if page.next is None or not page.events:
+        # A filtered page (``where``) may be empty and still have a ``next``: go on.
+        if page.next is None or (not page.events and self.where is None):
             self.done = True
             return
         if page.next in self._seen or page.next == self.after:

@@ -139,9 +139,15 @@ class Client:
             )
         )
 
-    def subscribe(self, cid: str) -> str:
-        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID."""
-        return self._send(_calls.subscribe(cid, on=True))
+    def subscribe(self, cid: str, *, filter: str | None = None) -> str:
+        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID.
+
+        ``filter`` (docs/http-api.md "Filters"), e.g. ``"ups >= 10 and user = 'alice'"``:
+        the node delivers only the events it matches (live and recovered); subscribing
+        again replaces it, and without it the subscription has none. A filter that does
+        not parse is a :class:`BadRequest` saying at which position and what was expected.
+        """
+        return self._send(_calls.subscribe(cid, on=True, filter=filter))
 
     def unsubscribe(self, cid: str) -> str:
         """Unsubscribe this node; it may stay in the tree as a relay."""
@@ -180,13 +186,18 @@ class Client:
         after: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        where: str | None = None,
     ) -> HistoryPage:
         """One page of the topic's history (PROTOCOL.md §5 "History"), in the order
         ``(clock, CID)`` that is the same on every node: ``newest`` first or ``oldest``
         first, strictly after the cursor ``after`` (the previous page's ``next``).
-        ``before`` is the deprecated old name of ``after`` (newest first only)."""
+        ``before`` is the deprecated old name of ``after`` (newest first only).
+        ``where``: only the events this filter matches; a page may then be short, or
+        empty with a ``next``: go on from ``next`` (:meth:`iter_history` does)."""
         cursor = _calls.history_cursor(order, after, before)
-        return self._send(_calls.history(topic, order=order, after=cursor, limit=limit))
+        return self._send(
+            _calls.history(topic, order=order, after=cursor, limit=limit, where=where)
+        )
 
     def iter_history(
         self,
@@ -196,10 +207,14 @@ class Client:
         after: str | None = None,
         page_size: int = 50,
         before: str | None = None,
+        where: str | None = None,
     ) -> Iterator[Event]:
-        """Every event of the topic, page after page (``order`` as for :meth:`history`)."""
+        """Every event of the topic, page after page (``order`` and ``where`` as for
+        :meth:`history`)."""
         cursor = _calls.history_cursor(order, after, before)
-        walk = _calls.HistoryWalk(topic, order=order, after=cursor, page_size=page_size)
+        walk = _calls.HistoryWalk(
+            topic, order=order, after=cursor, page_size=page_size, where=where
+        )
         while not walk.done:
             page = self._send(walk.call())
             yield from page.events

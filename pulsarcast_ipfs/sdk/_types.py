@@ -540,9 +540,11 @@ class TopicStatus:
     subscribed: bool
     acting_root: bool
     heads: tuple[str, ...]
+    filter: str | None = None
+    """The subscription's filter (canonical text), if it has one (issue 15)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "cid": self.cid,
             "root_cid": self.root_cid,
             "name": self.name,
@@ -553,6 +555,9 @@ class TopicStatus:
             "acting_root": self.acting_root,
             "heads": list(self.heads),
         }
+        if self.filter is not None:
+            doc["filter"] = self.filter
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any) -> TopicStatus:
@@ -568,6 +573,7 @@ class TopicStatus:
             subscribed=_bool(d, "subscribed", what),
             acting_root=_bool(d, "acting_root", what),
             heads=_strs(d, "heads", what),
+            filter=_opt_str(d, "filter", what),
         )
 
 
