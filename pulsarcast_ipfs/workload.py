@@ -137,6 +137,15 @@ class Publication:
     event: WorkloadEvent
     user: str
 
+    def attributes(self) -> dict[str, int | str]:
+        """The event's attributes (issue 15): the Reddit fields a filter selects on."""
+        return {
+            "ups": self.event.ups,
+            "downs": self.event.downs,
+            "controversiality": self.event.controversiality,
+            "user": self.user,
+        }
+
     def payload(self, seed: int) -> bytes:
         """Deterministic payload: the record as JSON, padded to a seeded 200-600 bytes."""
         body = json.dumps(

@@ -35,6 +35,7 @@ def test_help() -> None:
         (["--nodes", "150", "--communities", "2"], "2 communities of 100 users need at least 200"),
         (["--communities", "0"], "communities must be a positive integer"),
         (["--workload", "/nonexistent/w.jsonl"], "cannot read workload"),
+        (["--filter", "ups >"], "--filter 'ups >': unexpected end of the filter at position 5"),
     ],
 )
 def test_bad_options_exit_2(
@@ -59,6 +60,8 @@ def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
             "--latency", "20ms..60ms",
             "--grace", "15s",
             "--rate", "5",
+            "--filter", "ups >= 2",
+            "--filter", "*",
             "--no-progress",
             "--out", str(out),
         ]
@@ -69,6 +72,7 @@ def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["events_injected"] == 15 and summary["config"]["nodes"] == 12
     assert summary["coverage_published"] == 1.0 and summary["duplicates"] == 0
+    assert summary["config"]["filters"] == ["ups >= 2", "*"] and summary["unwanted"] == 0
     lines = (out / "records.jsonl").read_text().splitlines()
     assert lines
     for line in lines:

@@ -64,6 +64,21 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="only topic creators publish (LAST_SEEN); others request to publish",
     )
+    p.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="a subscription filter, repeatable: each subscription gets one of them (a "
+        "seeded choice; '*' = none), and events carry the workload's ups, downs, "
+        "controversiality and user as attributes (docs/simulator.md)",
+    )
+    p.add_argument(
+        "--attributes",
+        action="store_true",
+        help="events carry the workload's attributes even without --filter",
+    )
     p.add_argument("--workload", default=None, help="workload file (default: shipped 25k)")
     p.add_argument("--run", default=None, help="run identifier written in every record")
     p.add_argument("--gzip", action="store_true", help="write records.jsonl.gz")
@@ -113,6 +128,8 @@ def _run(args: argparse.Namespace) -> int:
             rate=args.rate,
             grace=parse_duration(args.grace),
             ordered=args.ordered,
+            filters=tuple(args.filters),
+            attributes=args.attributes,
             workload=args.workload,
             run=args.run or f"sim-{args.seed}",
         )

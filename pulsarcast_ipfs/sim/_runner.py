@@ -69,6 +69,8 @@ from multiformats import CID
 from pulsarcast_ipfs.core import (
     Ed25519Signer,
     EventLinking,
+    Filter,
+    FilterSyntaxError,
     LocalProtocolError,
     NodeConfig,
     OperationDone,
@@ -80,6 +82,7 @@ from pulsarcast_ipfs.core import (
     TopicOptions,
     UnknownTopic,
     cid_str,
+    parse_filter,
 )
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.sim._engine import EventHeap, SimulationError, substream
@@ -178,6 +181,13 @@ class SimConfig:
     signatures: bool = True
     """Signed descriptors (protocolVersion 1.1.0): nodes get Ed25519 keys from the seed
     and sign at once; off: unsigned 1.0.0 (cheaper, for scale runs)."""
+    filters: tuple[str, ...] = ()
+    """Subscription filters (issue 15, docs/simulator.md "Filters"): each subscription
+    gets one of them, chosen by a seeded stream per (node, topic); ``"*"`` is none.
+    Given any, publish calls carry the workload's attributes (:attr:`attributes`)."""
+    attributes: bool = False
+    """Publish calls carry the workload's ``ups``, ``downs``, ``controversiality`` and
+    ``user`` as event attributes (implied by :attr:`filters`)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -202,6 +212,16 @@ class SimConfig:
             raise SpecError("crash_roots must be non-negative")
         if self.warmup < self.subscribe_window:
             raise SpecError("warmup must not be shorter than the subscribe window")
+        for text in self.filters:
+            try:
+                parse_filter(text)
+            except FilterSyntaxError as exc:
+                raise SpecError(f"--filter {text!r}: {exc}") from None
+
+    @property
+    def with_attributes(self) -> bool:
+        """Whether publish calls carry attributes."""
+        return self.attributes or bool(self.filters)
 
 
 class _RecordSink:
@@ -296,6 +316,18 @@ class Simulation:
             topics=self.topic_names,
             calls=len(self.scaled.publications),
         )
+        self.sub_filters: dict[tuple[int, int], Filter] = {}
+        """(node, topic index) -> the subscription's filter (none: unfiltered)."""
+        if c.filters:
+            choices = [parse_filter(t) for t in c.filters]
+            filter_rng = substream(c.seed, "filters")
+            for i, names in enumerate(self.scaled.subscriptions):
+                for name in names:
+                    f = choices[filter_rng.randrange(len(choices))]
+                    ti = self._topic_pos[name]
+                    if f.conditions:
+                        self.sub_filters[(i, ti)] = f
+                        self.stats.set_filter(i, name, f)
         # transport and blocks
         self._lat_rng = substream(c.seed, "latency")
         self._loss_rng = substream(c.seed, "loss")
@@ -573,10 +605,13 @@ class Simulation:
         assert cid is not None, "topics are created before anyone subscribes"
         self.stats.set_subscribed(i, self.topic_names[ti], True)
         before = self.stats_subscribed_records
-        if since is None:
-            self.nodes[i].subscribe(self.heap.now, cid)
-        else:
-            self.nodes[i].subscribe(self.heap.now, cid, since=since)
+        kw: dict[str, Any] = {}
+        if since is not None:
+            kw["since"] = since
+        where = self.sub_filters.get((i, ti))
+        if where is not None:
+            kw["filter"] = where
+        self.nodes[i].subscribe(self.heap.now, cid, **kw)
         self._drain(i)
         if self.stats_subscribed_records == before:
             # the core did not record it: the runner does (same schema)
@@ -603,10 +638,16 @@ class Simulation:
         cid = self.topic_cids[ti]
         assert cid is not None, "topics are created before anyone publishes"
         payload = pub.payload(self.config.seed)
-        self.stats.on_call(j, pub.topic)
+        attrs = pub.attributes() if self.config.with_attributes else None
+        self.stats.on_call(j, pub.topic, attrs)
         before = self.stats_injected_records
         try:
-            self.nodes[i].publish(h.now, cid, payload, inject_id=pub.inject_id)
+            if attrs is None:
+                self.nodes[i].publish(h.now, cid, payload, inject_id=pub.inject_id)
+            else:
+                self.nodes[i].publish(
+                    h.now, cid, payload, inject_id=pub.inject_id, attributes=attrs
+                )
         except LocalProtocolError:
             self.stats.refused += 1
         self._drain(i)
@@ -801,6 +842,8 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
         "fetch_timeout": c.fetch_timeout,
         "run": c.run,
         "rpc_records": c.rpc_records,
+        "filters": list(c.filters),
+        "attributes": c.with_attributes,
     }
 
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pulsarcast_ipfs.core import AttributeValue, Filter, matches
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.stats import percentile_of_counts
 
@@ -89,6 +90,11 @@ class SimSummary:
     crashed: int
     restarted: int
     crashed_roots: int
+    filtered_subscriptions: int = 0
+    """Subscriptions with a filter (issue 15): their expected sets hold only the events
+    the filter matches."""
+    unwanted: int = 0
+    """Deliveries of an event the subscription's filter does not match (must be 0)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +156,10 @@ class RunStats:
         self.crashed = 0
         self.restarted = 0
         self.crashed_roots = 0
+        # filters (issue 15): topic -> node -> filter; the attributes of each call
+        self.filters: list[dict[int, Filter]] = [{} for _ in topics]
+        self.call_attrs: dict[int, Mapping[str, AttributeValue]] = {}
+        self.unwanted = 0
 
     # -- membership -------------------------------------------------------------------
 
@@ -177,6 +187,12 @@ class RunStats:
             for name in topics:
                 self.set_subscribed(node, name, True)
 
+    def set_filter(self, node: int, topic: str, where: Filter) -> None:
+        """``node``'s subscription to ``topic`` has a filter: it expects only matches."""
+        t = self.topic_index.get(topic)
+        if t is not None:
+            self.filters[t][node] = where
+
     def _expected(self, t: int) -> bytes:
         snap = self._snapshot[t]
         if snap is None:
@@ -185,11 +201,25 @@ class RunStats:
 
     # -- publish calls ----------------------------------------------------------------
 
-    def on_call(self, j: int, topic: str) -> None:
-        """The runner is about to make publish call ``j`` on a live node."""
+    def on_call(
+        self, j: int, topic: str, attributes: Mapping[str, AttributeValue] | None = None
+    ) -> None:
+        """The runner is about to make publish call ``j`` on a live node (with the
+        event's ``attributes``): the expected set leaves out the subscribers whose
+        filter does not match them."""
         t = self.topic_index[topic]
         self.call_topic[j] = t
-        self.call_expected[j] = self._expected(t)
+        expected = self._expected(t)
+        filters = self.filters[t]
+        if filters:
+            self.call_attrs[j] = attributes or {}
+            refused = [n for n, f in filters.items() if not matches(f, attributes)]
+            if refused:
+                masked = bytearray(expected)
+                for n in refused:
+                    self._set_bit(masked, n, False)
+                expected = bytes(masked)
+        self.call_expected[j] = expected
 
     def on_record(self, rec: MetricRecord) -> None:
         kind = rec.kind
@@ -278,6 +308,9 @@ class RunStats:
             return
         delivered[byte] |= bit
         self.deliveries += 1
+        where = self.filters[self.call_topic[j]].get(node)
+        if where is not None and not matches(where, self.call_attrs.get(j)):
+            self.unwanted += 1
         if recovered:
             self.recovered += 1
         key = node * self.n_topics + self.call_topic[j]
@@ -389,6 +422,8 @@ class RunStats:
             crashed=self.crashed,
             restarted=self.restarted,
             crashed_roots=self.crashed_roots,
+            filtered_subscriptions=sum(len(f) for f in self.filters),
+            unwanted=self.unwanted,
         )
 
     def missing_report(self, limit: int = 20) -> list[tuple[int, int, list[int]]]:
