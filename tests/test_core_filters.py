@@ -343,3 +343,48 @@ def test_covers_examples() -> None:
     assert not covers(p("ups = 1"), p("ups = '1'"))
     assert covers(MATCH_ALL, p("a = 1")) and not covers(p("a = 1"), MATCH_ALL)
     assert covers(p("a = 1"), p("a = 1 and a = 2"))  # matches nothing: covered by all
+
+
+# -- garbage in ------------------------------------------------------------------------------
+
+FILTER_ALPHABET = st.sampled_from(
+    [*"ab_ 019.-+eE=!<>[],*'\"\\un", "and", "in", "between", "AND", "\ud800", "é", "\x00"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.lists(FILTER_ALPHABET, max_size=25).map("".join)))
+def test_any_text_parses_or_raises_filter_syntax_error_only(text: str) -> None:
+    """Bad input (HTTP, CLI, state file) gets a FilterSyntaxError, never anything else,
+    and its position is within the text; what parses renders and parses back."""
+    try:
+        f = parse_filter(text)
+    except FilterSyntaxError as exc:
+        assert 0 <= exc.position <= len(text) and exc.expected
+        return
+    assert parse_filter(render_filter(f)) == f
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.one_of(st.text(max_size=40), st.integers()),
+        st.one_of(
+            st.text(max_size=300),
+            st.integers(min_value=-(2**60), max_value=2**60),
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.booleans(),
+            st.none(),
+            st.lists(st.integers(), max_size=2),
+        ),
+        max_size=20,
+    )
+)
+def test_any_map_validates_or_raises_invalid_attributes_only(attrs: dict[object, object]) -> None:
+    try:
+        out = validate_attributes(attrs)
+    except InvalidAttributes:
+        return
+    assert out == attrs and len(out) <= MAX_ATTRIBUTES
+    f = parse_filter("*")
+    assert matches(f, out)  # type: ignore[arg-type]
