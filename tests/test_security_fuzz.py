@@ -20,6 +20,7 @@ from pulsarcast_ipfs.core import (
     FrameDecoder,
     Members,
     RemoteProtocolError,
+    Summary,
     _codec,
     _dagcbor,
 )
@@ -88,6 +89,9 @@ def _seed_messages() -> list[dict[str, Any]]:
         sum=5,
         ranges=((4.0, 1, 5), (9.0, 0, 0)),
         have=((ev, 2.0),),
+    ).to_ipld()
+    by_op["SUMMARY"] = Summary(
+        topic=topic, filters=('ups >= 10 and user in ["a", "b"]', "x between 1 and 2.5")
     ).to_ipld()
     assert len(by_op) == len(_codec._BY_OP)
     return [by_op[op] for op in sorted(by_op)]

@@ -1,6 +1,6 @@
 """Admission: per-peer token buckets and bans (flood protection, docs/security.md).
 
-JOIN, EVENT-like and REQUEST_TO_PUBLISH RPCs each spend a token of the sender's
+JOIN (and SUMMARY), EVENT-like and REQUEST_TO_PUBLISH RPCs each spend a token of the sender's
 bucket for that class; a peer refused ``abuse_limit`` times within
 ``abuse_window`` is disconnected, dropped from every tree and ignored for
 ``ban_time``.
@@ -44,6 +44,7 @@ _LIMITED_OPS = {
     "DIGEST": "event",
     "MEMBERS": "event",
     "REQUEST_TO_PUBLISH": "request",
+    "SUMMARY": "join",
 }
 
 

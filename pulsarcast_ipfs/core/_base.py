@@ -118,6 +118,7 @@ class NodeBase:
     _ping_at: float
     _heads_at: float
     _heads_tick: int
+    _forward_counts: dict[str, int]
 
     if TYPE_CHECKING:
         # Methods defined in one module (named above each group) and called from another.
@@ -304,6 +305,17 @@ class NodeBase:
         def _heads_due(self, now: float, tree: Tree) -> None: ...
 
         def _on_digest(self, now: float, peer: str, rpc: Digest) -> None: ...
+
+        # _summaries
+        def _summary_changed(self, now: float, tree: Tree) -> None: ...
+
+        def _join_summary(self, tree: Tree) -> tuple[str, ...] | None: ...
+
+        def _set_child_summary(
+            self, now: float, tree: Tree, peer: str, texts: tuple[str, ...] | None
+        ) -> None: ...
+
+        def _count_forward(self, tree: Tree, peer: str, ev: EventDescriptor) -> None: ...
 
         # _push
         def _members_changed(self, now: float, tree: Tree) -> None: ...

@@ -33,6 +33,8 @@ the dissemination tree across updates)::
     PING / PONG        {op, nonce}
     HEADS              {op, topic, heads: [[CID, created seconds], ...]}
     MEMBERS            {op, topic, epoch, members: [peer ID, ...]}   root -> its children
+    SUMMARY            {op, topic, filters: [filter text, ...]}   a child to its parent: the
+                        summary of what its subtree wants (issue 15, NodeConfig.tree_filters)
     DIGEST             {op, topic, lo, hi, count, sum, ranges, have}
                         ranges: [[upper, count, sum], ...] (an answer: the window
                         split) or []; have: [[CID, created], ...] (the sender's
@@ -53,8 +55,8 @@ from multiformats import CID
 from . import _dagcbor
 from ._descriptors import MAX_DESCRIPTOR_SIZE, MAX_PAYLOAD_SIZE, check_link, parse_created
 from ._descriptors import _peer as _check_peer
-from ._errors import InvalidAttributes, LocalProtocolError, RemoteProtocolError
-from ._filters import AttributeValue, validate_attributes
+from ._errors import FilterSyntaxError, InvalidAttributes, LocalProtocolError, RemoteProtocolError
+from ._filters import AttributeValue, parse_filter, render_filter, validate_attributes
 
 __all__ = [
     "MAX_FRAME_SIZE",
@@ -75,6 +77,7 @@ __all__ = [
     "RequestAck",
     "RequestToPublish",
     "Rpc",
+    "Summary",
     "decode_rpc",
     "encode_frame",
     "encode_rpc",
@@ -89,6 +92,8 @@ MAX_HAVE: Final = 2048
 """Entries in one DIGEST listing (``have``)."""
 MAX_RANGES: Final = 16
 """Ranges in one DIGEST answer (``ranges``)."""
+MAX_SUMMARY: Final = 16
+"""Filters in one summary (JOIN's ``summary``, SUMMARY's ``filters``)."""
 MAX_ID_LENGTH: Final = 256
 _MAX_VARINT_BYTES: Final = 9
 
@@ -174,11 +179,17 @@ class Join(_Message):
     leaf: bool = False
     """A reader's JOIN to a holder of the history, whatever its distance to the author:
     the sender takes no children while it hangs there (so no cycle can form)."""
+    summary: tuple[str, ...] | None = None
+    """(issue 15, ``NodeConfig.tree_filters``) What the sender's subtree wants, as in
+    SUMMARY; left out (None) by a node that does not send summaries: it wants all."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"summary"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
         _bool(self.leaf, "leaf")
+        if self.summary is not None:
+            _summary(self.summary, "summary")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,6 +303,40 @@ class RequestAck(_Message):
         _ident(self.request_id, "requestId")
         _bool(self.ok, "ok")
         _opt_cid(self.event, "event")
+
+
+def _summary(value: object, where: str) -> tuple[str, ...]:
+    """Canonical filter texts (core/_filters.py), at most MAX_SUMMARY, distinct."""
+    if not isinstance(value, tuple) or len(value) > MAX_SUMMARY:
+        raise _bad(f"{where}: expected at most {MAX_SUMMARY} filter texts")
+    for text in value:
+        if not isinstance(text, str):
+            raise _bad(f"{where}: filters are texts")
+        try:
+            canonical = render_filter(parse_filter(text))
+        except FilterSyntaxError as exc:
+            raise _bad(f"{where}: {exc}") from None
+        if canonical != text:
+            raise _bad(f"{where}: {text!r} is not in canonical form ({canonical!r})")
+    if len(set(value)) != len(value):
+        raise _bad(f"{where}: a filter is given twice")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary(_Message):
+    """SUMMARY (issue 15): a child tells its parent what its subtree wants — a
+    disjunction of filters (an empty list: nothing; ``"*"``: everything). Sent when it
+    changes, at most every ``NodeConfig.summary_interval``; only with ``tree_filters``."""
+
+    op: ClassVar[str] = "SUMMARY"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    filters: tuple[str, ...]
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _summary(self.filters, "filters")
 
 
 def _uint(value: object, where: str) -> int:
@@ -444,6 +489,7 @@ Rpc = (
     | Heads
     | Members
     | Digest
+    | Summary
 )
 """Any tree RPC message."""
 
@@ -459,6 +505,7 @@ _ALL: Final[tuple[type[_Message], ...]] = (
     Heads,
     Members,
     Digest,
+    Summary,
 )
 _BY_OP: Final[dict[str, type[_Message]]] = {cls.op: cls for cls in _ALL}
 
@@ -595,6 +642,10 @@ def decode_rpc(body: bytes) -> Rpc:
         elif name == "members":
             if not isinstance(value, list):
                 raise RemoteProtocolError("MEMBERS: members must be a list")
+            value = tuple(value)
+        elif name in ("filters", "summary"):
+            if not isinstance(value, list):
+                raise RemoteProtocolError(f"{op}: {name} must be a list")
             value = tuple(value)
         kwargs[name] = value
     try:

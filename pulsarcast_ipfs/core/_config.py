@@ -107,6 +107,17 @@ class NodeConfig:
     reader_ttl: float = 300.0
     """A node that reads a topic's history without subscribing (``read``) stays in
     its tree this long after the last read."""
+    tree_filters: bool = False
+    """(issue 15 point 3, first part; docs/protocol-notes.md "Filters in the tree")
+    Tell the parent what this node's subtree wants — JOIN's ``summary`` and SUMMARY —
+    and keep the children's summaries, to count false-positive forwards. Events are
+    NOT pruned by them yet. Off: the wire is exactly as before (older nodes refuse
+    SUMMARY and JOIN's summary: turn it on on every node of a cluster at once)."""
+    summary_bound: int = 8
+    """Filters kept per neighbour entry: a child's summary, or this node's subtree
+    summary, merged (``core/_filters.merge``: wider, never narrower) down to this."""
+    summary_interval: float = 1.0
+    """At most one SUMMARY per tree this often (changes in between are coalesced)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -115,7 +126,7 @@ class NodeConfig:
                 if not isinstance(value, RetentionPolicy):
                     raise LocalProtocolError("retention must be a RetentionPolicy")
                 continue
-            if f.name in ("rpc_records", "require_signatures"):
+            if f.name in ("rpc_records", "require_signatures", "tree_filters"):
                 if not isinstance(value, bool):
                     raise LocalProtocolError(f"{f.name} must be a bool")
                 continue

@@ -222,6 +222,7 @@ class Dissemination(NodeBase):
             if peer != exclude and peer not in skip:
                 self._send(now, peer, rpc, tree.name, data)
                 tree.edge(peer).known.add(cid)
+                self._count_forward(tree, peer, ev)
         for peer in direct:
             self._send(now, peer, rpc, tree.name, data)
 

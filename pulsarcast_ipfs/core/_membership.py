@@ -45,6 +45,7 @@ class Membership(NodeBase):
 
     def _tree_changed(self, now: float, tree: Tree, *, force: bool = False) -> None:
         tree.role = self._role(tree)
+        self._summary_changed(now, tree)
         self._members_changed(now, tree)
         self._send_due_history(now, tree)
         self._record(
@@ -176,7 +177,12 @@ class Membership(NodeBase):
         tree.join = JoinAttempt(
             peer=hop, deadline=now + self.config.join_timeout, tried=tried, leaf=leaf
         )
-        rpc = Join(topic=tree.key, descriptor=tree.root.encode(), leaf=leaf)
+        rpc = Join(
+            topic=tree.key,
+            descriptor=tree.root.encode(),
+            leaf=leaf,
+            summary=self._join_summary(tree),
+        )
         self._send(now, hop, rpc, tree.name)
 
     def _join_timed_out(self, now: float, tree: Tree) -> None:
@@ -303,6 +309,7 @@ class Membership(NodeBase):
             if not self._wanted(tree) and tree.join is None and not tree.joined:
                 self._drop_tree(tree)
             return
+        self._set_child_summary(now, tree, peer, rpc.summary)
         self._adopt_child(now, tree, peer)
 
     def _adopt_child(self, now: float, tree: Tree, peer: str) -> None:

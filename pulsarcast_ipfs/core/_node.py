@@ -63,6 +63,7 @@ signatures one part calls in another, checked by mypy):
 :mod:`._topics`        create / update topic, subscribe, unsubscribe, read, history
 :mod:`._antientropy`   HEADS deltas and DIGESTs
 :mod:`._push`          MEMBERS: a publisher's direct first hop
+:mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
 =====================  =========================================================
 """
 
@@ -89,6 +90,7 @@ from ._codec import (
     RequestAck,
     RequestToPublish,
     Rpc,
+    Summary,
     encode_frame,
 )
 from ._config import NodeConfig
@@ -103,6 +105,7 @@ from ._push import FirstHopPush
 from ._repair import Repair
 from ._requests import Requests
 from ._signqueue import SigningQueue
+from ._summaries import Summaries
 from ._topics import Topics
 from ._tree import LRU
 
@@ -121,6 +124,7 @@ class PulsarcastNode(
     SigningQueue,
     AntiEntropy,
     FirstHopPush,
+    Summaries,
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
 
@@ -193,6 +197,7 @@ class PulsarcastNode(
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
         self._heads_tick = 0
+        self._forward_counts = {"down": 0, "false_positive": 0}
 
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
         """An RPC from the authenticated ``peer`` (§6)."""
@@ -236,6 +241,8 @@ class PulsarcastNode(
             self._on_request(now, peer, rpc)
         elif isinstance(rpc, RequestAck):
             self._on_request_ack(now, peer, rpc)
+        elif isinstance(rpc, Summary):
+            self._on_summary(now, peer, rpc)
 
     # ------------------------------------------------------------------ timers
 
@@ -256,6 +263,9 @@ class PulsarcastNode(
                 if at is not None and at < best:
                     best = at
                 at = tree.members_due
+                if at is not None and at < best:
+                    best = at
+                at = tree.summary_due
                 if at is not None and at < best:
                     best = at
         at = self._lag_at
@@ -293,6 +303,8 @@ class PulsarcastNode(
                 self._heads_due(now, tree)
             if tree.members_due is not None and tree.members_due <= now:
                 self._send_members(now, tree)
+            if tree.summary_due is not None and tree.summary_due <= now:
+                self._summary_timer(now, tree)
         self._fetch_timers(now)
         self._request_timers(now)
 

@@ -247,13 +247,14 @@ class Topics(NodeBase):
         self._pending_filters[topic_cid] = filter
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
-    def _take_filter(self, tree: Tree) -> None:
+    def _take_filter(self, now: float, tree: Tree) -> None:
         """Apply the filter of the subscribe call(s) that resolved to ``tree``."""
         for cid in [c for c in self._pending_filters if self._version_of.get(c) == tree.key]:
             tree.filter = self._pending_filters.pop(cid)
+            self._summary_changed(now, tree)
 
     def _subscribe_tree(self, now: float, tree: Tree) -> None:
-        self._take_filter(tree)
+        self._take_filter(now, tree)
         if tree.subscribed:
             return
         tree.subscribed = True

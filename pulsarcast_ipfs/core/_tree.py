@@ -137,6 +137,15 @@ class Tree:
     """(root) Send MEMBERS then (children changed)."""
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
+    child_summaries: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
+    """(tree_filters) What each child's subtree wants (JOIN's summary, SUMMARY); a
+    child without an entry wants everything."""
+    summary_sent: tuple[str, ...] | None = None
+    """(tree_filters) The summary the parent was last told (in a JOIN or SUMMARY)."""
+    summary_due: float | None = None
+    """(tree_filters) Send SUMMARY then, if the summary changed."""
+    summary_at: float = float("-inf")
+    """(tree_filters) When the last SUMMARY went (rate limit: summary_interval)."""
 
     @property
     def key(self) -> CID:

@@ -1,0 +1,206 @@
+"""Filters in the tree, first part (issue 15 point 3): subtree summaries.
+
+With ``NodeConfig.tree_filters`` a child tells its parent what its subtree wants
+(JOIN's ``summary``, SUMMARY when it changes, rate-limited and coalesced), relays
+merge within ``summary_bound`` (never narrower), a re-join carries the summary, and
+EVENTs sent into subtrees whose summary does not match are counted as false
+positives. Off (the default) the wire is exactly as before.
+"""
+
+from __future__ import annotations
+
+import random
+
+from multiformats import CID
+
+from pulsarcast_ipfs.core import (
+    Filter,
+    Join,
+    NodeConfig,
+    Summary,
+    TopicState,
+    UnknownTopic,
+    matches,
+    matches_any,
+    parse_filter,
+)
+from pulsarcast_ipfs.core.testing import CoreNet
+from pulsarcast_ipfs.records import RecordKind
+
+ON = NodeConfig(tree_filters=True, summary_interval=1.0, summary_bound=4)
+FILTERS = [
+    "ups >= 10",
+    "controversiality = 1",
+    "user = 'alice'",
+    "ups between 3 and 5 and controversiality = 0",
+    "user in ['bob', 'carol'] and ups > 40",
+]
+
+
+def setup(
+    n: int = 14, *, config: NodeConfig = ON, seed: int = 5
+) -> tuple[CoreNet, CID, str, dict[str, Filter | None]]:
+    """A topic; every other node subscribes, with one of FILTERS or none."""
+    net = CoreNet(n, seed=seed, config=config, bucket_size=2)
+    author = net.peers[0]
+    topic: CID = net.call(author, "create_topic", "reddit")
+    net.run_for(0.5)
+    rng = random.Random(seed)
+    subs: dict[str, Filter | None] = {}
+    for p in net.peers[1:]:
+        if rng.random() < 0.7:
+            text = rng.choice([*FILTERS, None])
+            where = parse_filter(text) if text is not None else None
+            net.call(p, "subscribe", topic, filter=where)
+            subs[p] = where
+    net.run_for(20)  # the tree settles
+    return net, topic, author, subs
+
+
+def states(net: CoreNet, topic: CID) -> dict[str, TopicState]:
+    """Every node's place in the topic's tree (nodes outside it left out)."""
+    out = {}
+    for p in net.peers:
+        try:
+            out[p] = net.nodes[p].topic_state(topic)
+        except UnknownTopic:
+            continue
+    return out
+
+
+def sent(net: CoreNet, peer: str, kind: type) -> list[object]:
+    return [s.rpc for s in net.logs[peer].sent if isinstance(s.rpc, kind)]
+
+
+def attrs(rng: random.Random) -> dict[str, int | str]:
+    return {
+        "ups": rng.randrange(60),
+        "controversiality": rng.randrange(2),
+        "user": rng.choice(["alice", "bob", "carol", "dave"]),
+    }
+
+
+def test_every_ancestor_summary_covers_every_subscriber_below() -> None:
+    """Never narrower: whatever a subscriber's filter matches, its parent's entry for
+    it and every ancestor's subtree summary match too (checked on random events)."""
+    net, topic, _, subs = setup()
+    rng = random.Random(1)
+    samples = [attrs(rng) for _ in range(300)] + [{}]
+    state = states(net, topic)
+    checked = 0
+    for p, where in subs.items():
+        wanted = [m for m in samples if where is None or matches(where, m)]
+        cur, child = state[p].parent, p
+        while cur is not None:
+            node = net.nodes[cur]
+            tree = node._trees[topic]
+            entry = tree.child_summaries.get(child)
+            summary = [parse_filter(t) for t in node.subtree_summary(topic)]
+            for m in wanted:
+                assert entry is None or matches_any(entry, m), (p, cur, m)
+                assert matches_any(summary, m), (p, cur, m)
+                checked += 1
+            cur, child = state[cur].parent, cur
+    assert checked > 1000
+    for p in state:  # each neighbour entry within the bound
+        for entry in net.nodes[p]._trees[topic].child_summaries.values():
+            assert len(entry) <= ON.summary_bound
+
+
+def test_false_positive_forwards_are_counted() -> None:
+    net, topic, author, subs = setup()
+    rng = random.Random(2)
+    sent_attrs = []
+    for _ in range(30):
+        a = attrs(rng)
+        sent_attrs.append(a)
+        net.call(author, "publish", topic, b"x", attributes=a)
+        net.run_for(0.2)
+    net.run_for(3)
+    total = {"down": 0, "false_positive": 0}
+    for p in net.peers:
+        for k, v in net.nodes[p].filter_forwards.items():
+            total[k] += v
+    assert 0 < total["false_positive"] < total["down"]
+    # recount them from the tree: an EVENT to a child counts when no subscriber in
+    # that child's subtree (itself included) wants the event
+    state = states(net, topic)
+
+    def subtree(p: str) -> list[str]:
+        return [p, *(q for c in state[p].children for q in subtree(c))]
+
+    expected_fp = expected_down = 0
+    for p in state:
+        for c in state[p].children:
+            for a in sent_attrs:
+                expected_down += 1
+                below = [s for s in subtree(c) if s in subs]
+                if not any(subs[s] is None or matches(subs[s], a) for s in below):  # type: ignore[arg-type]
+                    expected_fp += 1
+    # summaries may be wider than the exact interest (merging): never fewer false positives
+    # (anti-entropy may send an event down again: those count too)
+    resent = total["down"] - expected_down
+    assert 0 <= resent <= expected_down // 10
+    assert 0 < total["false_positive"] <= expected_fp + resent
+
+
+def test_a_filter_change_sends_one_coalesced_summary() -> None:
+    net, topic, _, subs = setup()
+    state = states(net, topic)
+    leaf = next(p for p in subs if state[p].parent and not state[p].children)
+    parent = net.nodes[leaf].topic_state(topic).parent
+    assert parent is not None
+    before = len(sent(net, leaf, Summary))
+    for text in ("ups > 1", "ups > 2", "user = 'zed'"):
+        net.call(leaf, "subscribe", topic, filter=parse_filter(text))
+    net.run_for(3)
+    new = sent(net, leaf, Summary)[before:]
+    assert len(new) == 1 and new[0].filters == ('user = "zed"',)  # type: ignore[attr-defined]
+    entry = net.nodes[parent]._trees[topic].child_summaries[leaf]
+    assert entry == (parse_filter("user = 'zed'"),)
+    net.call(leaf, "unsubscribe", topic)
+    net.run_for(3)
+    if leaf in net.nodes[parent].topic_state(topic).children:  # still a relay: wants nothing
+        assert net.nodes[parent]._trees[topic].child_summaries[leaf] == ()
+
+
+def test_a_rejoin_carries_the_summary() -> None:
+    net, topic, author, subs = setup()
+    child = next(p for p in subs if net.nodes[p].topic_state(topic).parent not in (None, author))
+    old = net.nodes[child].topic_state(topic).parent
+    assert old is not None
+    net.crash(old)
+    net.run_for(40)
+    new = net.nodes[child].topic_state(topic).parent
+    assert new is not None and new != old
+    joins = [j for j in sent(net, child, Join) if j.summary is not None]  # type: ignore[attr-defined]
+    assert joins, "the re-JOIN carried no summary"
+    got = net.nodes[new]._trees[topic].child_summaries.get(child)
+    assert got is not None
+    own = subs[child]
+    rng = random.Random(3)
+    for _ in range(200):
+        m = attrs(rng)
+        if own is None or matches(own, m):
+            assert matches_any(got, m)
+
+
+def test_summaries_from_non_children_are_dropped_and_rate_limited() -> None:
+    cfg = NodeConfig(tree_filters=True, join_rate=1.0, join_burst=3.0)
+    net, topic, author, _ = setup(config=cfg)
+    children = net.nodes[author].topic_state(topic).children
+    stranger = next(p for p in net.peers if p not in children and p != author)
+    for _ in range(6):
+        net.inject(stranger, author, Summary(topic=topic, filters=("*",)))
+    reasons = [str(r.fields.get("reason")) for r in net.records(author, RecordKind.EVENT_DROPPED)]
+    assert "not_child" in reasons and "rate_limited" in reasons
+
+
+def test_off_by_default_the_wire_is_unchanged() -> None:
+    net, topic, author, _ = setup(config=NodeConfig())
+    net.call(author, "publish", topic, b"x", attributes={"ups": 1})
+    net.run_for(3)
+    for p in net.peers:
+        assert not sent(net, p, Summary)
+        assert all(j.summary is None for j in sent(net, p, Join))  # type: ignore[attr-defined]
+        assert net.nodes[p].filter_forwards == {"down": 0, "false_positive": 0}
