@@ -73,6 +73,15 @@ def test_filters_hold_under_loss_and_crashes(workload: Workload) -> None:
     assert s.coverage_live == 1.0 and s.crashed == 3
 
 
+def test_tree_filters_count_false_positive_forwards(workload: Workload) -> None:
+    _, s = _run(workload, tree_filters=True)
+    assert s.unwanted == 0 and s.coverage_published == 1.0
+    assert 0 < s.forwards_false_positive < s.forwards_down
+    _, plain = _run(workload)
+    assert plain.forwards_down == plain.forwards_false_positive == 0
+    assert plain.deliveries == s.deliveries  # summaries do not change what is delivered
+
+
 def test_a_bad_filter_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="at position 5: expected a value"):
         SimConfig(filters=("ups >",))

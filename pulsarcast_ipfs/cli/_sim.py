@@ -75,6 +75,12 @@ def add_parser(sub: Any) -> None:
         "controversiality and user as attributes (docs/simulator.md)",
     )
     p.add_argument(
+        "--tree-filters",
+        action="store_true",
+        help="nodes send subtree summaries of their filters; the summary counts the "
+        "false-positive forwards (docs/protocol-notes.md 'Filters in the tree')",
+    )
+    p.add_argument(
         "--attributes",
         action="store_true",
         help="events carry the workload's attributes even without --filter",
@@ -130,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
             ordered=args.ordered,
             filters=tuple(args.filters),
             attributes=args.attributes,
+            tree_filters=args.tree_filters,
             workload=args.workload,
             run=args.run or f"sim-{args.seed}",
         )

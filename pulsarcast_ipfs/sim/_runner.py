@@ -188,6 +188,9 @@ class SimConfig:
     attributes: bool = False
     """Publish calls carry the workload's ``ups``, ``downs``, ``controversiality`` and
     ``user`` as event attributes (implied by :attr:`filters`)."""
+    tree_filters: bool = False
+    """Nodes send subtree summaries (``NodeConfig.tree_filters``): the summary counts
+    EVENTs sent down the trees and the false positives among them."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -354,7 +357,9 @@ class Simulation:
 
     def _real_node(self, peer_id: str, rng: Random, now: float) -> PulsarcastNode:
         cfg = NodeConfig(
-            rpc_records=self.config.rpc_records, require_signatures=self.config.signatures
+            rpc_records=self.config.rpc_records,
+            require_signatures=self.config.signatures,
+            tree_filters=self.config.tree_filters,
         )
         return PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
 
@@ -451,6 +456,9 @@ class Simulation:
             self._loop()
         finally:
             self._sink.close()
+        for i, node in enumerate(self.nodes):
+            if node is not None:
+                self._harvest_forwards(i)
         summary = self.stats.summary(
             seed=c.seed,
             virtual_seconds=self.heap.now - T0,
@@ -785,6 +793,7 @@ class Simulation:
                 continue
             self.alive[i] = False
             self.crashed_at[i] = now
+            self._harvest_forwards(i)
             self.nodes[i] = None
             self.incarnation[i] += 1
             self.timer_version[i] += 1
@@ -794,6 +803,14 @@ class Simulation:
         self.heap.push(now + self.config.detection_delay, _DETECT, victims, False)
         if self.config.restart is not None:
             self.heap.push(now + self.config.restart, _RESTART, victims)
+
+    def _harvest_forwards(self, i: int) -> None:
+        """Add node ``i``'s forward counts (tree_filters) to the run's: at its crash
+        (the object is dropped) and at the end."""
+        counts = getattr(self.nodes[i], "filter_forwards", None)
+        if counts:
+            self.stats.forwards_down += counts.get("down", 0)
+            self.stats.forwards_false_positive += counts.get("false_positive", 0)
 
     def _detect(self, peers: list[int], alive: bool) -> None:
         now = self.heap.now
@@ -844,6 +861,7 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
         "rpc_records": c.rpc_records,
         "filters": list(c.filters),
         "attributes": c.with_attributes,
+        "tree_filters": c.tree_filters,
     }
 
 

@@ -95,6 +95,10 @@ class SimSummary:
     the filter matches."""
     unwanted: int = 0
     """Deliveries of an event the subscription's filter does not match (must be 0)."""
+    forwards_down: int = 0
+    """(tree_filters) EVENTs sent down to a child."""
+    forwards_false_positive: int = 0
+    """(tree_filters) ...of which into a subtree whose summary did not match."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,6 +164,8 @@ class RunStats:
         self.filters: list[dict[int, Filter]] = [{} for _ in topics]
         self.call_attrs: dict[int, Mapping[str, AttributeValue]] = {}
         self.unwanted = 0
+        self.forwards_down = 0
+        self.forwards_false_positive = 0
 
     # -- membership -------------------------------------------------------------------
 
@@ -424,6 +430,8 @@ class RunStats:
             crashed_roots=self.crashed_roots,
             filtered_subscriptions=sum(len(f) for f in self.filters),
             unwanted=self.unwanted,
+            forwards_down=self.forwards_down,
+            forwards_false_positive=self.forwards_false_positive,
         )
 
     def missing_report(self, limit: int = 20) -> list[tuple[int, int, list[int]]]:
