@@ -56,6 +56,7 @@ from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._config import SidecarConfig
+from ._delegate import DelegateKeeper
 from ._metrics import MetricsWriter, resource_records
 from ._readers import Readers
 from ._routing import RoutingView, topic_cid
@@ -185,6 +186,8 @@ class Driver:
         """Signatures made through Kubo ``key/sign``."""
         self.sign_failures = 0
         self.sign_seconds = 0.0
+        self.delegates: DelegateKeeper | None = None
+        """The delegated signing key's keeper (signatures on, ``delegate_ttl`` > 0)."""
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
         self._announced: dict[CID, float] = {}
@@ -249,6 +252,19 @@ class Driver:
             self.call(lambda now: self.node.signed(now, out.request_id, signature))
         except Exception:
             log.exception("signed(%s) failed", out.request_id)
+
+    async def _kubo_sign(self, data: bytes) -> bytes:
+        """Kubo ``key/sign`` with the node's own key (:data:`SIGN_TIMEOUT`)."""
+        with anyio.fail_after(SIGN_TIMEOUT):
+            return (await self.kubo.key_sign(data)).signature
+
+    async def _renew_delegate(self) -> None:
+        """Make a new delegated signing key and hand it to the core (:mod:`._delegate`)."""
+        if self.delegates is None:
+            return
+        key = await self.delegates.renew(self.clock())
+        if key is not None:
+            self.call(lambda now: self.node.use_delegate(now, key))
 
     async def wait_for(self, predicate: Callable[[], bool], *, max_wait: float) -> bool:
         """Wait until ``predicate()`` holds after some input to the node; False on timeout."""
@@ -530,6 +546,10 @@ class Driver:
             "pulsarcast_signatures_total": self.signatures,
             "pulsarcast_sign_failures_total": self.sign_failures,
             "pulsarcast_sign_seconds_total": self.sign_seconds,
+            "pulsarcast_delegations_total": self.delegates.renewals if self.delegates else 0,
+            "pulsarcast_delegation_failures_total": (
+                self.delegates.failures if self.delegates else 0
+            ),
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
         }
@@ -648,6 +668,11 @@ class Driver:
             log.info(
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
+            if self.config.require_signatures and self.config.delegate_ttl > 0:
+                self.delegates = DelegateKeeper(
+                    peer_id=self.peer_id, ttl=self.config.delegate_ttl, sign=self._kubo_sign
+                )
+                await self._renew_delegate()
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
@@ -793,6 +818,9 @@ class Driver:
             await anyio.sleep(2.0)
             self.metrics.flush()
             self.announce_topics()
+            if self.delegates is not None and self._tg is not None:
+                if self.delegates.due(self.clock()):
+                    self._tg.start_soon(self._renew_delegate)
             if self._dirty and self.fatal is None:
                 try:
                     self.persist()

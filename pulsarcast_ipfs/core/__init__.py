@@ -30,7 +30,14 @@ from ._codec import (
     encode_rpc,
 )
 from ._config import NodeConfig
+from ._delegation import (
+    DelegateKey,
+    Delegation,
+    delegation_statement,
+    verify_delegation,
+)
 from ._descriptors import (
+    DELEGATED_VERSION,
     MAX_PARENTS,
     MAX_PAYLOAD_SIZE,
     PROTOCOL_VERSION,
@@ -87,6 +94,7 @@ from ._signing import (
 )
 
 __all__ = [
+    "DELEGATED_VERSION",
     "KUBO_SIGN_PREFIX",
     "MAX_FRAME_SIZE",
     "MAX_HAVE",
@@ -98,6 +106,8 @@ __all__ = [
     "OUTPUT_METHODS",
     "PROTOCOL_VERSION",
     "SIGNED_VERSION",
+    "DelegateKey",
+    "Delegation",
     "Deliver",
     "DescriptorError",
     "Digest",
@@ -153,11 +163,13 @@ __all__ = [
     "compute_cid",
     "decode_descriptor",
     "decode_rpc",
+    "delegation_statement",
     "encode_frame",
     "encode_rpc",
     "format_created",
     "parse_created",
     "peer_public_key",
     "sort_parents",
+    "verify_delegation",
     "verify_signature",
 ]

@@ -63,9 +63,11 @@ from multiformats import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 
 from . import _dagcbor
+from ._delegation import Delegation
 from ._errors import DescriptorError, LocalProtocolError
 
 __all__ = [
+    "DELEGATED_VERSION",
     "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
@@ -88,11 +90,15 @@ PROTOCOL_VERSION: Final = "2.0.0"
 """The unsigned ``protocolVersion`` (PROTOCOL.md §4), written when signatures are off."""
 SIGNED_VERSION: Final = "2.1.0"
 """The signed ``protocolVersion`` (docs/security.md "Signatures")."""
-SIGNED_VERSIONS: Final = frozenset({"1.1.0", SIGNED_VERSION})
+DELEGATED_VERSION: Final = "2.2.0"
+"""A signed event whose ``signatures`` also carry the :class:`~._delegation.Delegation`
+of the key that made them (docs/security.md "Delegated signing keys"); author ==
+publisher. Events only: topic descriptors are always signed by the author's own key."""
+SIGNED_VERSIONS: Final = frozenset({"1.1.0", SIGNED_VERSION, DELEGATED_VERSION})
 """Versions whose descriptors carry signatures."""
-EVENT_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION})
+EVENT_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION, DELEGATED_VERSION})
 """Event descriptors: protocol 2 only (multi-parent links and a clock)."""
-SUPPORTED_VERSIONS: Final = EVENT_VERSIONS | {"1.0.0", "1.1.0"}
+SUPPORTED_VERSIONS: Final = (EVENT_VERSIONS - {DELEGATED_VERSION}) | {"1.0.0", "1.1.0"}
 """Topic descriptors: protocol 1 topics have the same shape and are read as they are."""
 MAX_PARENTS: Final = 16
 """Most parents an event links (a LAST_SEEN publisher links its newest heads)."""
@@ -274,6 +280,14 @@ def _check_signed(version: str, signatures: Sequence[bytes | None], *, draft: bo
         raise ValueError(f"protocolVersion {version} descriptors must be signed")
     for sig in given:
         _signature(sig, "signature")
+
+
+def _delegation(value: object) -> Delegation:
+    m = _exact_keys(value, {"key", "expires", "signature"}, "signatures.delegation")
+    try:
+        return Delegation(key=m["key"], expires=m["expires"], signature=m["signature"])
+    except LocalProtocolError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _encode(obj: Any) -> bytes:
@@ -585,6 +599,9 @@ class EventDescriptor:
     """Ed25519 by ``author`` over :meth:`author_statement` (1.1.0)."""
     publisher_signature: bytes | None = field(default=None, repr=False)
     """Ed25519 by ``publisher`` over :meth:`signing_bytes` (1.1.0)."""
+    delegation: Delegation | None = field(default=None, repr=False)
+    """:data:`DELEGATED_VERSION`: the publisher's delegation of the key that made
+    both signatures (``None`` in a draft and in every other version)."""
     _data: bytes = field(init=False, repr=False)
     _cid: CID | None = field(init=False, default=None, repr=False)
     """Computed on first use: a draft (signed next) never needs its CID."""
@@ -612,6 +629,15 @@ class EventDescriptor:
                 (self.author_signature, self.publisher_signature),
                 draft=True,
             )
+            if self.protocol_version == DELEGATED_VERSION:
+                if self.author != self.publisher:
+                    raise ValueError("a delegated signature needs author == publisher")
+                if (self.delegation is None) != (self.publisher_signature is None):
+                    raise ValueError("signatures.delegation goes with the signatures")
+                if self.delegation is not None and not isinstance(self.delegation, Delegation):
+                    raise ValueError("signatures.delegation: expected a Delegation")
+            elif self.delegation is not None:
+                raise ValueError(f"protocolVersion {self.protocol_version} has no delegation")
         except ValueError as exc:
             raise LocalProtocolError(f"invalid event descriptor: {exc}") from exc
         data = _encode(self.to_ipld())
@@ -623,9 +649,14 @@ class EventDescriptor:
         """A 1.1.0 event not signed yet (never sent or stored)."""
         return self.protocol_version in SIGNED_VERSIONS and self.publisher_signature is None
 
-    def with_signatures(self, *, author: bytes, publisher: bytes) -> EventDescriptor:
-        """This draft, signed (``LocalProtocolError`` if a signature is malformed)."""
-        return dataclasses.replace(self, author_signature=author, publisher_signature=publisher)
+    def with_signatures(
+        self, *, author: bytes, publisher: bytes, delegation: Delegation | None = None
+    ) -> EventDescriptor:
+        """This draft, signed (``LocalProtocolError`` if a signature is malformed);
+        ``delegation`` for a :data:`DELEGATED_VERSION` draft."""
+        return dataclasses.replace(
+            self, author_signature=author, publisher_signature=publisher, delegation=delegation
+        )
 
     def signing_bytes(self) -> bytes:
         """What the publisher signs: canonical dag-cbor without ``signatures``."""
@@ -642,10 +673,13 @@ class EventDescriptor:
     def to_ipld(self) -> dict[str, Any]:
         body = self._body()
         if self.author_signature is not None and self.publisher_signature is not None:
-            body["signatures"] = {
+            sigs: dict[str, Any] = {
                 "author": self.author_signature,
                 "publisher": self.publisher_signature,
             }
+            if self.delegation is not None:
+                sigs["delegation"] = self.delegation.to_ipld()
+            body["signatures"] = sigs
         return body
 
     def _body(self) -> dict[str, Any]:
@@ -693,10 +727,16 @@ class EventDescriptor:
             top = _exact_keys(obj, keys, "event")
             meta = _exact_keys(top["metadata"], {"created", "protocolVersion"}, "metadata")
             sigs: dict[str, Any] = {"author": None, "publisher": None}
+            delegation: Delegation | None = None
             if version in SIGNED_VERSIONS:
-                sigs = _exact_keys(top["signatures"], {"author", "publisher"}, "signatures")
+                names = {"author", "publisher"}
+                if version == DELEGATED_VERSION:
+                    names.add("delegation")
+                sigs = _exact_keys(top["signatures"], names, "signatures")
                 _signature(sigs["author"], "signatures.author")
                 _signature(sigs["publisher"], "signatures.publisher")
+                if version == DELEGATED_VERSION:
+                    delegation = _delegation(sigs["delegation"])
             desc = cls(
                 topic=top["topic"],
                 author=top["author"],
@@ -708,6 +748,7 @@ class EventDescriptor:
                 protocol_version=meta["protocolVersion"],
                 author_signature=sigs["author"],
                 publisher_signature=sigs["publisher"],
+                delegation=delegation,
             )
         except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc
