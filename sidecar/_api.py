@@ -55,6 +55,7 @@ from pulsarcast_ipfs.core import (
     TopicDescriptor,
     TopicOptions,
     UnknownTopic,
+    cid_from_str,
     cid_str,
 )
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
@@ -122,8 +123,8 @@ def refusal(exc: Exception) -> JSONResponse:
 
 def parse_cid(text: str, what: str = "CID") -> CID:
     try:
-        cid = CID.decode(text)
-    except (ValueError, LookupError):  # multiformats' errors
+        cid = cid_from_str(text)
+    except ValueError:
         raise ApiError(400, "bad_request", f"bad {what}: {text!r} is not a CID") from None
     if cid.version != 1 or cid.codec.name != "dag-cbor":
         raise ApiError(400, "bad_request", f"bad {what}: {text} is not a CIDv1 dag-cbor CID")

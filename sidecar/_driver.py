@@ -50,6 +50,7 @@ from pulsarcast_ipfs.core import (
     TopicState,
     TopicUpdated,
     UnknownTopic,
+    cid_from_str,
     cid_str,
 )
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
@@ -433,7 +434,7 @@ class Driver:
 
     def topic_states(self) -> list[TopicState]:
         """This node's place in every tree it has been in and still is."""
-        states = (self._topic_state(CID.decode(root)) for root in self.topic_roots)
+        states = (self._topic_state(cid_from_str(root)) for root in self.topic_roots)
         return [st for st in states if st is not None]
 
     def latest_version(self, cid: CID) -> CID | None:
@@ -566,7 +567,7 @@ class Driver:
         now = self.clock()
         for root_s in list(self.state.state.subscriptions):
             try:
-                root = CID.decode(root_s)
+                root = cid_from_str(root_s)
             except ValueError:
                 continue
             if self.known_root(root) != root:
@@ -609,7 +610,7 @@ class Driver:
         heads: dict[str, list[str]] = {}
         for root in list(self.state.state.subscriptions) + list(self.state.state.created):
             try:
-                st = self.node.topic_state(CID.decode(root))
+                st = self.node.topic_state(cid_from_str(root))
             except (UnknownTopic, ValueError):
                 continue
             heads[root] = [cid_str(c) for c in st.heads[:16]]
@@ -739,7 +740,7 @@ class Driver:
         """Re-subscribe what the persisted state says (§5 eventual delivery after a restart)."""
         for root, since in self.state.state.subscriptions.items():
             try:
-                cid = CID.decode(root)
+                cid = cid_from_str(root)
             except ValueError:
                 log.warning("skipping bad persisted topic CID %r", root)
                 continue
