@@ -543,6 +543,7 @@ class Driver:
             "pulsarcast_readers": len(self.reading),
             "pulsarcast_frames_in_total": transport.frames_in,
             "pulsarcast_frames_out_total": transport.frames_out,
+            "pulsarcast_socket_writes_total": transport.writes,
             "pulsarcast_bad_frames_total": transport.bad_frames,
             "pulsarcast_signatures_total": self.signatures,
             "pulsarcast_sign_failures_total": self.sign_failures,
