@@ -608,6 +608,19 @@ class Driver:
 
     def persist(self) -> None:
         """Save ``state.json`` with fresh heads."""
+        self._fresh_heads()
+        self.state.save()
+        self._dirty = False
+
+    async def persist_in_thread(self) -> None:
+        """:meth:`persist`, the write (two ``fsync``) in a worker thread: a loaded disk
+        stalled the event loop of every sidecar every 2 s (py-spy, issue 13)."""
+        self._fresh_heads()
+        snapshot = self.state.snapshot()
+        self._dirty = False
+        await anyio.to_thread.run_sync(self.state.write, *snapshot)
+
+    def _fresh_heads(self) -> None:
         heads: dict[str, list[str]] = {}
         for root in list(self.state.state.subscriptions) + list(self.state.state.created):
             try:
@@ -616,8 +629,6 @@ class Driver:
                 continue
             heads[root] = [cid_str(c) for c in st.heads[:16]]
         self.state.state.heads = heads
-        self.state.save()
-        self._dirty = False
 
     async def _choose_announce(self) -> None:
         """Whether own blocks also need ``provide/once`` after pinning (``announce``)."""
@@ -825,7 +836,7 @@ class Driver:
                     self._tg.start_soon(self._renew_delegate)
             if self._dirty and self.fatal is None:
                 try:
-                    self.persist()
+                    await self.persist_in_thread()
                 except StateError as exc:
                     self.fail(str(exc))
 
