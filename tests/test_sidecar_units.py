@@ -914,3 +914,23 @@ async def test_frames_queued_together_go_out_in_one_write(
     nonces = [getattr(r, "nonce", None) for r in decoded]
     assert nonces == list(range(100))
     assert t.frames_out == 100 and t.writes == 1
+
+
+def test_a_multipart_body_is_one_buffer_that_a_standard_parser_splits() -> None:
+    """Issue 13: the Kubo client sends ``block/put``'s files as one body (one write),
+    not httpx's streamed ``files=`` (three writes per file); the standard library's
+    MIME parser finds exactly the parts, byte for byte, CRLFs inside them included."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    from pulsarcast_ipfs.kubo._client import multipart_body
+
+    parts = [b"", b"\r\n--x\r\n", bytes(range(256)), b"a" * 5000]
+    headers, body = multipart_body(parts)
+    raw = f"Content-Type: {headers['Content-Type']}\r\n\r\n".encode() + body
+    msg = BytesParser(policy=HTTP).parsebytes(raw)
+    got = [p.get_payload(decode=True) for p in msg.iter_parts()]
+    assert got == parts
+    assert all(
+        p.get_param("name", header="content-disposition") == "data" for p in msg.iter_parts()
+    )
