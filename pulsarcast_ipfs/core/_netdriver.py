@@ -193,7 +193,6 @@ class NetDriver:
 
     # -- the fault model (a subclass overrides these) --------------------------------
     ignored_outputs: ClassVar[tuple[type, ...]] = ()
-    legacy_timers: ClassVar[bool] = False
     coalesce_unreachable: ClassVar[bool] = True
     """One pending ``peer_unreachable`` per (sender, peer), as one failed connection."""
     coalesce_fetches: ClassVar[bool] = True
@@ -314,11 +313,6 @@ class NetDriver:
             dispatch(i, outs)
             outs = node.take_outputs()  # answered signatures resume the node
         t = node.get_timer()
-        if self.legacy_timers:
-            if t is not None:
-                now = self.heap.now
-                self.heap.push(t if t > now else now, self.TIMER, i, t)
-            return
         if t != self.armed[i]:
             self.armed[i] = t
             self.timer_version[i] += 1
@@ -326,14 +320,8 @@ class NetDriver:
                 now = self.heap.now
                 self.heap.push(t if t > now else now, self.TIMER, i, self.timer_version[i])
 
-    def _fire_timer(self, i: int, version: Any, _: object) -> None:
-        if self.legacy_timers:
-            if not self.up[i]:
-                return
-            t = self._nodes[i].get_timer()
-            if t is None or t > self.heap.now or t != version:
-                return
-        elif version != self.timer_version[i] or not self.up[i]:
+    def _fire_timer(self, i: int, version: int, _: object) -> None:
+        if version != self.timer_version[i] or not self.up[i]:
             return
         now = self.heap.now
         if now == self._last_instant:

@@ -85,7 +85,6 @@ class CoreNet(NetDriver):
     coalesce_fetches: ClassVar[bool] = False
     late_unreachable: ClassVar[bool] = False
     lose_from_down_senders: ClassVar[bool] = True
-    legacy_timers: ClassVar[bool] = True
 
     def __init__(
         self,
