@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from multiformats import CID
 
-from pulsarcast_ipfs.kademlia import bucket_index, closest_peers, peer_id_from_bytes, peer_position
+from pulsarcast_ipfs.kademlia import bucket_index, closest_peers, peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import Rpc
@@ -35,23 +35,11 @@ from ._io import (
     StoreBlock,
     TopicUpdated,
 )
-from ._netdriver import Links, NetDriver
+from ._netdriver import Links, NetDriver, make_peer_ids, make_signers
 from ._node import PulsarcastNode
 from ._signing import Ed25519Signer
 
 __all__ = ["CoreNet", "kademlia_table", "make_peer_ids", "make_signers"]
-
-
-def make_peer_ids(count: int, *, seed: int = 0) -> list[str]:
-    """``count`` distinct, valid (sha2-256 multihash) peer IDs, deterministic in ``seed``."""
-    rng = random.Random(seed)
-    return [peer_id_from_bytes(b"\x12\x20" + rng.randbytes(32)) for _ in range(count)]
-
-
-def make_signers(count: int, *, seed: int = 0) -> list[Ed25519Signer]:
-    """``count`` Ed25519 identities (``.peer_id``, ``.sign``), deterministic in ``seed``."""
-    rng = random.Random(f"ed25519/{seed}")
-    return [Ed25519Signer(rng.randbytes(32)) for _ in range(count)]
 
 
 def kademlia_table(peer: str, others: list[str], bucket_size: int) -> list[str]:
