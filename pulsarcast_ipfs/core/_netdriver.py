@@ -218,6 +218,7 @@ class NetDriver:
         self.index = {p: i for i, p in enumerate(peer_ids)}
         self.links = links
         self.heap = EventHeap(start=start)
+        self.start = start
         self.unreachable_after = unreachable_after
         """Seconds until a sender hears that a peer is unreachable (``None``: never)."""
         self.fetch_timeout = fetch_timeout
@@ -288,7 +289,7 @@ class NetDriver:
             except Exception as exc:
                 raise DriverError(
                     f"{type(exc).__name__} while handling {self.kind_names[kind]} "
-                    f"(node {a}) at t={h.now!r}, heap event #{count}: {exc}"
+                    f"(node {a}) at t={h.now - self.start:.6f}s, heap event #{count}: {exc}"
                 ) from exc
             if max_steps is not None and count > max_steps:
                 raise DriverError(f"no quiescence after {max_steps} steps")
@@ -328,7 +329,7 @@ class NetDriver:
             self._same_instant += 1
             if self._same_instant > 100_000:
                 raise DriverError(
-                    f"timers keep firing at the same virtual instant {now!r} "
+                    f"timers keep firing at the same virtual instant {now - self.start:.6f}s "
                     f"(node {i}): the core's get_timer() does not advance"
                 )
         else:
