@@ -85,6 +85,15 @@ from ._io import (
     TopicState,
     TopicUpdated,
 )
+from ._netdriver import (
+    DriverError,
+    EventHeap,
+    Links,
+    NetDriver,
+    make_peer_ids,
+    make_signers,
+    substream,
+)
 from ._node import PulsarcastNode
 from ._signing import (
     KUBO_SIGN_PREFIX,
@@ -113,9 +122,11 @@ __all__ = [
     "DescriptorError",
     "Digest",
     "DisconnectPeer",
+    "DriverError",
     "Ed25519Signer",
     "Event",
     "EventDescriptor",
+    "EventHeap",
     "EventLinking",
     "FetchBlock",
     "FrameDecoder",
@@ -127,8 +138,10 @@ __all__ = [
     "Join",
     "JoinAck",
     "Leave",
+    "Links",
     "LocalProtocolError",
     "Members",
+    "NetDriver",
     "NodeConfig",
     "NotAllowedToPublish",
     "OperationDone",
@@ -169,9 +182,12 @@ __all__ = [
     "encode_frame",
     "encode_rpc",
     "format_created",
+    "make_peer_ids",
+    "make_signers",
     "parse_created",
     "peer_public_key",
     "sort_parents",
+    "substream",
     "verify_delegation",
     "verify_signature",
 ]
