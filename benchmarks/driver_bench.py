@@ -110,6 +110,7 @@ from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.records import MetricRecord
 from sidecar import Driver, SidecarConfig, build_app
+from sidecar._config import DEFAULT_DELEGATE_TTL
 from sidecar._driver import Listener
 from sidecar._transport import Transport
 
@@ -634,6 +635,7 @@ async def run_scenario(
     kubo_latency: float = 0.0,
     seed: int = 1,
     profile: cProfile.Profile | None = None,
+    delegate_ttl: float = DEFAULT_DELEGATE_TTL,
 ) -> Outcome:
     """Build the tree, then measure ``events`` events of ``scenario`` on a fresh driver."""
     if scenario not in SCENARIOS:
@@ -652,7 +654,12 @@ async def run_scenario(
     kubo = FakeKubo(me, kids if me is author else [author.peer_id, *kids], latency=kubo_latency)
     peers = FakePeers(me.peer_id, kubo)
     with tempfile.TemporaryDirectory(prefix="driver-bench-") as tmp:
-        config = SidecarConfig(kubo_api=FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=Path(tmp))
+        config = SidecarConfig(
+            kubo_api=FAKE_KUBO_URL,
+            api="127.0.0.1:0",
+            state_dir=Path(tmp),
+            delegate_ttl=delegate_ttl,
+        )
         driver = Driver(
             config,
             kubo=kubo.client(),
@@ -931,6 +938,7 @@ async def _run_all(
                 kubo_latency=args.kubo_latency / 1000,
                 seed=args.seed,
                 profile=profile,
+                delegate_ttl=args.delegate_ttl,
             )
         )
         if profile is not None:
@@ -955,6 +963,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         metavar="MS",
         help="each fake Kubo answer waits this long (0: at once, every event its own block/put)",
+    )
+    p.add_argument(
+        "--delegate-ttl",
+        type=float,
+        default=DEFAULT_DELEGATE_TTL,
+        metavar="S",
+        help="the sidecar's delegated signing key (default on; 0: every event signed "
+        "through the fake Kubo's key/sign, two calls per publish)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--profile", action="store_true", help="cProfile each scenario: top 25")

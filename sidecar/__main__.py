@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         "1.0.0 peers)",
     )
     p.add_argument(
+        "--delegate-ttl",
+        type=float,
+        help="seconds a delegated signing key is valid: Kubo signs one delegation and the "
+        "sidecar then signs its own events in memory, renewing at half-time (default "
+        "86400; 0: every event signed through Kubo key/sign)",
+    )
+    p.add_argument(
         "--announce",
         choices=ANNOUNCE_MODES,
         help="how own blocks are announced in the DHT: pinning (Kubo's provider announces "

@@ -57,6 +57,7 @@ from pulsarcast_ipfs.core import (
     TopicDescriptor,
     TopicOptions,
     UnknownTopic,
+    cid_from_str,
     cid_str,
     parse_filter,
     render_filter,
@@ -135,8 +136,8 @@ def refusal(exc: Exception) -> JSONResponse:
 
 def parse_cid(text: str, what: str = "CID") -> CID:
     try:
-        cid = CID.decode(text)
-    except (ValueError, LookupError):  # multiformats' errors
+        cid = cid_from_str(text)
+    except ValueError:
         raise ApiError(400, "bad_request", f"bad {what}: {text!r} is not a CID") from None
     if cid.version != 1 or cid.codec.name != "dag-cbor":
         raise ApiError(400, "bad_request", f"bad {what}: {text} is not a CIDv1 dag-cbor CID")

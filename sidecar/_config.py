@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["ConfigError", "SidecarConfig", "load_config", "parse_hostport"]
 
@@ -36,6 +36,11 @@ def parse_hostport(text: str, what: str = "address") -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise ConfigError(f"{what}: port {number} out of range")
     return host.strip("[]"), number
+
+
+DEFAULT_DELEGATE_TTL: Final = 24 * 3600.0
+DELEGATE_TTL_MIN: Final = 600.0
+"""Shortest delegation: renewed at half-time, and unused in its last minute."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +105,11 @@ class SidecarConfig:
     events at every hop (docs/security.md "Signatures"). Off (TOML
     ``require_signatures = false``, ``PULSARCAST_REQUIRE_SIGNATURES=false``): unsigned
     1.0.0 descriptors, for a cluster with peers that cannot sign."""
+    delegate_ttl: float = DEFAULT_DELEGATE_TTL
+    """With signatures on: how long the delegated signing key made at start is valid
+    (docs/security.md "Delegated signing keys"). Kubo signs the delegation once; the
+    sidecar signs its own events in memory, and renews the delegation (a new key) at
+    half this time. 0: every event is signed through Kubo ``key/sign``, as before."""
 
     def __post_init__(self) -> None:
         parse_hostport(self.api, "api")
@@ -123,6 +133,11 @@ class SidecarConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
+        if self.delegate_ttl != 0 and self.delegate_ttl < DELEGATE_TTL_MIN:
+            raise ConfigError(
+                f"delegate_ttl: 0 (off) or at least {DELEGATE_TTL_MIN:.0f} s, "
+                f"got {self.delegate_ttl}"
+            )
         if self.resource_interval < 0:
             raise ConfigError("resource_interval: must not be negative")
         if self.connect_attempts < 1 or self.max_body < 1024 or self.delivery_log_max < 10:

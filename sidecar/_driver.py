@@ -51,6 +51,7 @@ from pulsarcast_ipfs.core import (
     TopicState,
     TopicUpdated,
     UnknownTopic,
+    cid_from_str,
     cid_str,
     parse_filter,
     render_filter,
@@ -59,6 +60,7 @@ from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._config import SidecarConfig
+from ._delegate import DelegateKeeper
 from ._metrics import MetricsWriter, resource_records
 from ._readers import Readers
 from ._routing import RoutingView, topic_cid
@@ -189,6 +191,8 @@ class Driver:
         """Signatures made through Kubo ``key/sign``."""
         self.sign_failures = 0
         self.sign_seconds = 0.0
+        self.delegates: DelegateKeeper | None = None
+        """The delegated signing key's keeper (signatures on, ``delegate_ttl`` > 0)."""
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
         self._announced: dict[CID, float] = {}
@@ -253,6 +257,19 @@ class Driver:
             self.call(lambda now: self.node.signed(now, out.request_id, signature))
         except Exception:
             log.exception("signed(%s) failed", out.request_id)
+
+    async def _kubo_sign(self, data: bytes) -> bytes:
+        """Kubo ``key/sign`` with the node's own key (:data:`SIGN_TIMEOUT`)."""
+        with anyio.fail_after(SIGN_TIMEOUT):
+            return (await self.kubo.key_sign(data)).signature
+
+    async def _renew_delegate(self) -> None:
+        """Make a new delegated signing key and hand it to the core (:mod:`._delegate`)."""
+        if self.delegates is None:
+            return
+        key = await self.delegates.renew(self.clock())
+        if key is not None:
+            self.call(lambda now: self.node.use_delegate(now, key))
 
     async def wait_for(self, predicate: Callable[[], bool], *, max_wait: float) -> bool:
         """Wait until ``predicate()`` holds after some input to the node; False on timeout."""
@@ -421,7 +438,7 @@ class Driver:
 
     def topic_states(self) -> list[TopicState]:
         """This node's place in every tree it has been in and still is."""
-        states = (self._topic_state(CID.decode(root)) for root in self.topic_roots)
+        states = (self._topic_state(cid_from_str(root)) for root in self.topic_roots)
         return [st for st in states if st is not None]
 
     def latest_version(self, cid: CID) -> CID | None:
@@ -558,10 +575,15 @@ class Driver:
             "pulsarcast_readers": len(self.reading),
             "pulsarcast_frames_in_total": transport.frames_in,
             "pulsarcast_frames_out_total": transport.frames_out,
+            "pulsarcast_socket_writes_total": transport.writes,
             "pulsarcast_bad_frames_total": transport.bad_frames,
             "pulsarcast_signatures_total": self.signatures,
             "pulsarcast_sign_failures_total": self.sign_failures,
             "pulsarcast_sign_seconds_total": self.sign_seconds,
+            "pulsarcast_delegations_total": self.delegates.renewals if self.delegates else 0,
+            "pulsarcast_delegation_failures_total": (
+                self.delegates.failures if self.delegates else 0
+            ),
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
         }
@@ -578,7 +600,7 @@ class Driver:
         now = self.clock()
         for root_s in list(self.state.state.subscriptions):
             try:
-                root = CID.decode(root_s)
+                root = cid_from_str(root_s)
             except ValueError:
                 continue
             if self.known_root(root) != root:
@@ -618,16 +640,27 @@ class Driver:
 
     def persist(self) -> None:
         """Save ``state.json`` with fresh heads."""
+        self._fresh_heads()
+        self.state.save()
+        self._dirty = False
+
+    async def persist_in_thread(self) -> None:
+        """:meth:`persist`, the write (two ``fsync``) in a worker thread: a loaded disk
+        stalled the event loop of every sidecar every 2 s (py-spy, issue 13)."""
+        self._fresh_heads()
+        snapshot = self.state.snapshot()
+        self._dirty = False
+        await anyio.to_thread.run_sync(self.state.write, *snapshot)
+
+    def _fresh_heads(self) -> None:
         heads: dict[str, list[str]] = {}
         for root in list(self.state.state.subscriptions) + list(self.state.state.created):
             try:
-                st = self.node.topic_state(CID.decode(root))
+                st = self.node.topic_state(cid_from_str(root))
             except (UnknownTopic, ValueError):
                 continue
             heads[root] = [cid_str(c) for c in st.heads[:16]]
         self.state.state.heads = heads
-        self.state.save()
-        self._dirty = False
 
     async def _choose_announce(self) -> None:
         """Whether own blocks also need ``provide/once`` after pinning (``announce``)."""
@@ -680,6 +713,11 @@ class Driver:
             log.info(
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
+            if self.config.require_signatures and self.config.delegate_ttl > 0:
+                self.delegates = DelegateKeeper(
+                    peer_id=self.peer_id, ttl=self.config.delegate_ttl, sign=self._kubo_sign
+                )
+                await self._renew_delegate()
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
@@ -746,7 +784,7 @@ class Driver:
         """Re-subscribe what the persisted state says (§5 eventual delivery after a restart)."""
         for root, since in self.state.state.subscriptions.items():
             try:
-                cid = CID.decode(root)
+                cid = cid_from_str(root)
             except ValueError:
                 log.warning("skipping bad persisted topic CID %r", root)
                 continue
@@ -832,9 +870,12 @@ class Driver:
             await anyio.sleep(2.0)
             self.metrics.flush()
             self.announce_topics()
+            if self.delegates is not None and self._tg is not None:
+                if self.delegates.due(self.clock()):
+                    self._tg.start_soon(self._renew_delegate)
             if self._dirty and self.fatal is None:
                 try:
-                    self.persist()
+                    await self.persist_in_thread()
                 except StateError as exc:
                     self.fail(str(exc))
 

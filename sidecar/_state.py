@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -144,6 +145,9 @@ class StateStore:
         """Delivered event CID → seq (bounded like the log)."""
         self._log_lines = 0
         self._first_seq = 1
+        self._snapshots = 0
+        self._written = 0
+        self._write_lock = threading.Lock()
 
     @property
     def state_file(self) -> Path:
@@ -246,14 +250,31 @@ class StateStore:
     def save(self) -> None:
         """Rewrite ``state.json`` atomically; :class:`StateError` if the disk refuses
         (full, read-only, immutable): the previous file is then left intact."""
-        text = json.dumps(self.state.to_json(), indent=1, sort_keys=True)
-        try:
-            atomic_write(self.state_file, text)
-        except OSError as exc:
-            raise StateError(
-                f"cannot write {self.state_file}: {exc.strerror or exc} "
-                "(the previous state file is intact)"
-            ) from exc
+        self.write(*self.snapshot())
+
+    def snapshot(self) -> tuple[int, str]:
+        """The state as it is now, numbered, for :meth:`write` (in the event loop)."""
+        self._snapshots += 1
+        return self._snapshots, json.dumps(self.state.to_json(), indent=1, sort_keys=True)
+
+    def write(self, number: int, text: str) -> None:
+        """Write snapshot ``number`` atomically, unless a later one is written already.
+
+        Safe from a worker thread: the sidecar saves in one so that the two
+        ``fsync`` calls never stall its event loop; a snapshot taken earlier never
+        replaces a later one, whichever thread finishes first.
+        """
+        with self._write_lock:
+            if number <= self._written:
+                return
+            try:
+                atomic_write(self.state_file, text)
+            except OSError as exc:
+                raise StateError(
+                    f"cannot write {self.state_file}: {exc.strerror or exc} "
+                    "(the previous state file is intact)"
+                ) from exc
+            self._written = number
 
     # deliveries
 

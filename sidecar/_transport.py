@@ -25,6 +25,7 @@ down do not count against the neighbour (it is not the neighbour's fault).
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import time
 from collections import deque
@@ -43,6 +44,8 @@ __all__ = ["PROTOCOL", "Transport"]
 PROTOCOL = "/x/pulsarcast/2.3.0"
 _YOUNG = 1.0
 """A connection that breaks within this many seconds re-sends what it carried."""
+_WRITE_MAX = 256 * 1024
+"""Most bytes of queued frames joined into one socket write (one frame may be larger)."""
 _MAX_BACKOFF = 5.0
 _MAX_PEER_LINE = 256
 """Longest peer-ID line (``report-peer-id``) accepted before the frames."""
@@ -107,7 +110,11 @@ class Transport:
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
         self.frames_in = 0
+        self._last_in = -math.inf
+        """``time.monotonic()`` of the last frame received (the listener works)."""
         self.frames_out = 0
+        self.writes = 0
+        """Socket writes: queued frames go out together, one write per turn."""
         self.bad_frames = 0
         self.incoming = 0
         self._banned: dict[str, float] = {}  # peer -> until (time.time()), flood protection
@@ -137,6 +144,8 @@ class Transport:
         """Register the p2p listener again when Kubo lost it (a restarted daemon)."""
         while not self._closing:
             await anyio.sleep(self.watch_interval)
+            if time.monotonic() - self._last_in < self.watch_interval and self.kubo_up:
+                continue  # a frame came in through the listener since the last look
             try:
                 mine = any(
                     x.protocol == PROTOCOL and x.target_address == self.target
@@ -201,6 +210,7 @@ class Transport:
                     if self._banned and self.is_banned(peer):
                         return  # disconnected while connected: close this stream
                     if data:
+                        self._last_in = time.monotonic()
                         for rpc in decoder.feed(data):
                             self.frames_in += 1
                             self.on_rpc(peer, rpc)
@@ -338,16 +348,25 @@ class Transport:
             try:
                 while not conn.closed and not broken.is_set():
                     while conn.queue and not broken.is_set():
-                        data = conn.queue[0]
+                        # Every frame queued since the last write goes in one write
+                        # (bounded): one syscall and one read by Kubo, not one each.
+                        n, size = 0, 0
+                        for frame in conn.queue:
+                            if n and size + len(frame) > _WRITE_MAX:
+                                break
+                            n, size = n + 1, size + len(frame)
+                        batch = [conn.queue[i] for i in range(n)]
                         try:
-                            await stream.send(data)
+                            await stream.send(batch[0] if n == 1 else b"".join(batch))
                         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                             broken.set()
                             break
-                        conn.queue.popleft()
-                        self.frames_out += 1
                         t = time.monotonic()
-                        recent.append((t, data))
+                        for data in batch:
+                            conn.queue.popleft()
+                            recent.append((t, data))
+                        self.frames_out += n
+                        self.writes += 1
                         while recent and recent[0][0] < t - _YOUNG:
                             recent.popleft()
                     if not conn.queue:

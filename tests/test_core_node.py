@@ -555,7 +555,7 @@ def test_a_publisher_behind_a_lagging_parent_pushes_its_recent_events_to_the_new
     net.run_for(3.5)  # the switch comes within ~2.5 s; the slow link needs 6
     assert net.nodes[child].topic_state(topic).parent not in (None, slow)
     rest = [p for p in [author, *members] if p != slow and p not in siblings]
-    assert len(rest) > 20
+    assert len(rest) >= 2 * len(net.peers) // 3  # most of the tree is checked
     for p in rest:
         assert ev in net.delivered(p), p
 

@@ -21,6 +21,7 @@ from pulsarcast_ipfs.core._treestate import (
     render_table,
     tree_state,
 )
+from pulsarcast_ipfs.core.testing import CoreNet
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol-notes.md"
 BEGIN = "<!-- tree state table: generated from core/_treestate.py, do not edit -->\n"
@@ -136,8 +137,22 @@ def observer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Observer]:
     yield obs
 
 
+def _lone_joiner() -> CoreNet:
+    """The author is down when the only other node subscribes: its JOIN's peer (the
+    author) is lost and nobody else is closer, so it acts as the root (this used to
+    happen by chance in the orphan scenario, with CoreNet's earlier peer IDs)."""
+    net = CoreNet(2, seed=1)
+    author, member = net.peers
+    topic = net.call(author, "create_topic", "alone")
+    net.run_for(0.5)
+    net.crash(author)
+    net.call(member, "subscribe", topic)
+    net.run_for(5)
+    return net
+
+
 def test_every_transition_the_node_makes_is_in_the_table(observer: Observer) -> None:
-    for run in SCENARIOS.values():
+    for run in [*SCENARIOS.values(), _lone_joiner]:
         run()
     assert sorted(set(observer.bad)) == []
     S, I = TreeState, TreeInput  # noqa: E741

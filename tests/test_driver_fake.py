@@ -50,10 +50,18 @@ async def test_a_relay_forwards_every_event_to_each_child_exactly_once() -> None
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_a_publisher_signs_sends_stores_and_delivers_each_event() -> None:
-    o = await bench.run_scenario("publish", events=EVENTS, children=CHILDREN)
+@pytest.mark.parametrize("delegate_ttl", [86400.0, 0.0], ids=["delegated", "kubo-signs"])
+async def test_a_publisher_signs_sends_stores_and_delivers_each_event(
+    delegate_ttl: float,
+) -> None:
+    o = await bench.run_scenario(
+        "publish", events=EVENTS, children=CHILDREN, delegate_ttl=delegate_ttl
+    )
     assert len(set(o.expected)) == EVENTS
-    assert o.kubo_calls["key/sign"] == 2 * EVENTS  # publisher and author signature
+    if delegate_ttl:  # Kubo signed the delegation at start; the sidecar signs each event
+        assert o.kubo_calls.get("key/sign", 0) == 0
+    else:  # publisher and author signature of each event through Kubo
+        assert o.kubo_calls["key/sign"] == 2 * EVENTS
     for child, got in o.forwarded.items():
         assert got == Counter(o.expected), child
     assert len(o.forwarded) == CHILDREN

@@ -91,3 +91,19 @@ def test_torn_tail_is_cut_before_the_next_append(store: StateStore) -> None:
     third.load(PEER)  # would raise on a corrupt line in the middle
     lines = store.log_file.read_text().splitlines()
     assert [json.loads(x)["cid"] for x in lines] == ["bafy0", "bafy1", "bafy2", "bafy5"]
+
+
+def test_an_earlier_snapshot_never_replaces_a_later_one(store: StateStore) -> None:
+    """The sidecar writes ``state.json`` from a worker thread (two fsyncs off the
+    event loop); a snapshot taken earlier but written later must not win."""
+    store.state.subscriptions["bafyold"] = 1.0
+    early = store.snapshot()
+    store.state.subscriptions["bafynew"] = 2.0
+    late = store.snapshot()
+    store.write(*late)
+    store.write(*early)  # finishes last: skipped
+    on_disk = json.loads(store.state_file.read_text())
+    assert set(on_disk["subscriptions"]) == {"bafyroot", "bafyold", "bafynew"}
+    store.state.subscriptions.pop("bafyold")
+    store.save()  # a newer one is written
+    assert set(json.loads(store.state_file.read_text())["subscriptions"]) == {"bafyroot", "bafynew"}

@@ -19,6 +19,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import (
+    DELEGATED_VERSION,
     SIGNED_VERSION,
     Deliver,
     Event,
@@ -219,7 +220,8 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
 
         await wait_until(delivered, deadline=30, what="the signed event", interval=0.2)
         (got,) = [d for d in await deliveries() if d["cid"] == good]
-        assert got["protocol_version"] == SIGNED_VERSION
+        # Signed by the sidecar's delegated key (Kubo signed its delegation once).
+        assert got["protocol_version"] == DELEGATED_VERSION
 
         # The attacker: its own valid key (Kubo key/sign), straight to sidecar 1 over p2p.
         async with KuboClient(config=KuboConfig(base_url=attacker.api_url)) as kubo:
@@ -241,9 +243,10 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
                 clock=real.clock,
                 payload=b"tampered",
                 created=real.created,
-                protocol_version=SIGNED_VERSION,
+                protocol_version=DELEGATED_VERSION,
                 author_signature=real.author_signature,
                 publisher_signature=real.publisher_signature,
+                delegation=real.delegation,
             )
             draft = EventDescriptor(
                 topic=root,
@@ -279,11 +282,12 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
         m0 = (await api0.get("/metrics")).text
         d0 = _dropped(m0)
         assert d0.get("unsigned", 0) == 0 and d0.get("bad_signature", 0) == 0
-        # sidecar 0 signed the topic and the event through Kubo key/sign
+        # sidecar 0 signed the topic and its delegation through Kubo key/sign
         gauges = dict(
             line.split(" ", 1) for line in m0.splitlines() if line and not line.startswith("#")
         )
         assert float(gauges["pulsarcast_signatures_total"]) >= 2
+        assert float(gauges["pulsarcast_delegations_total"]) == 1
         assert float(gauges["pulsarcast_sign_failures_total"]) == 0
 
 

@@ -17,8 +17,7 @@ from pulsarcast_ipfs.core import (
     peer_public_key,
     verify_signature,
 )
-from pulsarcast_ipfs.core.testing import make_peer_ids
-from pulsarcast_ipfs.kademlia import peer_id_bytes
+from pulsarcast_ipfs.kademlia import peer_id_bytes, peer_id_from_bytes
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 
 DATA = b"\xa1dnamefnews"  # any bytes: the canonical encoding of a descriptor, later
@@ -34,8 +33,9 @@ def test_pure_signer_round_trip_and_refusals() -> None:
     assert not verify_signature(a.peer_id, DATA, sig[:-1] + bytes((sig[-1] ^ 1,)))
     assert not verify_signature(a.peer_id, DATA, sig[:63])
     assert not verify_signature("nope", DATA, sig)
+    rsa_style = peer_id_from_bytes(b"\x12\x20" + bytes(range(32)))  # Qm…: sha2-256, no key
     with pytest.raises(SignatureError):
-        peer_public_key(make_peer_ids(1)[0])  # sha2-256 multihash peer ID: no inline key
+        peer_public_key(rsa_style)
     with pytest.raises(SignatureError):
         peer_public_key("not a peer id")
 

@@ -857,3 +857,80 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
         (topic, "announce"),
     ]
     assert driver.store._retained == {own.cid: True}  # first released again
+
+
+@pytest.mark.anyio
+async def test_frames_queued_together_go_out_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 13: the frames queued for a neighbour while its connection task was not
+    running leave in one socket write (one syscall, one read by Kubo), in order; one
+    write per frame made the sender and Kubo pay per frame under load."""
+    from anyio.abc import SocketAttribute
+
+    import sidecar._transport as transport_mod
+    from pulsarcast_ipfs.core import FrameDecoder, Ping, encode_frame
+    from pulsarcast_ipfs.core.testing import make_peer_ids
+
+    def kubo(request: httpx.Request) -> httpx.Response:
+        assert request.url.path.endswith(("/p2p/forward", "/p2p/close")), request.url.path
+        return httpx.Response(200, text="")
+
+    received = bytearray()
+    want = b"".join(encode_frame(Ping(nonce=i)) for i in range(100))
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    monkeypatch.setattr(transport_mod, "free_port", lambda: port)
+    done = anyio.Event()
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            while len(received) < len(want):
+                received.extend(await stream.receive())
+        done.set()
+
+    async with (
+        KuboClient(config=KuboConfig(), transport=httpx.MockTransport(kubo)) as client,
+        listener,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(listener.serve, serve)
+        t = transport_mod.Transport(
+            kubo=client,
+            port=0,
+            on_rpc=lambda p, r: None,
+            on_unreachable=lambda p: None,
+            max_frame_size=1 << 20,
+        )
+        t._tg = tg
+        peer = make_peer_ids(2)[1]
+        for i in range(100):  # all queued before the connection task first runs
+            t.send(peer, encode_frame(Ping(nonce=i)))
+        with anyio.fail_after(10):
+            await done.wait()
+        tg.cancel_scope.cancel()
+    assert bytes(received) == want
+    decoded = FrameDecoder(max_frame_size=1 << 20).feed(bytes(received))
+    nonces = [getattr(r, "nonce", None) for r in decoded]
+    assert nonces == list(range(100))
+    assert t.frames_out == 100 and t.writes == 1
+
+
+def test_a_multipart_body_is_one_buffer_that_a_standard_parser_splits() -> None:
+    """Issue 13: the Kubo client sends ``block/put``'s files as one body (one write),
+    not httpx's streamed ``files=`` (three writes per file); the standard library's
+    MIME parser finds exactly the parts, byte for byte, CRLFs inside them included."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    from pulsarcast_ipfs.kubo._client import multipart_body
+
+    parts = [b"", b"\r\n--x\r\n", bytes(range(256)), b"a" * 5000]
+    headers, body = multipart_body(parts)
+    raw = f"Content-Type: {headers['Content-Type']}\r\n\r\n".encode() + body
+    msg = BytesParser(policy=HTTP).parsebytes(raw)
+    got = [p.get_payload(decode=True) for p in msg.iter_parts()]
+    assert got == parts
+    assert all(
+        p.get_param("name", header="content-disposition") == "data" for p in msg.iter_parts()
+    )

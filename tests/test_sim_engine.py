@@ -124,14 +124,14 @@ def test_parse_crashes() -> None:
 
 
 def test_peer_ids_are_valid_ed25519_identities() -> None:
-    ids = make_peer_ids(substream(1, "peer-ids"), 50)
+    ids = make_peer_ids(50, seed=1)
     assert len(set(ids)) == 50
     assert all(p.startswith("12D3KooW") and validate_peer_id(p) == p for p in ids)
-    assert ids == make_peer_ids(substream(1, "peer-ids"), 50)
+    assert ids == make_peer_ids(50, seed=1)
 
 
 def test_k_buckets() -> None:
-    ids = make_peer_ids(substream(3, "peer-ids"), 600)
+    ids = make_peer_ids(600, seed=3)
     k = 4
     rt = RoutingTables(ids, k=k, rng=substream(3, "k-buckets"))
     for a in range(0, 600, 37):
@@ -377,9 +377,9 @@ def test_cid_text_matches_multiformats() -> None:
 
 def test_public_names_are_exported() -> None:
     import pulsarcast_ipfs.sim as sim
-    from pulsarcast_ipfs.sim import _engine, _network, _runner, _spec, _stats
+    from pulsarcast_ipfs.sim import _network, _runner, _spec, _stats
 
     exported = set(sim.__all__)
-    for mod in (_engine, _network, _runner, _spec, _stats):
+    for mod in (_network, _runner, _spec, _stats):
         assert set(mod.__all__) <= exported, mod.__name__
     assert all(hasattr(sim, name) for name in exported)

@@ -36,6 +36,7 @@ from ._codec import (
     encode_frame,
 )
 from ._config import NodeConfig
+from ._delegation import DelegateKey
 from ._descriptors import EventDescriptor, TopicDescriptor
 from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import Filter
@@ -111,6 +112,7 @@ class NodeBase:
     _verified: LRU
     _ops: deque[_Op]
     _sign_waits: dict[str, _Op]
+    _delegate: DelegateKey | None
     _signing_requests: set[str]
     _op_now: float
     _op_seq: int

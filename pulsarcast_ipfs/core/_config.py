@@ -107,6 +107,11 @@ class NodeConfig:
     reader_ttl: float = 300.0
     """A node that reads a topic's history without subscribing (``read``) stays in
     its tree this long after the last read."""
+    delegate_margin: float = 60.0
+    """A delegated signing key (``use_delegate``) signs an event only if its
+    delegation runs at least this much longer than the event's ``created``: a
+    receiver whose clock is a little ahead still accepts it; nearer the end the node
+    signs through the driver until the driver renews the delegation."""
     tree_filters: bool = False
     """(issue 15 point 3, first part; docs/protocol-notes.md "Filters in the tree")
     Tell the parent what this node's subtree wants — JOIN's ``summary`` and SUMMARY —

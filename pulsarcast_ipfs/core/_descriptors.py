@@ -21,7 +21,7 @@ Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
     event = {"topic": CID, "author": peer-id, "publisher": peer-id,
              "parents": [CID, ...], "clock": int,
              "payload": bytes, "metadata": {"created": str, "protocolVersion": str},
-             "attributes": {name: str | int | float}}      (2.0.1 / 2.1.1 only)
+             "attributes": {name: str | int | float}}      (2.0.1 / 2.1.1 / 2.2.1 only)
 
 Protocol 2 (docs/protocol-notes.md "History DAG"): an event links *every* head its
 publisher knows (``parents``: at most :data:`MAX_PARENTS` distinct CIDs in ascending
@@ -41,9 +41,10 @@ created, payload: what a requester can sign before a publisher is chosen). The C
 covers everything, signatures included. The decoders check the *shape* only; the
 node verifies the signatures (it knows the tree an event travels in).
 
-``protocolVersion`` ``"2.0.1"`` (unsigned) and ``"2.1.1"`` (signed) are 2.0.0 and
-2.1.0 with an ``"attributes"`` map (issue 15; rules in core/_filters.py): the patch
-digit 1 says "carries attributes", the minor digit keeps saying "signed". The map is
+``protocolVersion`` ``"2.0.1"`` (unsigned), ``"2.1.1"`` (signed) and ``"2.2.1"``
+(delegated key) are 2.0.0, 2.1.0 and 2.2.0 with an ``"attributes"`` map (issue 15;
+rules in core/_filters.py): the patch digit 1 says "carries attributes", the minor
+digit keeps its meaning. The map is
 non-empty, at most 16 names to strings or finite numbers, covered by the CID, the
 publisher's signature and the author's statement. An event without attributes is
 written exactly as before (2.0.0/2.1.0, same bytes, same CID); a node that does not
@@ -73,12 +74,15 @@ from multiformats import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 
 from . import _dagcbor
+from ._delegation import Delegation
 from ._errors import DescriptorError, LocalProtocolError
 from ._filters import AttributeValue, validate_attributes
 
 __all__ = [
     "ATTRIBUTES_VERSION",
     "ATTRIBUTE_VERSIONS",
+    "DELEGATED_ATTRIBUTES_VERSION",
+    "DELEGATED_VERSION",
     "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
     "PROTOCOL_VERSION",
@@ -90,6 +94,7 @@ __all__ = [
     "TopicDescriptor",
     "TopicOptions",
     "author_statement",
+    "cid_from_str",
     "cid_str",
     "compute_cid",
     "decode_descriptor",
@@ -103,15 +108,29 @@ PROTOCOL_VERSION: Final = "2.0.0"
 """The unsigned ``protocolVersion`` (PROTOCOL.md §4), written when signatures are off."""
 SIGNED_VERSION: Final = "2.1.0"
 """The signed ``protocolVersion`` (docs/security.md "Signatures")."""
+DELEGATED_VERSION: Final = "2.2.0"
+"""A signed event whose ``signatures`` also carry the :class:`~._delegation.Delegation`
+of the key that made them (docs/security.md "Delegated signing keys"); author ==
+publisher. Events only: topic descriptors are always signed by the author's own key."""
 ATTRIBUTES_VERSION: Final = "2.0.1"
 """An unsigned event with ``attributes`` (docs/protocol-notes.md "Attributes")."""
 SIGNED_ATTRIBUTES_VERSION: Final = "2.1.1"
 """A signed event with ``attributes``."""
-SIGNED_VERSIONS: Final = frozenset({"1.1.0", SIGNED_VERSION, SIGNED_ATTRIBUTES_VERSION})
+DELEGATED_ATTRIBUTES_VERSION: Final = "2.2.1"
+"""A delegated-signed event with ``attributes`` (the patch digit 1: attributes)."""
+DELEGATED_VERSIONS: Final = frozenset({DELEGATED_VERSION, DELEGATED_ATTRIBUTES_VERSION})
+"""Event versions whose ``signatures`` carry a delegation."""
+SIGNED_VERSIONS: Final = (
+    frozenset({"1.1.0", SIGNED_VERSION, SIGNED_ATTRIBUTES_VERSION}) | DELEGATED_VERSIONS
+)
 """Versions whose descriptors carry signatures."""
-ATTRIBUTE_VERSIONS: Final = frozenset({ATTRIBUTES_VERSION, SIGNED_ATTRIBUTES_VERSION})
+ATTRIBUTE_VERSIONS: Final = frozenset(
+    {ATTRIBUTES_VERSION, SIGNED_ATTRIBUTES_VERSION, DELEGATED_ATTRIBUTES_VERSION}
+)
 """Event versions with an ``attributes`` map (and only they have one)."""
-EVENT_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION}) | ATTRIBUTE_VERSIONS
+EVENT_VERSIONS: Final = (
+    frozenset({PROTOCOL_VERSION, SIGNED_VERSION, DELEGATED_VERSION}) | ATTRIBUTE_VERSIONS
+)
 """Event descriptors: protocol 2 only (multi-parent links and a clock)."""
 SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION, "1.0.0", "1.1.0"})
 """Topic descriptors: protocol 1 topics have the same shape and are read as they are."""
@@ -145,6 +164,36 @@ class EventLinking(enum.StrEnum):
 def compute_cid(data: bytes) -> CID:
     """The CID of a dag-cbor block: CIDv1, dag-cbor, sha2-256, base32 text (§3)."""
     return _dagcbor.sha256_cid(data)
+
+
+@functools.lru_cache(maxsize=4096)
+def cid_from_str(text: str) -> CID:
+    """The CID of its text form (memoised); ``ValueError`` if ``text`` is not one.
+
+    The inverse of :func:`cid_str` for the protocol's base32 CIDv1 text, without
+    ``multiformats``' validated decoder (~200 µs a call: 12 % of a loaded sidecar's
+    event-loop time went to decoding its own topic roots every 2 s); other texts go
+    through ``CID.decode``.
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError("not a CID: empty")
+    if text[0] == "b" and text == text.lower() and text[1:].isalnum():
+        body = text[1:].upper()
+        try:
+            raw = base64.b32decode(body + "=" * (-len(body) % 8))
+        except ValueError as exc:  # binascii.Error, or non-ASCII text
+            raise ValueError(f"not a CID: {text[:80]!r}") from exc
+        try:
+            cid = _dagcbor.cid_from_bytes(raw)
+        except _dagcbor.CborError as exc:
+            raise ValueError(f"not a CID: {text[:80]!r}: {exc}") from exc
+        if cid_str(cid) != text:
+            raise ValueError(f"not a CID in canonical form: {text[:80]!r}")
+        return cid
+    try:
+        return CID.decode(text)
+    except (ValueError, LookupError) as exc:  # multiformats' errors
+        raise ValueError(f"not a CID: {text[:80]!r}") from exc
 
 
 @functools.lru_cache(maxsize=65536)
@@ -297,6 +346,14 @@ def _check_signed(version: str, signatures: Sequence[bytes | None], *, draft: bo
         _signature(sig, "signature")
 
 
+def _delegation(value: object) -> Delegation:
+    m = _exact_keys(value, {"key", "expires", "signature"}, "signatures.delegation")
+    try:
+        return Delegation(key=m["key"], expires=m["expires"], signature=m["signature"])
+    except LocalProtocolError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def _encode(obj: Any) -> bytes:
     return _dagcbor.encode(obj)
 
@@ -326,9 +383,12 @@ def _exact_keys(obj: object, keys: set[str], where: str) -> dict[str, Any]:
     return obj
 
 
-def event_version(*, signed: bool, attributes: bool) -> str:
-    """The ``protocolVersion`` an event is written with: signed or not, with
-    ``attributes`` or not (an event without them keeps 2.0.0/2.1.0 and its CID)."""
+def event_version(*, signed: bool, attributes: bool, delegated: bool = False) -> str:
+    """The ``protocolVersion`` an event is written with: signed (by a delegated key) or
+    not, with ``attributes`` or not (an event without them keeps 2.0.0/2.1.0/2.2.0
+    and its CID; with them the patch digit is 1)."""
+    if delegated:
+        return DELEGATED_ATTRIBUTES_VERSION if attributes else DELEGATED_VERSION
     if attributes:
         return SIGNED_ATTRIBUTES_VERSION if signed else ATTRIBUTES_VERSION
     return SIGNED_VERSION if signed else PROTOCOL_VERSION
@@ -614,6 +674,9 @@ class EventDescriptor:
     """Ed25519 by ``author`` over :meth:`author_statement` (1.1.0)."""
     publisher_signature: bytes | None = field(default=None, repr=False)
     """Ed25519 by ``publisher`` over :meth:`signing_bytes` (1.1.0)."""
+    delegation: Delegation | None = field(default=None, repr=False)
+    """:data:`DELEGATED_VERSION`: the publisher's delegation of the key that made
+    both signatures (``None`` in a draft and in every other version)."""
     attributes: Mapping[str, AttributeValue] | None = None
     """Named strings and numbers a subscription's filter selects on (core/_filters.py);
     only in the :data:`ATTRIBUTE_VERSIONS`, never empty (no attributes = None)."""
@@ -654,6 +717,15 @@ class EventDescriptor:
                 (self.author_signature, self.publisher_signature),
                 draft=True,
             )
+            if self.protocol_version in DELEGATED_VERSIONS:
+                if self.author != self.publisher:
+                    raise ValueError("a delegated signature needs author == publisher")
+                if (self.delegation is None) != (self.publisher_signature is None):
+                    raise ValueError("signatures.delegation goes with the signatures")
+                if self.delegation is not None and not isinstance(self.delegation, Delegation):
+                    raise ValueError("signatures.delegation: expected a Delegation")
+            elif self.delegation is not None:
+                raise ValueError(f"protocolVersion {self.protocol_version} has no delegation")
         except ValueError as exc:
             raise LocalProtocolError(f"invalid event descriptor: {exc}") from exc
         data = _encode(self.to_ipld())
@@ -665,9 +737,14 @@ class EventDescriptor:
         """A 1.1.0 event not signed yet (never sent or stored)."""
         return self.protocol_version in SIGNED_VERSIONS and self.publisher_signature is None
 
-    def with_signatures(self, *, author: bytes, publisher: bytes) -> EventDescriptor:
-        """This draft, signed (``LocalProtocolError`` if a signature is malformed)."""
-        return dataclasses.replace(self, author_signature=author, publisher_signature=publisher)
+    def with_signatures(
+        self, *, author: bytes, publisher: bytes, delegation: Delegation | None = None
+    ) -> EventDescriptor:
+        """This draft, signed (``LocalProtocolError`` if a signature is malformed);
+        ``delegation`` for a :data:`DELEGATED_VERSION` draft."""
+        return dataclasses.replace(
+            self, author_signature=author, publisher_signature=publisher, delegation=delegation
+        )
 
     def signing_bytes(self) -> bytes:
         """What the publisher signs: canonical dag-cbor without ``signatures``."""
@@ -688,10 +765,13 @@ class EventDescriptor:
     def to_ipld(self) -> dict[str, Any]:
         body = self._body()
         if self.author_signature is not None and self.publisher_signature is not None:
-            body["signatures"] = {
+            sigs: dict[str, Any] = {
                 "author": self.author_signature,
                 "publisher": self.publisher_signature,
             }
+            if self.delegation is not None:
+                sigs["delegation"] = self.delegation.to_ipld()
+            body["signatures"] = sigs
         return body
 
     def _body(self) -> dict[str, Any]:
@@ -744,10 +824,16 @@ class EventDescriptor:
             top = _exact_keys(obj, keys, "event")
             meta = _exact_keys(top["metadata"], {"created", "protocolVersion"}, "metadata")
             sigs: dict[str, Any] = {"author": None, "publisher": None}
+            delegation: Delegation | None = None
             if version in SIGNED_VERSIONS:
-                sigs = _exact_keys(top["signatures"], {"author", "publisher"}, "signatures")
+                names = {"author", "publisher"}
+                if version in DELEGATED_VERSIONS:
+                    names.add("delegation")
+                sigs = _exact_keys(top["signatures"], names, "signatures")
                 _signature(sigs["author"], "signatures.author")
                 _signature(sigs["publisher"], "signatures.publisher")
+                if version in DELEGATED_VERSIONS:
+                    delegation = _delegation(sigs["delegation"])
             desc = cls(
                 topic=top["topic"],
                 author=top["author"],
@@ -760,6 +846,7 @@ class EventDescriptor:
                 author_signature=sigs["author"],
                 publisher_signature=sigs["publisher"],
                 attributes=_attribute_map(top.get("attributes"), version),
+                delegation=delegation,
             )
         except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc

@@ -190,6 +190,7 @@ class PulsarcastNode(
         self._verified = LRU(4096)  # CIDs of topic versions whose signature checked out
         self._ops = deque()
         self._sign_waits = {}
+        self._delegate = None
         self._signing_requests = set()  # requests to publish being signed
         self._op_now = now
         self._op_seq = 0

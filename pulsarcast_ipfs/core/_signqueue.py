@@ -12,6 +12,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -19,12 +20,14 @@ from typing import Any, TypeVar
 from multiformats import CID
 
 from ._base import NodeBase
+from ._delegation import DelegateKey, verify_delegated, verify_delegation
 from ._descriptors import (
     PROTOCOL_VERSION,
     SIGNED_VERSION,
     SIGNED_VERSIONS,
     EventDescriptor,
     TopicDescriptor,
+    event_version,
 )
 from ._errors import LocalProtocolError
 from ._io import OperationDone, Pending, SignRequest
@@ -164,11 +167,50 @@ class SigningQueue(NodeBase):
         sigs = yield {"topic": draft.signing_bytes()}
         return draft.with_signature(sigs["topic"])
 
+    def use_delegate(self, now: float, key: DelegateKey | None) -> None:
+        """Sign this node's own events with ``key`` from now on, without a
+        :class:`SignRequest` (docs/security.md "Delegated signing keys"), while its
+        delegation has more than :attr:`NodeConfig.delegate_margin` seconds to run;
+        ``None``: sign through the driver again.
+
+        The delegation must be this node's (its Kubo key signed it) and unexpired
+        (``LocalProtocolError`` otherwise).
+        """
+        if key is not None:
+            d = key.delegation
+            if d is None or not verify_delegation(self.peer_id, d):
+                raise LocalProtocolError(f"the delegation is not signed by {self.peer_id}")
+            if d.expires <= now:
+                raise LocalProtocolError("the delegation has expired")
+        self._delegate = key
+
+    def _delegate_for(self, draft: EventDescriptor) -> DelegateKey | None:
+        """The delegated key that may sign ``draft`` now (own event, time to run)."""
+        key = self._delegate
+        if key is None or key.delegation is None:
+            return None
+        if draft.author != self.peer_id or draft.publisher != self.peer_id:
+            return None
+        if key.delegation.expires - self.config.delegate_margin <= draft.created_ts:
+            return None
+        return key
+
     def _signed_event(
         self, draft: EventDescriptor, tree: CID, author_signature: bytes | None = None
     ) -> _Steps[EventDescriptor]:
         if not draft.is_draft:
             return draft
+        key = self._delegate_for(draft) if author_signature is None else None
+        if key is not None and key.delegation is not None:
+            version = event_version(
+                signed=True, attributes=draft.attributes is not None, delegated=True
+            )
+            draft = dataclasses.replace(draft, protocol_version=version)
+            return draft.with_signatures(
+                author=key.sign(draft.author_statement(tree)),
+                publisher=key.sign(draft.signing_bytes()),
+                delegation=key.delegation,
+            )
         want = {"publisher": draft.signing_bytes()}
         if author_signature is None:
             want["author"] = draft.author_statement(tree)
@@ -193,6 +235,17 @@ class SigningQueue(NodeBase):
         if ev.protocol_version not in SIGNED_VERSIONS:
             return "unsigned" if self.config.require_signatures else None
         assert ev.publisher_signature is not None and ev.author_signature is not None
+        if ev.delegation is not None:
+            d = ev.delegation
+            if not verify_delegation(ev.publisher, d):
+                return "bad_signature"
+            if ev.created_ts >= d.expires:
+                return "delegation_expired"
+            if not verify_delegated(d, ev.signing_bytes(), ev.publisher_signature):
+                return "bad_signature"
+            if not verify_delegated(d, ev.author_statement(tree.key), ev.author_signature):
+                return "bad_signature"
+            return None
         if not verify_signature(ev.publisher, ev.signing_bytes(), ev.publisher_signature):
             return "bad_signature"
         if not verify_signature(ev.author, ev.author_statement(tree.key), ev.author_signature):

@@ -1,13 +1,15 @@
-"""The Pulsarcast simulator: real protocol nodes on an event heap with a virtual clock.
+"""The Pulsarcast simulator: real protocol nodes on the core's in-process network
+driver (:class:`~pulsarcast_ipfs.core.NetDriver`) with a virtual clock.
 
 See ``docs/simulator.md`` and the theory of operation in :mod:`._runner`.
 """
 
 from __future__ import annotations
 
-from ._engine import EventHeap, SimulationError, substream
-from ._network import RoutingTables, make_peer_ids
-from ._runner import T0, SimConfig, SimNode, Simulation, run_simulation
+from pulsarcast_ipfs.core import EventHeap, make_peer_ids, make_signers, substream
+
+from ._network import RoutingTables
+from ._runner import T0, SimConfig, SimNode, Simulation, SimulationError, run_simulation
 from ._spec import (
     CrashSpec,
     LatencySpec,
@@ -33,6 +35,7 @@ __all__ = [
     "SimulationError",
     "SpecError",
     "make_peer_ids",
+    "make_signers",
     "parse_crashes",
     "parse_duration",
     "parse_fraction",

@@ -1,9 +1,11 @@
-"""Simulated membership: deterministic peer IDs and Kademlia routing tables (PROTOCOL.md §3).
+"""Simulated membership: Kademlia routing tables (PROTOCOL.md §3).
 
 Theory of operation
 -------------------
-Node ``i`` of a run gets an Ed25519-style peer ID: the identity multihash
-``00 24 08 01 12 20`` + 32 seeded bytes, in base58btc (``12D3KooW…``), exactly
+Node ``i`` of a run has an Ed25519 peer ID from the core's one generator
+(:func:`pulsarcast_ipfs.core.make_signers`, or
+:func:`~pulsarcast_ipfs.core.make_peer_ids` without signatures): the identity
+multihash ``00 24 08 01 12 20`` + 32 bytes, in base58btc (``12D3KooW…``), exactly
 the shape of a Kubo peer ID. Its keyspace position is
 ``sha256(multihash bytes)`` (:func:`pulsarcast_ipfs.kademlia.peer_position`).
 
@@ -26,23 +28,9 @@ from __future__ import annotations
 import bisect
 import random
 
-from pulsarcast_ipfs.kademlia import bucket_index, peer_id_from_bytes, peer_position
+from pulsarcast_ipfs.kademlia import bucket_index, peer_position
 
-__all__ = ["RoutingTables", "make_peer_ids"]
-
-_ED25519_IDENTITY_PREFIX = bytes([0x00, 0x24, 0x08, 0x01, 0x12, 0x20])
-
-
-def make_peer_ids(rng: random.Random, count: int) -> list[str]:
-    """``count`` distinct Ed25519-style identity peer IDs drawn from ``rng``."""
-    ids: list[str] = []
-    seen: set[str] = set()
-    while len(ids) < count:
-        pid = peer_id_from_bytes(_ED25519_IDENTITY_PREFIX + rng.randbytes(32))
-        if pid not in seen:
-            seen.add(pid)
-            ids.append(pid)
-    return ids
+__all__ = ["RoutingTables"]
 
 
 class RoutingTables:

@@ -1,13 +1,17 @@
 """The simulator: drives real :class:`~pulsarcast_ipfs.core.PulsarcastNode` objects
-from an event heap with a virtual clock (issue 3, part 5).
+on the core's in-process network driver (:class:`~pulsarcast_ipfs.core.NetDriver`,
+which CoreNet runs on too), with the fault and link model of a Kubo network
+(issue 3, part 5).
 
 Theory of operation
 -------------------
 A run is a pure function of its :class:`SimConfig` (seed included): same
 config, same records file, byte for byte.
 
-1. **Membership** (:mod:`._network`). ``N`` nodes get seeded Ed25519-style peer
-   IDs and Kademlia routing tables (k-buckets by common-prefix length of the
+1. **Membership** (:mod:`._network`). ``N`` nodes get seeded Ed25519 peer IDs
+   (the core's :func:`~pulsarcast_ipfs.core.make_signers`, or
+   :func:`~pulsarcast_ipfs.core.make_peer_ids` without signatures) and Kademlia
+   routing tables (k-buckets by common-prefix length of the
    sha256 positions, PROTOCOL.md §3). Each node gets its table through
    ``set_known_peers``; a crashed node leaves the tables ``detection_delay``
    after its crash and re-enters ``detection_delay`` after its restart, and
@@ -18,7 +22,8 @@ config, same records file, byte for byte.
    publish, with ``LAST_SEEN`` linking. Subscriptions are spread over
    ``subscribe_window`` seconds, then ``--events`` publish calls follow in
    ``internalId`` order with exponential gaps of mean ``1 / rate``.
-3. **Transport.** A ``SendRpc`` to peer ``q`` is dropped with probability
+3. **Transport** (the driver, with a FIFO :class:`~pulsarcast_ipfs.core.Links`
+   model). A ``SendRpc`` to peer ``q`` is dropped with probability
    ``loss``; otherwise it arrives after a draw of the link latency, never
    before an earlier message of the same link (one long-lived TCP-like
    connection per link, FIFO). If ``q`` is down when the message is sent or
@@ -26,7 +31,7 @@ config, same records file, byte for byte.
    sender is told ``peer_unreachable(q)`` (once per pending failure).
    Messages are passed as the codec's objects: the simulator does not frame
    them (the core's ``rpc_sent`` records carry the encoded size).
-4. **Blocks.** ``StoreBlock`` puts the block in the node's store (one shared
+4. **Blocks** (the driver). ``StoreBlock`` puts the block in the node's store (one shared
    copy of the bytes per CID, with the set of holders). ``FetchBlock`` is
    answered after a fetch delay (local: immediately; remote: four link
    latency draws, a provider lookup and a bitswap exchange) if any *live*
@@ -34,7 +39,7 @@ config, same records file, byte for byte.
    available (``None`` if nothing). A node has at most one fetch of a CID in
    flight (bitswap coalesces wants): a repeated ``FetchBlock`` for a CID
    still being fetched gets the one answer.
-5. **Timers.** After each input the node's ``get_timer()`` is re-armed in the
+5. **Timers** (the driver). After each input the node's ``get_timer()`` is re-armed in the
    heap; superseded timer entries are skipped by a per-node version number.
 6. **Faults.** Crash waves (``CrashSpec``) pick nodes with a seeded stream;
    the first wave always includes the creators of the ``crash_roots`` largest
@@ -67,56 +72,40 @@ from typing import IO, Any, Final, Protocol
 from multiformats import CID
 
 from pulsarcast_ipfs.core import (
-    Ed25519Signer,
+    DriverError,
     EventLinking,
     Filter,
     FilterSyntaxError,
+    Links,
     LocalProtocolError,
+    NetDriver,
     NodeConfig,
     OperationDone,
-    OutputDispatch,
     PeerPolicy,
     Pending,
     PulsarcastNode,
-    SignRequest,
+    SendRpc,
     TopicOptions,
     UnknownTopic,
     cid_str,
+    make_peer_ids,
+    make_signers,
     parse_filter,
+    substream,
 )
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.sim._engine import EventHeap, SimulationError, substream
-from pulsarcast_ipfs.sim._network import RoutingTables, make_peer_ids
+from pulsarcast_ipfs.sim._network import RoutingTables
 from pulsarcast_ipfs.sim._spec import CrashSpec, LatencySpec, SpecError
 from pulsarcast_ipfs.sim._stats import RunStats, SimSummary
 from pulsarcast_ipfs.workload import ScaledWorkload, Workload, load_workload
 
-__all__ = ["T0", "SimConfig", "SimNode", "Simulation", "run_simulation"]
+__all__ = ["T0", "SimConfig", "SimNode", "Simulation", "SimulationError", "run_simulation"]
+
+SimulationError = DriverError
+"""The simulation was driven incorrectly (an event scheduled in the past, a failing node)."""
 
 T0: Final = 1_767_225_600.0
 """Virtual start of every run: 2026-01-01T00:00:00Z."""
-
-# heap entry kinds
-_RPC: Final = 0
-_TIMER: Final = 1
-_FETCH: Final = 2
-_UNREACHABLE: Final = 3
-_PUBLISH: Final = 4
-_SUBSCRIBE: Final = 5
-_CRASH: Final = 6
-_DETECT: Final = 7
-_RESTART: Final = 8
-_KIND_NAMES: Final = (
-    "rpc",
-    "timer",
-    "block fetched",
-    "peer unreachable",
-    "publish",
-    "subscribe",
-    "crash",
-    "failure detection",
-    "restart",
-)
 
 
 def cid_text(cid: CID) -> str:
@@ -263,7 +252,7 @@ class _RecordSink:
             self._raw = None
 
 
-class Simulation:
+class Simulation(NetDriver):
     """One run. ``Simulation(config, out=DIR).run()`` -> :class:`SimSummary`."""
 
     def __init__(
@@ -290,24 +279,26 @@ class Simulation:
             communities=c.communities,
         )
         n = c.nodes
-        self.signers: dict[str, Ed25519Signer] = {}
-        if c.signatures:
-            key_rng = substream(c.seed, "ed25519-keys")
-            signers = [Ed25519Signer(key_rng.randbytes(32)) for _ in range(n)]
-            self.signers = {s.peer_id: s for s in signers}
-            self.peer_ids = [s.peer_id for s in signers]
-        else:
-            self.peer_ids = make_peer_ids(substream(c.seed, "peer-ids"), n)
+        signers = make_signers(n, seed=c.seed) if c.signatures else []
+        peer_ids = [s.peer_id for s in signers] if signers else make_peer_ids(n, seed=c.seed)
+        lat_rng, sample = substream(c.seed, "latency"), c.latency.sample
+        links = Links(
+            delay=lambda: sample(lat_rng), loss=c.loss, loss_rng=substream(c.seed, "loss")
+        )
+        super().__init__(
+            peer_ids,
+            links=links,
+            start=T0,
+            unreachable_after=c.connect_timeout,
+            fetch_timeout=c.fetch_timeout,
+            wire=False,
+        )
+        self.signers = {s.peer_id: s for s in signers}
+        self.nodes = self._nodes
+        self.alive = self.up
         self._done: dict[str, OperationDone] = {}
-        self.index = {p: i for i, p in enumerate(self.peer_ids)}
         self.tables = RoutingTables(self.peer_ids, k=c.k, rng=substream(c.seed, "k-buckets"))
-        self.heap = EventHeap(start=T0)
-        self.nodes: list[Any] = [None] * n
-        self.alive = [True] * n
-        self.incarnation = [0] * n
         self.crashed_at = [T0] * n
-        self.timer_version = [0] * n
-        self.armed: list[float | None] = [None] * n
         self.topic_cids: list[CID | None] = [None] * len(self.scaled.topics)
         self.topic_names = [t.name for t in self.scaled.topics]
         self._topic_pos = {t: i for i, t in enumerate(self.topic_names)}
@@ -331,24 +322,16 @@ class Simulation:
                     if f.conditions:
                         self.sub_filters[(i, ti)] = f
                         self.stats.set_filter(i, name, f)
-        # transport and blocks
-        self._lat_rng = substream(c.seed, "latency")
-        self._loss_rng = substream(c.seed, "loss")
-        self._link_last: dict[int, float] = {}
-        self._pending_unreachable: set[int] = set()
-        self._pending_fetch: set[tuple[int, int, CID]] = set()
-        self.blocks: dict[CID, bytes] = {}
-        self.holders: dict[CID, bytearray] = {}
-        """CID -> bitmap of the nodes holding the block (bit ``i`` of byte ``i >> 3``)."""
-        self._nbytes = (n + 7) // 8
-        self._dispatch: OutputDispatch[int] = OutputDispatch(self)
+        self._PUBLISH = self.add_kind("publish", lambda j, _b, _c: self._publish(j))
+        self._SUBSCRIBE = self.add_kind("subscribe", lambda i, ti, _c: self._subscribe(i, ti))
+        self._CRASH = self.add_kind("crash", lambda victims, _b, _c: self._crash(victims))
+        self._DETECT = self.add_kind("failure detection", lambda ps, up, _c: self._detect(ps, up))
+        self._RESTART = self.add_kind("restart", lambda peers, _b, _c: self._restart(peers))
         self.crash_plan: list[tuple[float, list[int]]] = []
         self.heap_events = 0
         self.disconnects = 0
         self._sink: _RecordSink | None = None
         self._publish_times: list[float] = []
-        self._same_instant = 0
-        self._last_instant = -1.0
         self.stats_subscribed_records = 0
         self.stats_injected_records = 0
         self.end_time = T0
@@ -374,7 +357,7 @@ class Simulation:
 
     def _make_node(self, i: int, now: float) -> None:
         rng = substream(self.config.seed, f"node:{i}:{self.incarnation[i]}")
-        self.nodes[i] = self._factory(self.peer_ids[i], rng, now)
+        self._nodes[i] = self._factory(self.peer_ids[i], rng, now)
         self.armed[i] = None
         self.timer_version[i] += 1
         self.nodes[i].set_known_peers(now, self.tables.table(i))
@@ -401,7 +384,7 @@ class Simulation:
             for name in subs:
                 ti = self._topic_pos[name]
                 at = t0 + 1.0 + sub_rng.uniform(0.0, c.subscribe_window)
-                h.push(at, _SUBSCRIBE, i, ti)
+                h.push(at, self._SUBSCRIBE, i, ti)
         pub_rng = substream(c.seed, "publish-times")
         start = t0 + 1.0 + c.warmup
         tp = start
@@ -410,7 +393,7 @@ class Simulation:
             tp += pub_rng.expovariate(c.rate)
             times.append(tp)
         if times:
-            h.push(times[0], _PUBLISH, 0)
+            h.push(times[0], self._PUBLISH, 0)
         self.end_time = (times[-1] if times else start) + c.grace
         # crash waves
         crash_rng = substream(c.seed, "crashes")
@@ -437,7 +420,7 @@ class Simulation:
             up = [p for p in up if p not in gone]
             if chosen:
                 self.crash_plan.append((start + wave.at, chosen))
-                h.push(start + wave.at, _CRASH, chosen)
+                h.push(start + wave.at, self._CRASH, chosen)
         roots = {t.creator for t in self.scaled.topics}
         self.stats.crashed_roots = len({p for _, ps in self.crash_plan for p in ps} & roots)
 
@@ -459,6 +442,7 @@ class Simulation:
         for i, node in enumerate(self.nodes):
             if node is not None:
                 self._harvest_forwards(i)
+        self.stats.lost = self.lost
         summary = self.stats.summary(
             seed=c.seed,
             virtual_seconds=self.heap.now - T0,
@@ -472,45 +456,17 @@ class Simulation:
         return summary
 
     def _loop(self) -> None:
-        h = self.heap
-        end = self.end_time
         progress = self._progress
-        heap_list = h._heap  # the hot loop peeks without a method call
-        count = 0
-        while heap_list and heap_list[0][0] <= end:
-            _, _, kind, a, b, cc = h.pop()
-            count += 1
-            try:
-                if kind == _RPC:
-                    self._deliver_rpc(a, b, cc)
-                elif kind == _TIMER:
-                    self._fire_timer(a, b)
-                elif kind == _FETCH:
-                    self._finish_fetch(a, b, cc)
-                elif kind == _UNREACHABLE:
-                    self._unreachable(a, b, cc)
-                elif kind == _PUBLISH:
-                    self._publish(a)
-                elif kind == _SUBSCRIBE:
-                    self._subscribe(a, b)
-                elif kind == _CRASH:
-                    self._crash(a)
-                elif kind == _DETECT:
-                    self._detect(a, b)
-                elif kind == _RESTART:
-                    self._restart(a)
-            except SimulationError:
-                raise
-            except Exception as exc:
-                raise SimulationError(
-                    f"{type(exc).__name__} while handling {_KIND_NAMES[kind]} "
-                    f"(node {a}) at t={h.now - T0:.6f}s, heap event #{count}: {exc}"
-                ) from exc
-            if progress is not None and count % 2048 == 0:
-                progress(h.now - T0, self.stats.injected + self.stats.skipped, count)
-        self.heap_events = count
+        report = None
         if progress is not None:
-            progress(h.now - T0, self.stats.injected + self.stats.skipped, count)
+            stats = self.stats
+
+            def report(count: int) -> None:
+                progress(self.heap.now - T0, stats.injected + stats.skipped, count)
+
+        self.heap_events = self.run_until(self.end_time, progress=report)
+        if report is not None:
+            report(self.heap_events)
 
     # -- inputs -----------------------------------------------------------------------
 
@@ -532,79 +488,11 @@ class Simulation:
                 return out
             after = page.next
 
-    def _drain(self, i: int) -> None:
-        node = self.nodes[i]
-        dispatch = self._dispatch
-        outs = node.take_outputs()
-        while outs:
-            dispatch(i, outs)
-            outs = node.take_outputs()  # answered signatures resume the node
-        t = node.get_timer()
-        if t != self.armed[i]:
-            self.armed[i] = t
-            self.timer_version[i] += 1
-            if t is not None:
-                now = self.heap.now
-                self.heap.push(t if t > now else now, _TIMER, i, self.timer_version[i])
-
-    def on_sign_request(self, i: int, out: SignRequest) -> None:
-        """Sign at once, as Kubo ``key/sign`` would (docs/security.md "Signatures")."""
-        peer = self.peer_ids[i]
-        self.nodes[i].signed(self.heap.now, out.request_id, self.signers[peer].sign(out.data))
-
     def on_operation_done(self, i: int, out: OperationDone) -> None:
         if out.error is not None:
             raise SimulationError(f"node {i}: an operation failed: {out.error}")
         if self.heap.now <= T0:
             self._done[out.op] = out  # topic creation (set-up) reads its CID
-
-    def _fire_timer(self, i: int, version: int) -> None:
-        if version != self.timer_version[i] or self.nodes[i] is None:
-            return
-        now = self.heap.now
-        if now == self._last_instant:
-            self._same_instant += 1
-            if self._same_instant > 100_000:
-                raise SimulationError(
-                    f"timers keep firing at the same virtual instant {now - T0:.6f}s "
-                    f"(node {i}): the core's get_timer() does not advance"
-                )
-        else:
-            self._last_instant = now
-            self._same_instant = 0
-        self.armed[i] = None
-        self.nodes[i].handle_timer(now)
-        self._drain(i)
-
-    def _deliver_rpc(self, dst: int, meta: tuple[int, int, int], rpc: Any) -> None:
-        src, dst_inc, size = meta
-        if not self.alive[dst] or self.incarnation[dst] != dst_inc:
-            self._schedule_unreachable(src, dst)
-            return
-        self.nodes[dst].receive_rpc(self.heap.now, self.peer_ids[src], rpc, size=size)
-        self._drain(dst)
-
-    def _schedule_unreachable(self, src: int, dst: int) -> None:
-        if not self.alive[src]:
-            return
-        key = src * self.config.nodes + dst
-        if key in self._pending_unreachable:
-            return
-        self._pending_unreachable.add(key)
-        self.heap.push(
-            self.heap.now + self.config.connect_timeout,
-            _UNREACHABLE,
-            src,
-            self.incarnation[src],
-            dst,
-        )
-
-    def _unreachable(self, src: int, inc: int, dst: int) -> None:
-        self._pending_unreachable.discard(src * self.config.nodes + dst)
-        if not self.alive[src] or self.incarnation[src] != inc:
-            return
-        self.nodes[src].peer_unreachable(self.heap.now, self.peer_ids[dst])
-        self._drain(src)
 
     def _subscribe(self, i: int, ti: int, since: float | None = None) -> None:
         if not self.alive[i]:
@@ -636,7 +524,7 @@ class Simulation:
         h = self.heap
         pubs = self.scaled.publications
         if j + 1 < len(pubs):
-            h.push(self._publish_times[j + 1], _PUBLISH, j + 1)
+            h.push(self._publish_times[j + 1], self._PUBLISH, j + 1)
         pub = pubs[j]
         i = pub.node
         if not self.alive[i]:
@@ -674,90 +562,13 @@ class Simulation:
                 )
             )
 
-    # -- outputs ----------------------------------------------------------------------
+    # -- outputs (transport, blocks and signing are the driver's) ---------------------
 
-    def on_send_rpc(self, src: int, out: Any) -> None:
-        c = self.config
-        dst = self.index.get(out.peer)
+    def _sent(self, src: int, out: SendRpc) -> None:
         self.stats.rpcs[src] += 1
-        if dst is None:
-            raise SimulationError(f"node {src} sent to unknown peer {out.peer!r}")
-        if not self.alive[dst]:
-            self._schedule_unreachable(src, dst)
-            return
-        if c.loss and self._loss_rng.random() < c.loss:
-            self.stats.lost += 1
-            return
-        now = self.heap.now
-        t = now + c.latency.sample(self._lat_rng)
-        key = src * c.nodes + dst
-        last = self._link_last.get(key)
-        if last is not None and t < last:
-            t = last
-        self._link_last[key] = t
-        self.heap.push(t, _RPC, dst, (src, self.incarnation[dst], len(out.data)), out.rpc)
-
-    def holds(self, i: int, cid: CID) -> bool:
-        """Whether node ``i``'s block store has ``cid``."""
-        bits = self.holders.get(cid)
-        return bits is not None and bool(bits[i >> 3] >> (i & 7) & 1)
-
-    def on_store_block(self, i: int, out: Any) -> None:
-        cid = out.cid
-        bits = self.holders.get(cid)
-        if bits is None:
-            self.blocks[cid] = out.data
-            bits = self.holders[cid] = bytearray(self._nbytes)
-        bits[i >> 3] |= 1 << (i & 7)
-
-    def _available(self, cid: CID) -> bool:
-        bits = self.holders.get(cid)
-        if bits is None:
-            return False
-        alive = self.alive
-        for byte_index, byte in enumerate(bits):
-            if byte:
-                base = byte_index << 3
-                for bit in range(8):
-                    if byte >> bit & 1 and alive[base + bit]:
-                        return True
-        return False
 
     def on_release_blocks(self, i: int, out: Any) -> None:
         """Unpinning: the simulated stores never collect garbage, so nothing changes."""
-
-    def on_fetch_block(self, i: int, out: Any) -> None:
-        cid = out.cid
-        key = (i, self.incarnation[i], cid)
-        if key in self._pending_fetch:
-            return  # one want per (node, CID) in flight, as bitswap coalesces them
-        self._pending_fetch.add(key)
-        now = self.heap.now
-        if self.holds(i, cid):
-            delay = 0.0
-        else:
-            sample = self.config.latency.sample
-            rng = self._lat_rng
-            delay = sample(rng) + sample(rng) + sample(rng) + sample(rng)
-        self.heap.push(now + delay, _FETCH, i, self.incarnation[i], (cid, False))
-
-    def _finish_fetch(self, i: int, inc: int, what: tuple[CID, bool]) -> None:
-        cid, final = what
-        if not self.alive[i] or self.incarnation[i] != inc:
-            self._pending_fetch.discard((i, inc, cid))
-            return
-        if self.holds(i, cid):
-            data: bytes | None = self.blocks[cid]
-        elif self._available(cid):
-            data = self.blocks[cid]
-        elif not final:
-            self.heap.push(self.heap.now + self.config.fetch_timeout, _FETCH, i, inc, (cid, True))
-            return
-        else:
-            data = None
-        self._pending_fetch.discard((i, inc, cid))
-        self.nodes[i].block_fetched(self.heap.now, cid, data)
-        self._drain(i)
 
     def on_deliver(self, i: int, out: Any) -> None:
         self.stats.on_deliver(i, cid_str(out.event_cid), bool(out.recovered))
@@ -791,18 +602,14 @@ class Simulation:
         for i in victims:
             if not self.alive[i]:
                 continue
-            self.alive[i] = False
-            self.crashed_at[i] = now
             self._harvest_forwards(i)
-            self.nodes[i] = None
-            self.incarnation[i] += 1
-            self.timer_version[i] += 1
-            self.armed[i] = None
+            self.take_down(i, keep_state=False)  # its block store survives (on disk)
+            self.crashed_at[i] = now
             self.stats.crashed += 1
             self.stats.set_alive(i, False, ())
-        self.heap.push(now + self.config.detection_delay, _DETECT, victims, False)
+        self.heap.push(now + self.config.detection_delay, self._DETECT, victims, False)
         if self.config.restart is not None:
-            self.heap.push(now + self.config.restart, _RESTART, victims)
+            self.heap.push(now + self.config.restart, self._RESTART, victims)
 
     def _harvest_forwards(self, i: int) -> None:
         """Add node ``i``'s forward counts (tree_filters) to the run's: at its crash
@@ -834,7 +641,7 @@ class Simulation:
                 self._drain(i)
             for name in self.scaled.subscriptions[i]:
                 self._subscribe(i, self._topic_pos[name], since=since)
-        self.heap.push(now + self.config.detection_delay, _DETECT, back, True)
+        self.heap.push(now + self.config.detection_delay, self._DETECT, back, True)
 
 
 def _config_json(c: SimConfig) -> dict[str, Any]:
