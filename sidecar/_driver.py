@@ -586,6 +586,13 @@ class Driver:
             ),
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
+            "pulsarcast_filtered_subscriptions": len(self.state.state.filters),
+            # issue 15, NodeConfig.tree_filters: EVENTs sent down, and into subtrees
+            # whose summary did not match them (false positives)
+            "pulsarcast_forwards_down_total": self.node.filter_forwards["down"],
+            "pulsarcast_forwards_false_positive_total": (
+                self.node.filter_forwards["false_positive"]
+            ),
         }
         return self.metrics.prometheus({k: float(v) for k, v in gauges.items()})
 

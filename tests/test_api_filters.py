@@ -135,6 +135,9 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
         assert [d["cid"] for d in await _deliveries(sc)] == [c for c, ok in sent if ok]
         st = (await sc.api.get("/v1/status")).json()
         assert st["topics"][0]["filter"] == canonical
+        metrics = (await sc.api.get("/metrics")).text
+        assert "pulsarcast_filtered_subscriptions 1.0" in metrics
+        assert "pulsarcast_forwards_false_positive_total 0.0" in metrics
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["filters"] == {topic: canonical}
     async with _sidecar_at(tmp_path, kubo) as sc:  # a restart: the filter is kept
