@@ -69,6 +69,7 @@ def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert code == 0
     printed = capsys.readouterr().out
     assert "coverage vs published" in printed and "max fan-out vs log2(N)" in printed
+    assert "filtered subscriptions / unwanted deliveries" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["events_injected"] == 15 and summary["config"]["nodes"] == 12
     assert summary["coverage_published"] == 1.0 and summary["duplicates"] == 0

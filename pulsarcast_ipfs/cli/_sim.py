@@ -236,6 +236,16 @@ def summary_table(s: dict[str, Any]) -> Any:
         ("nodes crashed / restarted", f"{s['crashed']:,} / {s['restarted']:,}"),
         ("topic roots crashed", f"{s['crashed_roots']}"),
     ]
+    if s.get("filtered_subscriptions"):
+        rows.append(
+            (
+                "filtered subscriptions / unwanted deliveries",
+                f"{s['filtered_subscriptions']:,} / {s['unwanted']:,}",
+            )
+        )
+    if s.get("forwards_down"):
+        fp, down = s["forwards_false_positive"], s["forwards_down"]
+        rows.append(("false-positive forwards", f"{fp:,} of {down:,} ({fp / down:.1%})"))
     for k, v in rows:
         t.add_row(k, v)
     if not math.isfinite(s["coverage_published"]):
