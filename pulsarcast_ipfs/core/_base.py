@@ -102,6 +102,7 @@ class NodeBase:
     _pings: dict[str, _PingWait]
     _next_probe: dict[str, float]
     _srtt: dict[str, float]
+    _rtt_min: dict[str, float]
     _lag_at: float | None
     _buckets: LRU
     _strikes: LRU
@@ -232,6 +233,8 @@ class NodeBase:
         def _on_pong(self, now: float, peer: str, rpc: Pong) -> None: ...
 
         def _probe_parent(self, now: float, peer: str) -> None: ...
+
+        def _lag_limit(self, peer: str) -> float: ...
 
         def _check_lag(self, now: float) -> None: ...
 

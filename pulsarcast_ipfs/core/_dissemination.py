@@ -78,7 +78,7 @@ class Dissemination(NodeBase):
                 # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
                 # (A publisher's direct first hop is no edge: docs "First hop".)
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
-        if peer == tree.parent and now - ev.created_ts > self.config.slow_parent_after / 2:
+        if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         self._accept_event(
             now,

@@ -173,6 +173,7 @@ class PulsarcastNode(
         self._pings = {}  # parent -> PINGs it has not answered
         self._next_probe = {}  # parent -> no late-event probe before
         self._srtt = {}  # parent -> smoothed PING round trip (in time)
+        self._rtt_min = {}  # parent -> shortest PING round trip seen (its link's delay)
         self._lag_at = None  # when the next _PingWait falls due (or earlier)
         self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
