@@ -130,6 +130,9 @@ FIELDS: Final[dict[RecordKind, dict[str, _T]]] = {
         "latency": (_NUM, True),  # seconds from the event's `created` to delivery
         "recovered": (("boolean",), True),
         "inject_id": (_OSTR, False),
+        # fast subscriptions: the path of the first copy, "group" (from the
+        # publisher), "helper" (from a helper of its group) or "tree"
+        "path": (_OSTR, False),
     },
     RecordKind.EVENT_DROPPED: {
         "topic": (_OSTR, False),

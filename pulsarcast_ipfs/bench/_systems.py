@@ -67,11 +67,13 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
 PULSARCAST_PROTOCOLS: tuple[str, ...] = (
+    "/x/pulsarcast/2.4.0",
     "/x/pulsarcast/2.3.0",
     "/x/pulsarcast/2.2.0",
     "/x/pulsarcast/1.0.0",
 )
-"""The tree stream protocol (wire 2.3, session 7), and the earlier ones, for older run sets."""
+"""The tree stream protocol (wire 2.4, issue 15: fast groups), and the earlier ones,
+for older run sets."""
 
 
 class System(abc.ABC):
