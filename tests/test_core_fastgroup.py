@@ -330,3 +330,44 @@ def test_group_rpcs_are_rate_limited() -> None:
         if r.fields["reason"] == "rate_limited" and r.fields.get("peer") == flooder
     ]
     assert limited
+
+
+def test_signed_group_events_are_verified() -> None:
+    """With signatures, group copies are verified like tree EVENTs: a tampered one is
+    dropped (bad_signature) and never delivered."""
+    net, topic, author, members = fast_net(8, 6, signatures=True)
+    cid = net.call(author, "publish", topic, b"signed").event_cid
+    net.run_for(2)
+    for p in members:
+        assert net.delivered(p, topic) == [cid]
+    m = next(p for p in members if p not in net.nodes[author].topic_state(topic).children)
+    good = EventDescriptor.decode(net.store[cid])
+    bad = dataclasses.replace(good, payload=b"tampered", parents=(cid,), clock=good.clock + 1)
+    net.inject(author, m, GroupEvent(topic=topic, event=bad.encode()))
+    assert bad.cid not in net.delivered(m, topic)
+    assert net.records(m, RecordKind.EVENT_DROPPED)[-1].fields["reason"] == "bad_signature"
+
+
+def test_the_tree_still_forwards_what_came_first_along_a_group() -> None:
+    """A member that got an event along its group first forwards the tree's own copy
+    when it comes: the non-fast subscribers below it get every event at tree speed
+    (anti-entropy is switched off here, so nothing else could repair them). Planting
+    the violation (never forwarding that copy) leaves them without the events."""
+    cfg = dataclasses.replace(CFG, heads_interval=600.0, heads_after_publish=300.0)
+    net = CoreNet(16, seed=7, config=cfg, bucket_size=1)
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "news")
+    net.run_for(0.5)
+    members = net.peers[1:]
+    for k, p in enumerate(members):
+        net.call(p, "subscribe", topic, fast=k % 2 == 0)
+    net.run_for(3)
+    fast = {p for k, p in enumerate(members) if k % 2 == 0}
+    below_fast = [
+        p for p in members if p not in fast and net.nodes[p].topic_state(topic).parent in fast
+    ]
+    assert below_fast, "the topology has plain subscribers below fast ones"
+    cids = [net.call(author, "publish", topic, f"e{i}".encode()).event_cid for i in range(10)]
+    net.run_for(1.5)
+    for p in members:
+        assert sorted(net.delivered(p, topic), key=bytes) == sorted(cids, key=bytes), p

@@ -17,9 +17,10 @@ publisher answers GROUP_ACK ``{ok, helper, ttl}``.
   members, ttl}`` and each member the ACK naming its helper. A join that cannot be
   placed is refused: the tree still delivers to that subscriber.
 * **Two hops.** The publisher sends GROUP_EVENT to its direct members (not those
-  that are its tree neighbours: they have the EVENT in the same call) and to every
-  helper. A helper forwards a GROUP_EVENT to its assigned members only when the
-  publisher itself sent it; a GROUP_EVENT from a helper is never sent on.
+  that have the EVENT from the same call: its tree neighbours and the members of the
+  root's MEMBERS list, :mod:`._push`) and to every helper. A helper forwards a
+  GROUP_EVENT to its assigned members only when the publisher itself sent it; a
+  GROUP_EVENT from a helper is never sent on.
 * **Checks.** A GROUP_EVENT is taken only from the publisher of a group this node
   is in (or helps) or from the helper that publisher named; anything else is
   dropped (``not_member``) and a publisher is told GROUP_LEAVE. A taken event
@@ -28,7 +29,8 @@ publisher answers GROUP_ACK ``{ok, helper, ttl}``.
 * **The tree is unchanged.** An event that came first along a group is *not* sent
   into the tree then: the tree's own copy, when it comes (a duplicate), is
   forwarded as it would have been. The tree's traffic is what it is without
-  groups, and what the group adds is one GROUP_EVENT per member. A lost tree copy
+  groups, and what the group adds is one GROUP_EVENT per member. (A publisher's
+  ``pushed`` first-hop copy counts as the tree's.) A lost tree copy
   is repaired by anti-entropy as before (the node holds the event and advertises it).
 * **Failures.** A membership not refreshed for ``3 x group_refresh`` expires (a
   crashed member is dropped); so does a helper's assignment. A peer the driver
@@ -268,8 +270,8 @@ class FastGroups(NodeBase):
         tree would have (the group copy was not sent into the tree)."""
         if sender is None or self._group_pending.get(cid) != tree.key:
             return
-        if sender != tree.parent and sender not in tree.children:
-            return
+        if sender != tree.parent and sender not in tree.children and pushed is None:
+            return  # (a publisher's direct first hop counts: docs "First hop")
         self._group_pending.pop(cid)
         self._forward_received(now, tree, cid, sender, pushed)
 
@@ -368,7 +370,11 @@ class FastGroups(NodeBase):
             block = desc.encode() if desc is not None else None
         rpc = GroupEvent(topic=tree.key, event=ev.encode(), topic_block=block)
         data = encode_frame(rpc)
+        # Those the EVENT went to in this very call need no second copy: the tree
+        # neighbours and the root's MEMBERS list (the first hop, :mod:`._push`).
         neighbours = set(tree.neighbours())
+        if tree.members_epoch is not None and tree.members_from == tree.parent:
+            neighbours.update(tree.members)
         for p in sorted(g.members):
             m = g.members[p]
             if p in g.helpers or (m.helper is None and p not in neighbours):
