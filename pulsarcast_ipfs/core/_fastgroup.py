@@ -255,7 +255,18 @@ class FastGroups(NodeBase):
             self._helped.put(cid)
             data = encode_frame(rpc)
             for m in asg.members:
-                self._send(now, m, rpc, tree.name, data)
+                if self._group_wants(tree, m, ev):
+                    self._send(now, m, rpc, tree.name, data)
+
+    def _group_wants(self, tree: Tree, member: str, ev: EventDescriptor) -> bool:
+        """Whether ``member`` of a group (at the publisher, or at its helper) wants
+        ``ev``: the hook for a membership's filter (issue 15: "optionally with a
+        filter"). Every member wants every event for now; with subscription filters
+        (``core/_filters.py``) GROUP_JOIN would carry the member's filter, GROUP_ASSIGN
+        each assigned member's, and this would match the event against it. The
+        subscriber's own filter applies to group copies anyway: they are delivered
+        through the same ``_deliver``."""
+        return True
 
     @staticmethod
     def _forwards(direct: bool) -> bool:
@@ -377,7 +388,9 @@ class FastGroups(NodeBase):
             neighbours.update(tree.members)
         for p in sorted(g.members):
             m = g.members[p]
-            if p in g.helpers or (m.helper is None and p not in neighbours):
+            if p in g.helpers or (
+                m.helper is None and p not in neighbours and self._group_wants(tree, p, ev)
+            ):
                 self._send(now, p, rpc, tree.name, data)
 
     # ------------------------------------------------------------ timers, failures
