@@ -136,6 +136,8 @@ class SidecarConfig:
                 raise ConfigError(f"{name}: must be positive")
         if self.group_capacity < 0 or not 0 <= self.group_spare <= 64:
             raise ConfigError("group_capacity: must be >= 0; group_spare: between 0 and 64")
+        if self.group_refresh > 1200:
+            raise ConfigError("group_refresh: at most 1200 seconds")
         if self.resource_interval < 0:
             raise ConfigError("resource_interval: must not be negative")
         if self.connect_attempts < 1 or self.max_body < 1024 or self.delivery_log_max < 10:

@@ -17,6 +17,7 @@ from pulsarcast_ipfs.core import (
     GroupEvent,
     GroupJoin,
     GroupLeave,
+    LocalProtocolError,
     NodeConfig,
     RemoteProtocolError,
     _fastgroup,
@@ -371,3 +372,21 @@ def test_the_tree_still_forwards_what_came_first_along_a_group() -> None:
     net.run_for(1.5)
     for p in members:
         assert sorted(net.delivered(p, topic), key=bytes) == sorted(cids, key=bytes), p
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"group_capacity": -1},
+        {"group_capacity": True},
+        {"group_spare": 65},
+        {"group_spare": 1.5},
+        {"group_refresh": 0.0},
+        {"group_refresh": 1201.0},  # three refreshes must fit in the largest ttl
+        {"fast_publishers": 0},
+    ],
+)
+def test_group_config_is_checked(bad: dict[str, object]) -> None:
+    with pytest.raises(LocalProtocolError):
+        NodeConfig(**bad)  # type: ignore[arg-type]
+    assert NodeConfig(group_capacity=0, group_spare=0).group_capacity == 0  # groups off

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ._codec import MAX_FRAME_SIZE
+from ._codec import MAX_FRAME_SIZE, MAX_GROUP_TTL
 from ._errors import LocalProtocolError
 from ._history import RetentionPolicy
 
@@ -62,7 +62,8 @@ class NodeConfig:
     (GROUP_JOIN ``spare``, at most 64; 0: never a helper)."""
     group_refresh: float = 10.0
     """A member refreshes each group membership this often; a membership (and a
-    helper's assignment) not refreshed for three times this long expires."""
+    helper's assignment) not refreshed for three times this long expires (at most
+    1,200 s: the longest membership a GROUP_ACK may grant is an hour)."""
     fast_publishers: int = 16
     """Groups a fast subscriber joins per topic (the publishers it saw first)."""
     request_timeout: float = 3.0
@@ -141,3 +142,7 @@ class NodeConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise LocalProtocolError(f"NodeConfig.{f.name} must be a positive number")
+        if 3 * self.group_refresh > MAX_GROUP_TTL:
+            raise LocalProtocolError(
+                f"NodeConfig.group_refresh must be at most {MAX_GROUP_TTL / 3:g} seconds"
+            )
