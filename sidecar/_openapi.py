@@ -174,6 +174,21 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("TopicOptions")}}}
     if path.endswith("/publish"):
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("Publish")}}}
+    if path.endswith("/subscribe"):
+        body = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "fast": {
+                    "type": "boolean",
+                    "description": "also join the fast group of each publisher of the topic",
+                }
+            },
+        }
+        op["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": body}},
+        }
     if path.endswith("/history"):
         params += [
             {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},

@@ -70,6 +70,8 @@ class PersistedState:
     """Root topic CID → when the subscription started (epoch seconds)."""
     heads: dict[str, list[str]] = field(default_factory=dict)
     """Root topic CID → most recent event CIDs seen, newest first."""
+    fast: list[str] = field(default_factory=list)
+    """Root CIDs of the subscriptions made with ``fast`` (fast groups)."""
     next_seq: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -79,6 +81,7 @@ class PersistedState:
             "created": self.created,
             "subscriptions": self.subscriptions,
             "heads": self.heads,
+            "fast": self.fast,
             "next_seq": self.next_seq,
         }
 
@@ -96,6 +99,9 @@ class PersistedState:
         subs = doc.get("subscriptions", {})
         heads = doc.get("heads", {})
         seq = doc.get("next_seq", 1)
+        fast = doc.get("fast", [])
+        if not isinstance(fast, list) or not all(isinstance(c, str) for c in fast):
+            raise bad("fast must be a list of CIDs")
         if peer is not None and not isinstance(peer, str):
             raise bad("peer_id must be a string")
         if not isinstance(created, list) or not all(isinstance(c, str) for c in created):
@@ -115,6 +121,7 @@ class PersistedState:
             created=list(created),
             subscriptions={str(k): float(v) for k, v in subs.items()},
             heads={str(k): list(v) for k, v in heads.items()},
+            fast=list(fast),
             next_seq=seq,
         )
 

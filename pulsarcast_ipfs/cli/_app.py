@@ -138,6 +138,12 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "-l", "--long", action="store_true", help="also print seq, CID, author and recovered"
     )
     s.add_argument("--json", action="store_true", help="one JSON delivery per line")
+    s.add_argument(
+        "--fast",
+        action="store_true",
+        help="also join the fast group of each publisher of the topic: it sends its "
+        "events here directly, in two hops at most",
+    )
 
     # pub
     p = command(
@@ -367,7 +373,7 @@ def _delivery_line(d: Delivery, long: bool) -> str:
 def _sub(args: argparse.Namespace, client: Client) -> int:
     if args.count is not None and args.count < 1:
         raise ValueError("--count must be at least 1")
-    root = client.subscribe(args.topic)
+    root = client.subscribe(args.topic, fast=args.fast)
     err = Console(stderr=True, highlight=False)
     if not args.json:
         err.print(f"[dim]subscribed to {root}; Ctrl-C to stop[/dim]")

@@ -64,6 +64,18 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="only topic creators publish (LAST_SEEN); others request to publish",
     )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="every subscription asks for fast delivery (fast groups: publishers send "
+        "straight to subscribers, two hops at most)",
+    )
+    p.add_argument(
+        "--group-capacity",
+        type=int,
+        default=16,
+        help="peers a publisher sends each event to directly along its group (default 16)",
+    )
     p.add_argument("--workload", default=None, help="workload file (default: shipped 25k)")
     p.add_argument("--run", default=None, help="run identifier written in every record")
     p.add_argument("--gzip", action="store_true", help="write records.jsonl.gz")
@@ -113,6 +125,8 @@ def _run(args: argparse.Namespace) -> int:
             rate=args.rate,
             grace=parse_duration(args.grace),
             ordered=args.ordered,
+            fast=args.fast,
+            group_capacity=args.group_capacity,
             workload=args.workload,
             run=args.run or f"sim-{args.seed}",
         )
@@ -212,6 +226,15 @@ def summary_table(s: dict[str, Any]) -> Any:
         ("nodes crashed / restarted", f"{s['crashed']:,} / {s['restarted']:,}"),
         ("topic roots crashed", f"{s['crashed_roots']}"),
     ]
+    paths = s.get("deliveries_by_path") or {}
+    if paths:
+        rows.append(
+            (
+                "fast: first copy by group / helper / tree",
+                f"{paths.get('group', 0):,} / {paths.get('helper', 0):,} / "
+                f"{paths.get('tree', 0):,}",
+            )
+        )
     for k, v in rows:
         t.add_row(k, v)
     if not math.isfinite(s["coverage_published"]):

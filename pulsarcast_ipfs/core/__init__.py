@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from ._codec import (
     MAX_FRAME_SIZE,
+    MAX_GROUP_ASSIGN,
+    MAX_GROUP_TTL,
     MAX_HAVE,
     MAX_HEADS,
     MAX_MEMBERS,
@@ -15,6 +17,11 @@ from ._codec import (
     Digest,
     Event,
     FrameDecoder,
+    GroupAck,
+    GroupAssign,
+    GroupEvent,
+    GroupJoin,
+    GroupLeave,
     Heads,
     Join,
     JoinAck,
@@ -67,6 +74,7 @@ from ._errors import (
     TopicConflict,
     UnknownTopic,
 )
+from ._fastgroup import FastGroupState
 from ._history import HistoryKey, HistoryOrder, RetentionPolicy, TopicHistory
 from ._io import (
     Deliver,
@@ -107,6 +115,8 @@ __all__ = [
     "DELEGATED_VERSION",
     "KUBO_SIGN_PREFIX",
     "MAX_FRAME_SIZE",
+    "MAX_GROUP_ASSIGN",
+    "MAX_GROUP_TTL",
     "MAX_HAVE",
     "MAX_HEADS",
     "MAX_MEMBERS",
@@ -128,8 +138,14 @@ __all__ = [
     "EventDescriptor",
     "EventHeap",
     "EventLinking",
+    "FastGroupState",
     "FetchBlock",
     "FrameDecoder",
+    "GroupAck",
+    "GroupAssign",
+    "GroupEvent",
+    "GroupJoin",
+    "GroupLeave",
     "Heads",
     "HistoryKey",
     "HistoryOrder",

@@ -44,6 +44,11 @@ _LIMITED_OPS = {
     "DIGEST": "event",
     "MEMBERS": "event",
     "REQUEST_TO_PUBLISH": "request",
+    "GROUP_JOIN": "join",
+    "GROUP_EVENT": "event",
+    "GROUP_ACK": "event",
+    "GROUP_ASSIGN": "event",
+    "GROUP_LEAVE": "event",
 }
 
 

@@ -35,6 +35,17 @@ the dissemination tree across updates)::
                         ranges: [[upper, count, sum], ...] (an answer: the window
                         split) or []; have: [[CID, created], ...] (the sender's
                         events created in [lo, hi]) or null
+
+Fast groups (wire 2.4, docs/protocol-notes.md "Fast groups")::
+
+    GROUP_JOIN         {op, topic, spare}   member -> publisher: deliver your events
+                        to me directly (also a refresh); spare: members I can serve
+    GROUP_ACK          {op, topic, ok, helper, ttl}   publisher -> member; helper: the
+                        peer that forwards to it (null: the publisher itself)
+    GROUP_LEAVE        {op, topic}          member -> publisher, or publisher -> member
+    GROUP_ASSIGN       {op, topic, epoch, members, ttl}   publisher -> helper: forward
+                        my events to these members ([]: not a helper any more)
+    GROUP_EVENT        {op, topic, event, topicBlock}   an event along a group
 """
 
 from __future__ import annotations
@@ -53,6 +64,8 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "MAX_FRAME_SIZE",
+    "MAX_GROUP_ASSIGN",
+    "MAX_GROUP_TTL",
     "MAX_HAVE",
     "MAX_HEADS",
     "MAX_MEMBERS",
@@ -60,6 +73,11 @@ __all__ = [
     "Digest",
     "Event",
     "FrameDecoder",
+    "GroupAck",
+    "GroupAssign",
+    "GroupEvent",
+    "GroupJoin",
+    "GroupLeave",
     "Heads",
     "Join",
     "JoinAck",
@@ -84,6 +102,10 @@ MAX_HAVE: Final = 2048
 """Entries in one DIGEST listing (``have``)."""
 MAX_RANGES: Final = 16
 """Ranges in one DIGEST answer (``ranges``)."""
+MAX_GROUP_ASSIGN: Final = 64
+"""Members one helper may be assigned (GROUP_ASSIGN), and the largest ``spare``."""
+MAX_GROUP_TTL: Final = 3600.0
+"""The longest membership a GROUP_ACK / GROUP_ASSIGN may grant (seconds)."""
 MAX_ID_LENGTH: Final = 256
 _MAX_VARINT_BYTES: Final = 9
 
@@ -409,6 +431,109 @@ class Digest(_Message):
             _entries(self.have, "have", MAX_HAVE)
 
 
+def _ttl(value: object) -> float:
+    if type(value) is not float or not math.isfinite(value) or not 0.0 < value <= MAX_GROUP_TTL:
+        raise _bad(f"ttl: expected a float in (0, {MAX_GROUP_TTL:g}] seconds")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupJoin(_Message):
+    """GROUP_JOIN: the sender asks the receiver (a publisher of ``topic``) to send it
+    its events directly (a fast group), or refreshes that membership; ``spare``:
+    how many other members the sender offers to forward to, as a helper."""
+
+    op: ClassVar[str] = "GROUP_JOIN"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    spare: int
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        if (
+            not isinstance(self.spare, int)
+            or isinstance(self.spare, bool)
+            or not 0 <= self.spare <= MAX_GROUP_ASSIGN
+        ):
+            raise _bad(f"spare: expected an integer in [0, {MAX_GROUP_ASSIGN}]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAck(_Message):
+    """GROUP_ACK: the publisher's answer to a GROUP_JOIN (``ok``: a member for ``ttl``
+    seconds unless refreshed), sent again when the member's ``helper`` changes
+    (``None``: the publisher sends to it itself)."""
+
+    op: ClassVar[str] = "GROUP_ACK"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    ok: bool
+    helper: str | None = None
+    ttl: float
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bool(self.ok, "ok")
+        if self.helper is not None:
+            _check_peer(self.helper, "helper")
+        _ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupLeave(_Message):
+    """GROUP_LEAVE: a member leaves a publisher's group, or the publisher drops it."""
+
+    op: ClassVar[str] = "GROUP_LEAVE"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAssign(_Message):
+    """GROUP_ASSIGN: a publisher asks a member (a helper) to forward the events it
+    gets from the publisher to ``members`` for ``ttl`` seconds (renewed with each of
+    the helper's own refreshes); ``members=()``: not a helper any more."""
+
+    op: ClassVar[str] = "GROUP_ASSIGN"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    epoch: int
+    members: tuple[str, ...]
+    ttl: float
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _uint(self.epoch, "epoch")
+        if not isinstance(self.members, tuple) or len(self.members) > MAX_GROUP_ASSIGN:
+            raise _bad(f"members: expected at most {MAX_GROUP_ASSIGN} peer IDs")
+        for peer in self.members:
+            _check_peer(peer, "members[]")
+        if len(set(self.members)) != len(self.members):
+            raise _bad("members: a peer is listed twice")
+        _ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupEvent(_Message):
+    """GROUP_EVENT: an event sent along a fast group, by its publisher or by a helper
+    (never further: two hops at most)."""
+
+    op: ClassVar[str] = "GROUP_EVENT"
+    _wire: ClassVar[dict[str, str]] = {"topic_block": "topicBlock"}
+    topic: CID
+    event: bytes
+    topic_block: bytes | None = None
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bytes(self.event, "event", MAX_DESCRIPTOR_SIZE)
+        if self.topic_block is not None:
+            _bytes(self.topic_block, "topicBlock", MAX_DESCRIPTOR_SIZE)
+
+
 Rpc = (
     Join
     | JoinAck
@@ -421,6 +546,11 @@ Rpc = (
     | Heads
     | Members
     | Digest
+    | GroupJoin
+    | GroupAck
+    | GroupLeave
+    | GroupAssign
+    | GroupEvent
 )
 """Any tree RPC message."""
 
@@ -436,6 +566,11 @@ _ALL: Final[tuple[type[_Message], ...]] = (
     Heads,
     Members,
     Digest,
+    GroupJoin,
+    GroupAck,
+    GroupLeave,
+    GroupAssign,
+    GroupEvent,
 )
 _BY_OP: Final[dict[str, type[_Message]]] = {cls.op: cls for cls in _ALL}
 
@@ -564,7 +699,7 @@ def decode_rpc(body: bytes) -> Rpc:
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         elif name == "members":
             if not isinstance(value, list):
-                raise RemoteProtocolError("MEMBERS: members must be a list")
+                raise RemoteProtocolError(f"{op}: members must be a list")
             value = tuple(value)
         kwargs[name] = value
     try:

@@ -112,6 +112,8 @@ class Dissemination(NodeBase):
             del self._fetches[cid]  # it came by itself within its grace
         if cid in self._seen:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
+            if forward and len(self._group_pending):
+                self._group_pending_forward(now, tree, cid, sender, pushed)
             return True
         version = self._version_for(now, tree, ev.topic, block)
         if isinstance(version, str):
@@ -290,6 +292,8 @@ class Dissemination(NodeBase):
         self._delivered.put(cid)
         if tree.subscribed:
             self._emit(Deliver(topic_cid=tree.key, event_cid=cid, event=ev, recovered=recovered))
+            # Fast topics say by which path the event came first (group, helper, tree).
+            path = {} if tree.fast is None else {"path": self._fast_delivered(now, tree, cid, ev)}
             self._record(
                 now,
                 RecordKind.EVENT_DELIVERED,
@@ -298,6 +302,7 @@ class Dissemination(NodeBase):
                 event=cid_str(cid),
                 latency=max(0.0, now - ev.created_ts),
                 recovered=recovered,
+                **path,
             )
         if tree.followers:
             self._on_meta_event(now, tree, ev)

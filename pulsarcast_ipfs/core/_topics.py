@@ -221,20 +221,40 @@ class Topics(NodeBase):
         self._announce(tree.root.meta, announce)
         return version.cid
 
-    def subscribe(self, now: float, topic_cid: CID, *, since: float | None = None) -> None:
+    def subscribe(
+        self, now: float, topic_cid: CID, *, since: float | None = None, fast: bool = False
+    ) -> None:
         """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
 
         ``since`` (a restarted driver resuming a subscription, given the topic's first
         version): deliver events created from then on, recovering the ones missed.
+        ``fast``: also join the fast group of each publisher of the topic (its
+        author, and the publisher of each event delivered): they send their events
+        straight here, in two hops at most (docs/protocol-notes.md "Fast groups").
+        Subscribing again with another ``fast`` changes only that.
         """
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError("subscribe expects a topic CID")
+        if not isinstance(fast, bool):
+            raise LocalProtocolError("fast must be a bool")
         if since is not None and since < now:
             self._resume_since[topic_cid] = since
+        if fast:
+            if len(self._fast_wanted) >= 1024:
+                self._fast_wanted.pop(next(iter(self._fast_wanted)))
+            self._fast_wanted[topic_cid] = None
+        else:
+            self._fast_wanted.pop(topic_cid, None)
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
     def _subscribe_tree(self, now: float, tree: Tree) -> None:
+        fast = False
+        for v in tree.versions:
+            if v in self._fast_wanted:
+                del self._fast_wanted[v]
+                fast = True
         if tree.subscribed:
+            self._fast_subscribe(now, tree, fast)
             return
         tree.subscribed = True
         tree.since = min(now, self._resume_since.pop(tree.key, now))
@@ -249,6 +269,7 @@ class Topics(NodeBase):
                 self._continue_resolutions(now)
         self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
+        self._fast_subscribe(now, tree, fast)
 
     def _follow(self, now: float, meta: Tree, tree: Tree) -> None:
         if not tree.subscribed or tree.key in meta.followers:
@@ -272,6 +293,7 @@ class Topics(NodeBase):
         if not tree.subscribed:
             return
         tree.subscribed = False
+        self._fast_leave_all(now, tree)
         self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         self._update_retention(now, tree)
         meta_cid = tree.root.meta

@@ -9,6 +9,7 @@ from typing import Any
 from multiformats import CID
 
 from ._descriptors import TopicDescriptor
+from ._groupstate import FastState
 from ._history import TopicHistory
 from ._io import Role
 
@@ -36,6 +37,10 @@ class LRU:
     def items(self) -> list[tuple[Any, Any]]:
         """A snapshot, oldest first."""
         return list(self._d.items())
+
+    def pop(self, key: Any) -> Any:
+        """Remove ``key``; its value, or ``None``."""
+        return self._d.pop(key, None)
 
     def put(self, key: Any, value: Any = None) -> None:
         self._d[key] = value
@@ -133,6 +138,8 @@ class Tree:
     """(root) Send MEMBERS then (children changed)."""
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
+    fast: FastState | None = None
+    """Fast groups of this topic: as a member, a publisher, a helper (:mod:`._fastgroup`)."""
 
     @property
     def key(self) -> CID:

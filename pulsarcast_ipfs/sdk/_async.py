@@ -139,9 +139,13 @@ class AsyncClient:
             )
         )
 
-    async def subscribe(self, cid: str) -> str:
-        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID."""
-        return await self._send(_calls.subscribe(cid, on=True))
+    async def subscribe(self, cid: str, *, fast: bool = False) -> str:
+        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID.
+
+        ``fast``: also join the fast group of each publisher of the topic, which then
+        sends its events here directly, in two hops at most (docs/sdk.md "Fast
+        subscriptions"); subscribing again with another ``fast`` changes only that."""
+        return await self._send(_calls.subscribe(cid, on=True, fast=fast))
 
     async def unsubscribe(self, cid: str) -> str:
         """Unsubscribe this node; it may stay in the tree as a relay."""

@@ -154,12 +154,14 @@ def _subscription(doc: Any) -> str:
     return str(doc["topic"])
 
 
-def subscribe(cid: str, *, on: bool) -> Call[str]:
+def subscribe(cid: str, *, on: bool, fast: bool = False) -> Call[str]:
     action = "subscribe" if on else "unsubscribe"
+    if not isinstance(fast, bool):
+        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/{action}",
-        body={},
+        body={"fast": True} if on and fast else {},
         parse_json=_subscription,
     )
 

@@ -164,6 +164,11 @@ class SimConfig:
     run: str = "sim"
     rpc_records: bool = True
     """Let the nodes emit ``rpc_sent`` / ``rpc_received`` records (off: smaller files)."""
+    fast: bool = False
+    """Every subscription asks for fast delivery (fast groups, issue 15): publishers
+    send their events to the subscribers in two hops at most, the tree still runs."""
+    group_capacity: int = 16
+    """Peers a publisher sends each event to directly along its group (``NodeConfig``)."""
     signatures: bool = True
     """Signed descriptors (protocolVersion 1.1.0): nodes get Ed25519 keys from the seed
     and sign at once; off: unsigned 1.0.0 (cheaper, for scale runs)."""
@@ -189,6 +194,8 @@ class SimConfig:
             raise SpecError("--restart must be a positive duration")
         if self.crash_roots < 0:
             raise SpecError("crash_roots must be non-negative")
+        if self.group_capacity < 0:
+            raise SpecError("--group-capacity must be non-negative")
         if self.warmup < self.subscribe_window:
             raise SpecError("warmup must not be shorter than the subscribe window")
 
@@ -305,7 +312,9 @@ class Simulation(NetDriver):
 
     def _real_node(self, peer_id: str, rng: Random, now: float) -> PulsarcastNode:
         cfg = NodeConfig(
-            rpc_records=self.config.rpc_records, require_signatures=self.config.signatures
+            rpc_records=self.config.rpc_records,
+            require_signatures=self.config.signatures,
+            group_capacity=self.config.group_capacity,
         )
         return PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
 
@@ -461,10 +470,11 @@ class Simulation(NetDriver):
         assert cid is not None, "topics are created before anyone subscribes"
         self.stats.set_subscribed(i, self.topic_names[ti], True)
         before = self.stats_subscribed_records
+        fast = {"fast": True} if self.config.fast else {}
         if since is None:
-            self.nodes[i].subscribe(self.heap.now, cid)
+            self.nodes[i].subscribe(self.heap.now, cid, **fast)
         else:
-            self.nodes[i].subscribe(self.heap.now, cid, since=since)
+            self.nodes[i].subscribe(self.heap.now, cid, since=since, **fast)
         self._drain(i)
         if self.stats_subscribed_records == before:
             # the core did not record it: the runner does (same schema)
@@ -602,6 +612,8 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
         "rate": c.rate,
         "grace": c.grace,
         "ordered": c.ordered,
+        "fast": c.fast,
+        "group_capacity": c.group_capacity,
         "workload": str(c.workload) if c.workload is not None else None,
         "detection_delay": c.detection_delay,
         "connect_timeout": c.connect_timeout,
