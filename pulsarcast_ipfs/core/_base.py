@@ -152,7 +152,14 @@ class NodeBase:
         def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None: ...
 
         def _send_join(
-            self, now: float, tree: Tree, hop: str, tried: set[str], *, leaf: bool = False
+            self,
+            now: float,
+            tree: Tree,
+            hop: str,
+            tried: set[str],
+            *,
+            leaf: bool = False,
+            single: bool = False,
         ) -> None: ...
 
         def _join_timed_out(self, now: float, tree: Tree) -> None: ...
@@ -327,6 +334,8 @@ class NodeBase:
         def _on_members(self, now: float, peer: str, rpc: Members) -> None: ...
 
         def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None: ...
+
+        def _room_at_root(self, now: float, tree: Tree) -> None: ...
 
         def _push_own(self, now: float, tree: Tree, cid: CID) -> None: ...
 

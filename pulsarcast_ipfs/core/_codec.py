@@ -17,9 +17,10 @@ of the decoder and escapes as itself, so that a fuzzer can find it.
 Messages (``topic`` is always the CID of the topic's *first version*, which keys
 the dissemination tree across updates)::
 
-    JOIN               {op, topic, descriptor, leaf}  descriptor = first-version block;
+    JOIN               {op, topic, descriptor, leaf, up}  descriptor = first-version block;
                         leaf: a childless reader asks a holder of the history to take
-                        it whatever its distance to the author (it takes no children)
+                        it whatever its distance to the author (it takes no children);
+                        up: a joined node moving up to the root (flat trees)
     JOIN_ACK           {op, topic, ok}
     LEAVE              {op, topic}
     EVENT              {op, topic, event, topicBlock, pushed}
@@ -184,11 +185,18 @@ class Join(_Message):
     leaf: bool = False
     """A reader's JOIN to a holder of the history, whatever its distance to the author:
     the sender takes no children while it hangs there (so no cycle can form)."""
+    up: bool = False
+    """A joined node moving up to the root (flat trees): the root takes it only while
+    it has fewer than ``flat_fanout - 1`` children (the fan-out bound holds however
+    many move up on one MEMBERS list)."""
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
         _bool(self.leaf, "leaf")
+        _bool(self.up, "up")
+        if self.leaf and self.up:
+            raise ValueError("a JOIN is not both leaf and up")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,6 +51,11 @@ class NodeConfig:
     members_interval: float = 5.0
     """A root sends its children MEMBERS (who its children are: a publisher's direct
     first hop) at most this often while that set changes."""
+    flat_fanout: int = 64
+    """Flat trees (docs/protocol-notes.md "First hop"): a node below a child of the
+    root moves up to the root while the root's MEMBERS list names fewer than this
+    many peers (at most 64, the list's bound). 0: trees keep the shape the JOINs'
+    routing gave them (relays below the root)."""
     group_capacity: int = 16
     """Fast groups (docs/protocol-notes.md "Fast groups"): the peers a publisher sends
     each of its events to directly along its group of a topic (direct members and
@@ -135,7 +140,7 @@ class NodeConfig:
                 if not isinstance(value, RetentionPolicy):
                     raise LocalProtocolError("retention must be a RetentionPolicy")
                 continue
-            if f.name in ("group_capacity", "group_spare"):
+            if f.name in ("group_capacity", "group_spare", "flat_fanout"):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise LocalProtocolError(f"NodeConfig.{f.name} must be an integer >= 0")
                 if f.name == "group_spare" and value > 64:

@@ -57,6 +57,9 @@ class JoinAttempt:
     leaf: bool = False
     """A reader's JOIN to a holder of the history, whatever its distance (it takes
     no children while it hangs there: docs/protocol-notes.md "Readers")."""
+    single: bool = False
+    """A joined node's one try to move up to the root (flat trees): refused or timed
+    out, it stays with its parent instead of trying the next peer."""
 
 
 @dataclass(slots=True)
@@ -130,6 +133,9 @@ class Tree:
     members_epoch: int | None = None
     members_from: str | None = None
     """Who sent ``members``: used only while that peer is still the parent."""
+    flattened_at: int | None = None
+    """The MEMBERS epoch for which this node last JOINed the root directly (once
+    per epoch: :mod:`._push`, "Flat trees")."""
     member_epoch: int = 0
     """(root) The epoch of the last MEMBERS sent."""
     member_sets: dict[int, frozenset[str]] = field(default_factory=dict)
