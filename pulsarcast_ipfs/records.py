@@ -24,7 +24,7 @@ Common fields (every record):
 ``v``      int      schema version, ``1``
 ``ts``     float    seconds since the Unix epoch (virtual in the simulator)
 ``run``    str      run identifier chosen by the driver
-``system`` str      ``pulsarcast``, ``pulsarcast-ordered``, ``gossipsub``,
+``system`` str      ``pulsarcast``, ``pulsarcast-ordered``, ``pulsarcast-fast``, ``gossipsub``,
                     ``floodsub``, or ``sim``
 ``node``   str      the node's peer ID (or a stable node name)
 ``kind``   str      one of :class:`RecordKind`
@@ -130,6 +130,9 @@ FIELDS: Final[dict[RecordKind, dict[str, _T]]] = {
         "latency": (_NUM, True),  # seconds from the event's `created` to delivery
         "recovered": (("boolean",), True),
         "inject_id": (_OSTR, False),
+        # fast subscriptions: the path of the first copy, "group" (from the
+        # publisher), "helper" (from a helper of its group) or "tree"
+        "path": (_OSTR, False),
     },
     RecordKind.EVENT_DROPPED: {
         "topic": (_OSTR, False),

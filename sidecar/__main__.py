@@ -86,6 +86,24 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="bytes of events kept per subscribed topic (default 67108864: 64 MiB)",
     )
+    p.add_argument(
+        "--group-capacity",
+        type=int,
+        help="fast groups: peers this node sends each of its events to directly, helpers "
+        "included; beyond, members help (default 16; 0: no groups)",
+    )
+    p.add_argument(
+        "--group-spare",
+        type=int,
+        help="fast groups: members of another publisher's group this node offers to "
+        "forward to as a helper (default 8, at most 64; 0: never)",
+    )
+    p.add_argument(
+        "--group-refresh",
+        type=float,
+        help="fast groups: seconds between membership refreshes (default 10; a membership "
+        "expires after three)",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 

@@ -45,6 +45,7 @@ from pulsarcast_ipfs.core import (
     DescriptorError,
     EventDescriptor,
     EventLinking,
+    FastGroupState,
     Filter,
     FilterSyntaxError,
     HistoryOrder,
@@ -186,6 +187,22 @@ def parse_options(body: dict[str, Any]) -> TopicOptions:
         request_to_publish=_policy(body, "request_to_publish"),
         event_linking=EventLinking(linking),
     )
+
+
+def fast_json(st: FastGroupState | None) -> dict[str, Any] | None:
+    """A topic's fast groups in ``/v1/status`` (docs/http-api.md)."""
+    if st is None or not (st.fast or st.joined or st.members or st.helping):
+        return None
+    return {
+        "subscribed_fast": st.fast,
+        "joined": [{"publisher": p, "helper": h} for p, h in st.joined],
+        "group": {
+            "members": st.members,
+            "direct": list(st.direct),
+            "helpers": {h: list(ms) for h, ms in st.helpers},
+        },
+        "helping": {p: list(ms) for p, ms in st.helping},
+    }
 
 
 async def read_json(request: Request, max_body: int) -> dict[str, Any]:
@@ -334,6 +351,7 @@ class _Api:
                     "heads": [cid_str(c) for c in st.heads[:8]],
                     "retained": st.retained,
                     "retained_bytes": st.retained_bytes,
+                    "fast": fast_json(self.d.fast_state(st.topic_cid)),
                 }
             )
         return JSONResponse(
@@ -385,6 +403,12 @@ class _Api:
     async def subscribe(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
         body = await read_json(request, self.max_body)
+        fast = body.get("fast", False)
+        if not isinstance(fast, bool):
+            raise ApiError(400, "bad_request", "fast must be true or false")
+        unknown = sorted(set(body) - {"fast", "filter"})
+        if unknown:
+            raise ApiError(400, "bad_request", f"unknown field(s) {', '.join(unknown)}")
         where = parse_where(body.get("filter"), "filter")
         desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
         root = await self.root_of(cid, desc)
@@ -392,13 +416,14 @@ class _Api:
         # block store; answer once it knows the topic, so that a publish right after
         # this call finds it.
         if not await self.d.subscribe(
-            cid, root=root, name=desc.name, max_wait=DESCRIPTOR_TIMEOUT, filter=where
+            cid, root=root, name=desc.name, max_wait=DESCRIPTOR_TIMEOUT, fast=fast, filter=where
         ):
             raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
         return JSONResponse(
             {
                 "topic": cid_str(root),
                 "subscribed": True,
+                "fast": fast,
                 "filter": render_filter(where) if where is not None else None,
             }
         )

@@ -98,6 +98,16 @@ class SidecarConfig:
     """... none created more than this many seconds ago ..."""
     retain_bytes: int = 64 * 1024 * 1024
     """... and at most this many bytes of encoded events."""
+    group_capacity: int = 16
+    """Fast groups (docs/protocol-notes.md "Fast groups"): peers this node sends each
+    of its events to directly along its group of a topic (direct members and
+    helpers); beyond that it recruits helpers among the members (0: no groups)."""
+    group_spare: int = 8
+    """Members of another publisher's group this node offers to forward to, as a
+    helper, when it subscribes with ``fast`` (0: never a helper; at most 64)."""
+    group_refresh: float = 10.0
+    """A fast subscription refreshes each group membership this often; a membership
+    not refreshed for three times this long expires."""
     log_level: str = "info"
     require_signatures: bool = True
     """Sign what this node authors and publishes with its own key through Kubo
@@ -130,6 +140,7 @@ class SidecarConfig:
             "retain_events",
             "retain_age",
             "retain_bytes",
+            "group_refresh",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
@@ -138,6 +149,10 @@ class SidecarConfig:
                 f"delegate_ttl: 0 (off) or at least {DELEGATE_TTL_MIN:.0f} s, "
                 f"got {self.delegate_ttl}"
             )
+        if self.group_capacity < 0 or not 0 <= self.group_spare <= 64:
+            raise ConfigError("group_capacity: must be >= 0; group_spare: between 0 and 64")
+        if self.group_refresh > 1200:
+            raise ConfigError("group_refresh: at most 1200 seconds")
         if self.resource_interval < 0:
             raise ConfigError("resource_interval: must not be negative")
         if self.connect_attempts < 1 or self.max_body < 1024 or self.delivery_log_max < 10:
@@ -201,6 +216,8 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "delivery_log_max",
             "retain_events",
             "retain_bytes",
+            "group_capacity",
+            "group_spare",
         ):
             if isinstance(value, bool):
                 raise ValueError("not an integer")

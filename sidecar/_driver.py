@@ -29,6 +29,7 @@ from pulsarcast_ipfs.core import (
     DescriptorError,
     DisconnectPeer,
     EventDescriptor,
+    FastGroupState,
     FetchBlock,
     Filter,
     HistoryOrder,
@@ -154,6 +155,9 @@ class Driver:
             slow_parent_after=config.slow_parent_after,
             fetch_timeout=config.fetch_timeout + 5.0,
             require_signatures=config.require_signatures,
+            group_capacity=config.group_capacity,
+            group_spare=config.group_spare,
+            group_refresh=config.group_refresh,
             retention=RetentionPolicy(
                 max_events=config.retain_events,
                 max_age=config.retain_age,
@@ -487,13 +491,15 @@ class Driver:
         root: CID,
         name: str,
         max_wait: float,
+        fast: bool = False,
         filter: Filter | None = None,
     ) -> bool:
         """Subscribe to topic ``cid`` (first version ``root``) and persist it, with its
         ``filter`` (replacing any earlier one); whether the core knew the topic within
         ``max_wait`` (it may fetch its descriptor and meta topic first), so that a
-        publish right after this finds it."""
-        self.call(lambda now: self.node.subscribe(now, cid, filter=filter))
+        publish right after this finds it. ``fast``: join the fast groups of the
+        topic's publishers (docs/protocol-notes.md)."""
+        self.call(lambda now: self.node.subscribe(now, cid, fast=fast, filter=filter))
         if not await self.wait_for(lambda: self.known_root(cid) is not None, max_wait=max_wait):
             return False
         root_s = cid_str(root)
@@ -502,6 +508,11 @@ class Driver:
         else:
             self.state.state.filters[root_s] = render_filter(filter)
         self.reading.forget(root)
+        fast_roots = self.state.state.fast
+        if fast and cid_str(root) not in fast_roots:
+            fast_roots.append(cid_str(root))
+        elif not fast and cid_str(root) in fast_roots:
+            fast_roots.remove(cid_str(root))
         self._subscribed(root, name)
         return True
 
@@ -514,6 +525,8 @@ class Driver:
         self.call(lambda now: self.node.unsubscribe(now, cid))
         self.state.state.subscriptions.pop(cid_str(root), None)
         self.state.state.filters.pop(cid_str(root), None)
+        if cid_str(root) in self.state.state.fast:
+            self.state.state.fast.remove(cid_str(root))
         self.persist()
         self.announce_topics()  # unpins the topic (unless this node created it)
 
@@ -547,10 +560,39 @@ class Driver:
         """One page of the retained history of topic ``cid`` (``node.history``)."""
         return self.node.history(cid, order=order, after=after, limit=limit, where=where)
 
+    def fast_state(self, cid: CID) -> FastGroupState | None:
+        """This node's fast groups of topic ``cid`` (``None``: not in its tree)."""
+        try:
+            return self.node.fast_state(cid)
+        except UnknownTopic:
+            return None
+
+    def fast_gauges(self) -> dict[str, int]:
+        """Fast groups, for ``/metrics``: deliveries by path, group sizes, helpers."""
+        counts = self.node.fast_counts if self._node is not None else {}
+        members = helpers = helping = joined = 0
+        for root in self.topic_roots if self._node is not None else ():
+            st = self.fast_state(CID.decode(root))
+            if st is not None:
+                members += st.members
+                helpers += len(st.helpers)
+                helping += len(st.helping)
+                joined += len(st.joined)
+        return {
+            "pulsarcast_fast_deliveries_group_total": counts.get("group", 0),
+            "pulsarcast_fast_deliveries_helper_total": counts.get("helper", 0),
+            "pulsarcast_fast_deliveries_tree_total": counts.get("tree", 0),
+            "pulsarcast_fast_group_members": members,
+            "pulsarcast_fast_group_helpers": helpers,
+            "pulsarcast_fast_helping": helping,
+            "pulsarcast_fast_groups_joined": joined,
+        }
+
     def metrics_text(self) -> str:
         """``GET /metrics``: counters and gauges in Prometheus' text format."""
         store, transport = self.store, self.transport
         gauges = {
+            **self.fast_gauges(),
             "pulsarcast_topics": len(self.topic_roots),
             "pulsarcast_subscriptions": len(self.state.state.subscriptions),
             "pulsarcast_neighbour_connections": len(transport.neighbours),
@@ -806,7 +848,8 @@ class Driver:
             self._resubscribe(cid, since, where)
 
     def _resubscribe(self, cid: CID, since: float, where: Filter | None = None) -> None:
-        self.call(lambda now: self.node.subscribe(now, cid, since=since, filter=where))
+        fast = cid_str(cid) in self.state.state.fast
+        self.call(lambda now: self.node.subscribe(now, cid, since=since, fast=fast, filter=where))
 
     _routing: RoutingView | None = None
     """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""

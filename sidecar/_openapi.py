@@ -144,13 +144,18 @@ _PUBLISH = {
 
 _SUBSCRIBE = {
     "type": "object",
+    "additionalProperties": False,
     "properties": {
+        "fast": {
+            "type": "boolean",
+            "description": "also join the fast group of each publisher of the topic",
+        },
         "filter": {
             "type": "string",
             "maxLength": 4096,
             "description": "deliver only the events it matches, e.g. "
             '"ups >= 10 and controversiality = 1" (docs/http-api.md "Filters")',
-        }
+        },
     },
 }
 
@@ -199,7 +204,10 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
     if path.endswith("/publish"):
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("Publish")}}}
     if path.endswith("/subscribe"):
-        op["requestBody"] = {"content": {"application/json": {"schema": _ref("Subscribe")}}}
+        op["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": _ref("Subscribe")}},
+        }
     if path.endswith("/history"):
         params += [
             {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},

@@ -75,6 +75,8 @@ class PersistedState:
     filters: dict[str, str] = field(default_factory=dict)
     """Root topic CID → the subscription's filter, in its canonical text (issue 15);
     a subscription without one has no entry."""
+    fast: list[str] = field(default_factory=list)
+    """Root CIDs of the subscriptions made with ``fast`` (fast groups)."""
     next_seq: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ class PersistedState:
             "subscriptions": self.subscriptions,
             "heads": self.heads,
             "filters": self.filters,
+            "fast": self.fast,
             "next_seq": self.next_seq,
         }
 
@@ -103,6 +106,9 @@ class PersistedState:
         heads = doc.get("heads", {})
         filters = doc.get("filters", {})
         seq = doc.get("next_seq", 1)
+        fast = doc.get("fast", [])
+        if not isinstance(fast, list) or not all(isinstance(c, str) for c in fast):
+            raise bad("fast must be a list of CIDs")
         if peer is not None and not isinstance(peer, str):
             raise bad("peer_id must be a string")
         if not isinstance(created, list) or not all(isinstance(c, str) for c in created):
@@ -130,6 +136,7 @@ class PersistedState:
             subscriptions={str(k): float(v) for k, v in subs.items()},
             heads={str(k): list(v) for k, v in heads.items()},
             filters={str(k): v for k, v in filters.items()},
+            fast=list(fast),
             next_seq=seq,
         )
 

@@ -200,3 +200,33 @@ def test_the_driver_does_not_import_the_api() -> None:
         elif isinstance(node, ast.Import):
             imported.update((0, a.name) for a in node.names)
     assert not {m for lvl, m in imported if m.endswith("_api") or m == "sidecar._api"}
+
+
+async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) -> None:
+    """``"fast": true`` on subscribe (issue 15, fast groups): answered, persisted for
+    a restart, shown in the status; bad values refused with 400; metrics exported."""
+    topic = await _topic(sc)
+    sub = f"/v1/topics/{topic}/subscribe"
+    _error(await sc.api.post(sub, json={"fast": "yes"}), 400, "bad_request")
+    _error(await sc.api.post(sub, json={"fats": True}), 400, "bad_request")
+    r = await sc.api.post(sub, json={"fast": True})
+    assert r.status_code == 200
+    assert r.json() == {"topic": topic, "subscribed": True, "fast": True, "filter": None}
+    assert topic in json.loads((sc.state_dir / "state.json").read_text())["fast"]
+    (st,) = (await sc.api.get("/v1/status")).json()["topics"]
+    assert st["fast"]["subscribed_fast"] is True and st["fast"]["joined"] == []
+    metrics = (await sc.api.get("/metrics")).text
+    assert "pulsarcast_fast_deliveries_group_total 0.0" in metrics
+    assert "pulsarcast_fast_group_helpers 0.0" in metrics
+    r = await sc.api.post(sub, json={})  # subscribing again without it turns it off
+    assert r.json()["fast"] is False
+    assert topic not in json.loads((sc.state_dir / "state.json").read_text())["fast"]
+    (st,) = (await sc.api.get("/v1/status")).json()["topics"]
+    assert st["fast"] is None
+    # fast and a filter together (both kept, both persisted, both shown)
+    r = await sc.api.post(sub, json={"fast": True, "filter": "ups >= 10"})
+    assert r.json() == {"topic": topic, "subscribed": True, "fast": True, "filter": "ups >= 10"}
+    doc = json.loads((sc.state_dir / "state.json").read_text())
+    assert topic in doc["fast"] and doc["filters"] == {topic: "ups >= 10"}
+    (st,) = (await sc.api.get("/v1/status")).json()["topics"]
+    assert st["filter"] == "ups >= 10" and st["fast"]["subscribed_fast"] is True

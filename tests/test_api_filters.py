@@ -130,7 +130,12 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
         topic = await _topic(sc)
         r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": WHERE})
         canonical = "controversiality = 1 and ups >= 10"
-        assert r.json() == {"topic": topic, "subscribed": True, "filter": canonical}
+        assert r.json() == {
+            "topic": topic,
+            "subscribed": True,
+            "fast": False,
+            "filter": canonical,
+        }
         sent = [(await _publish(sc, topic, f"m{i}", a), ok) for i, (a, ok) in enumerate(REDDIT)]
         assert [d["cid"] for d in await _deliveries(sc)] == [c for c, ok in sent if ok]
         st = (await sc.api.get("/v1/status")).json()

@@ -344,3 +344,22 @@ def test_summary_checks_one_chain_per_topic(tmp_path: Path) -> None:
     _ordered_run(tmp_path / "b", forked, {"A": ["e1", "e2", "e3"], "B": ["e1", "e3", "e2"]})
     s = summarise_run(tmp_path / "b")
     assert (s.chain_forks, s.chain_sequences) == (1, 0)  # no chain order to check
+
+
+def test_summary_counts_fast_delivery_paths(tmp_path: Path) -> None:
+    """``pulsarcast-fast``: the first copy's ``path`` of each delivery is counted, with
+    each path's p99, and the table notes it."""
+    d = tmp_path / "pulsarcast-fast-normal"
+    _write_run(d)
+    w = RecordWriter(d / "node-D.jsonl", run="r", system="pulsarcast-fast", node="D")
+    for ev, lat, path in (("e1", 0.05, "group"), ("e2", 0.09, "helper"), ("e3", 0.2, "tree")):
+        w.write(
+            RecordKind.EVENT_DELIVERED,
+            {"topic": "t", "event": ev, "latency": lat, "recovered": False, "path": path},
+            ts=0.0,
+        )
+    w.close()
+    s = summarise_run(d)
+    assert s.delivery_paths == {"group": 1, "helper": 1, "tree": 1}
+    assert s.path_p99 == {"group": 0.05, "helper": 0.09, "tree": 0.2}
+    assert "first copy by group 1 (p99 50" in markdown_table([s])

@@ -422,3 +422,14 @@ def test_no_sidecar_says_so(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
         f"Error: sidecar not reachable at http://127.0.0.1:{port} (connection refused) "
         "— is pulsarcast-sidecar running?"
     )
+
+
+def test_sub_fast_asks_for_a_fast_subscription(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    code, _out, _err = run("sub", TOPIC, "--fast", "--after", "3", "--no-follow")
+    assert code == 0
+    (sub,) = [r for r in fake.requests if r.url.path.endswith("/subscribe")]
+    assert json.loads(sub.content) == {"fast": True}
+    run("sub", TOPIC, "--after", "3", "--no-follow")
+    plain = [r for r in fake.requests if r.url.path.endswith("/subscribe")][-1]
+    assert json.loads(plain.content or b"{}") == {}

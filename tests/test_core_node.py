@@ -203,7 +203,8 @@ def test_allowed_publishers_and_not_allowed() -> None:
 
 
 def test_s8_request_to_publish_goes_up_once_and_checks_requester() -> None:
-    net = CoreNet(40, seed=3, bucket_size=2)
+    # Flat trees off: the request must climb relays.
+    net = CoreNet(40, seed=3, bucket_size=2, config=NodeConfig(flat_fanout=0))
     author = net.peers[0]
     # allow a second publisher: a node on the way would be "an allowed node" too
     members = net.peers[1:]
@@ -497,8 +498,11 @@ def _relay_below_author(net: CoreNet, topic: CID, author: str, members: list[str
 def _below_a_relay(*, ping_interval: float = 1.0) -> tuple[CoreNet, CID, str, list[str], str, str]:
     """A 30-node tree, a member ``child`` and its relay parent ``slow`` (not the author;
     ``child`` has another peer closer to the author). ``dead_after=10``: within the
-    few seconds these tests run, only lag (not silence) can move anyone."""
-    cfg = NodeConfig(ping_interval=ping_interval, dead_after=10, slow_parent_after=0.5)
+    few seconds these tests run, only lag (not silence) can move anyone. Flat trees
+    off (``flat_fanout=0``): the relay must stay between the child and the root."""
+    cfg = NodeConfig(
+        ping_interval=ping_interval, dead_after=10, slow_parent_after=0.5, flat_fanout=0
+    )
     net, topic, author, members = setup(30, config=cfg, bucket_size=4)
     child = _relay_below_author(net, topic, author, members)
     slow = net.nodes[child].topic_state(topic).parent

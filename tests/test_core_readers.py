@@ -7,19 +7,23 @@ from __future__ import annotations
 import pytest
 from multiformats import CID
 
-from pulsarcast_ipfs.core import Join
+from pulsarcast_ipfs.core import Join, NodeConfig
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.kademlia import peer_position
 
 EVENTS = 10
 
 
-def _orphaned(seed: int) -> tuple[CoreNet, CID, list[str], list[str], list[CID]]:
+def _orphaned(
+    seed: int, *, flat: bool = True
+) -> tuple[CoreNet, CID, list[str], list[str], list[CID]]:
     """12 nodes with one peer per k-bucket (the cluster's ``routing_k=1``); the two
     nodes farthest from the author subscribe, get 10 events, then the author crashes
     for good and the tree re-forms without it. Returns the net, the topic, the holders,
-    the other live nodes (farthest from the author last) and the events."""
-    net = CoreNet(12, seed=seed, bucket_size=1)
+    the other live nodes (farthest from the author last) and the events. ``flat``
+    False: no flat trees (``flat_fanout=0``), relays stay between holders and root."""
+    config = NodeConfig() if flat else NodeConfig(flat_fanout=0)
+    net = CoreNet(12, seed=seed, bucket_size=1, config=config)
     author = net.peers[0]
     topic = net.call(author, "create_topic", "orphan")
     net.run_for(0.5)
@@ -73,7 +77,7 @@ def test_a_reader_of_an_orphaned_topic_reads_it_whole_below_a_holder() -> None:
 
 
 def test_a_leaf_takes_no_children_and_a_relay_takes_no_leaf() -> None:
-    net, topic, holders, others, _ = _orphaned(3)
+    net, topic, holders, others, _ = _orphaned(3, flat=False)
     reader = _stranger(net, topic, others)
     _read(net, reader, topic, holders)
     descriptor = net.nodes[reader]._trees[topic].root.encode()
@@ -85,7 +89,7 @@ def test_a_leaf_takes_no_children_and_a_relay_takes_no_leaf() -> None:
     assert farther[0] not in net.nodes[reader].topic_state(topic).children
     # Nor while its leaf JOIN is in flight (a holder that took it as parent meanwhile
     # would refuse the leaf JOIN, and one further down could close a cycle).
-    net2, topic2, holders2, others2, _ = _orphaned(3)
+    net2, topic2, holders2, others2, _ = _orphaned(3, flat=False)
     reader2 = _stranger(net2, topic2, others2)
     net2.call(reader2, "read", topic2, holders=holders2)
     while topic2 not in net2.nodes[reader2]._trees:  # its descriptor is being fetched

@@ -22,6 +22,10 @@ the order they were last armed rather than first: that changed ``busy`` and
 (``make_peer_ids`` / ``make_signers``, the simulator's Ed25519 identities): new
 peer IDs are new keyspace positions, so new trees, and all three digests changed
 (with the earlier generators injected, this code still gives the earlier three).
+Then (issue 13) a parent's lag limit became relative to its link's shortest round
+trip: ``busy``, whose links are slowed, changed once more; and flat trees (a
+node below a child of the root moves up; JOIN's new ``up`` field is in every JOIN
+frame) changed all three.
 """
 
 from __future__ import annotations
@@ -161,12 +165,12 @@ SCENARIOS: dict[str, Callable[[], CoreNet]] = {
 
 # Made on the commit before the split, then (busy, orphan) once more when the
 # hash-seed-dependent orders were fixed, then (busy, signed) when CoreNet took the
-# driver's timer arming, then all three with the one peer-ID generator (see the
-# module docstring).
+# driver's timer arming, then all three with the one peer-ID generator, then busy
+# with the relative lag limit, then all three with flat trees (module docstring).
 GOLDEN = {
-    "busy": "83a58781a276365ff19bdeed2d3f4050c0e5e21ff200fb416bf9bedcf4748640",
-    "signed": "1f0cdbcca685ab0eb3625f83c44c423fe8682160a984acd3b3b62d641f7c334b",
-    "orphan": "a9374a897f96fdc0cf443238efb60811d1eb95ba5cee593caf07b404795a11df",
+    "busy": "e6fcfef924913aa489dae3815bd3e59d93f8b3c28d47def4a5c509f8c0a357c1",
+    "signed": "ba561ac0465126b7f9d61df13933894de4edc8e67161b7e8c9c1c8270fc30109",
+    "orphan": "fab48353f1e55f178078b23f7a25be3f9b8e94ec9927be8b51e173f625adb763",
 }
 
 

@@ -27,7 +27,9 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
 
-ON = NodeConfig(tree_filters=True, summary_interval=1.0, summary_bound=4)
+# No flat trees (``flat_fanout=0``): relays stay between subscribers and the root, so
+# summaries are merged through several levels (a flat tree is one level deep).
+ON = NodeConfig(tree_filters=True, summary_interval=1.0, summary_bound=4, flat_fanout=0)
 FILTERS = [
     "ups >= 10",
     "controversiality = 1",

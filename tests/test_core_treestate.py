@@ -77,6 +77,7 @@ ENTRY_POINTS: dict[str, Callable[..., Labels]] = {
     "_parent_lagging": lambda n, now, peer: _lagging(n, peer),
     "_maybe_leave": lambda n, now, tree: _one(n, tree, TreeInput.UNWANTED),
     "_recheck_root": lambda n, now, tree: _one(n, tree, TreeInput.RECHECK),
+    "_room_at_root": lambda n, now, tree: _one(n, tree, TreeInput.ROOM_AT_ROOT),
 }
 
 

@@ -18,6 +18,11 @@ from multiformats import CID
 from pulsarcast_ipfs.core import (
     Digest,
     FrameDecoder,
+    GroupAck,
+    GroupAssign,
+    GroupEvent,
+    GroupJoin,
+    GroupLeave,
     Members,
     RemoteProtocolError,
     Summary,
@@ -93,6 +98,15 @@ def _seed_messages() -> list[dict[str, Any]]:
     by_op["SUMMARY"] = Summary(
         topic=topic, filters=('ups >= 10 and user in ["a", "b"]', "x between 1 and 2.5")
     ).to_ipld()
+    # fast groups (issue 15)
+    by_op["GROUP_JOIN"] = GroupJoin(topic=topic, spare=4).to_ipld()
+    by_op["GROUP_ACK"] = GroupAck(topic=topic, ok=True, helper=WORLD.peers[2], ttl=30.0).to_ipld()
+    by_op["GROUP_LEAVE"] = GroupLeave(topic=topic).to_ipld()
+    by_op["GROUP_ASSIGN"] = GroupAssign(
+        topic=topic, epoch=2, members=tuple(WORLD.peers[2:4]), ttl=30.0
+    ).to_ipld()
+    frame_ev = next(v for v in by_op.values() if v["op"] == "EVENT")
+    by_op["GROUP_EVENT"] = GroupEvent(topic=topic, event=frame_ev["event"]).to_ipld()
     assert len(by_op) == len(_codec._BY_OP)
     return [by_op[op] for op in sorted(by_op)]
 

@@ -213,6 +213,24 @@ def test_state_write_is_atomic(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_state_keeps_fast_and_filter_and_reads_the_older_files(tmp_path: Path) -> None:
+    """A subscription's fast flag and filter are kept side by side; a state file from
+    before either (no ``fast``, no ``filters``) still loads, as no fast, no filter."""
+    (tmp_path / "state.json").write_text(
+        json.dumps({"version": 1, "peer_id": PEERS[0], "subscriptions": {"bafyt": 1.0}})
+    )
+    st = StateStore(tmp_path)
+    st.load(PEERS[0])
+    assert st.state.subscriptions == {"bafyt": 1.0}
+    assert st.state.fast == [] and st.state.filters == {}
+    st.state.fast.append("bafyt")
+    st.state.filters["bafyt"] = "ups >= 10"
+    st.save()
+    again = StateStore(tmp_path)
+    again.load(PEERS[0])
+    assert again.state.fast == ["bafyt"] and again.state.filters == {"bafyt": "ups >= 10"}
+
+
 # -- routing view ----------------------------------------------------------------------------
 
 

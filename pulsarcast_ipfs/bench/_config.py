@@ -30,9 +30,12 @@ __all__ = [
     "rate_label",
 ]
 
-SYSTEMS: Final = ("pulsarcast", "pulsarcast-ordered", "gossipsub", "floodsub")
+SYSTEMS: Final = ("pulsarcast", "pulsarcast-ordered", "pulsarcast-fast", "gossipsub", "floodsub")
 """``pulsarcast``: anyone may publish. ``pulsarcast-ordered``: only a topic's creator
 publishes, everyone else requests to publish (one ordered chain per topic).
+``pulsarcast-fast``: as ``pulsarcast``, every subscription with ``fast`` (fast
+groups: each publisher sends to its subscribers directly, at most
+``group_capacity`` of them, helpers beyond; docs/protocol-notes.md "Fast groups").
 ``gossipsub`` / ``floodsub``: Kubo's own pubsub through its RPC API."""
 
 CONDITIONS: Final = ("normal", "latency")
@@ -40,6 +43,10 @@ CONDITIONS: Final = ("normal", "latency")
 500 ms ± 300 ms) on every node's inbound connections."""
 
 MAX_NODES: Final = 200
+
+DEFAULT_GROUP_CAPACITY: Final = 4
+"""``pulsarcast-fast``'s group capacity: the largest topics of the 20-node cluster
+have more subscribers than this, so their publishers recruit helpers."""
 
 DEFAULT_NODES: Final = 20
 """The default cluster: the node count of ``pulsarcast bench`` without ``--nodes``."""
@@ -179,6 +186,9 @@ class BenchConfig:
     out: Path = Path("bench-run")
     run: str = "bench"
     command: str = ""
+    group_capacity: int = DEFAULT_GROUP_CAPACITY
+    """``pulsarcast-fast``: each sidecar's ``--group-capacity`` (below the group sizes
+    of the 20-node cluster by default, so that helpers carry part of every group)."""
 
     def __post_init__(self) -> None:
         if not self.systems:
@@ -217,6 +227,8 @@ class BenchConfig:
             raise BenchError(f"topics must be at least 1, got {self.topics}")
         if self.grace < 0 or self.settle < 0:
             raise BenchError("grace and settle must be >= 0")
+        if self.group_capacity < 1:
+            raise BenchError(f"group capacity must be at least 1, got {self.group_capacity}")
         if not self.sample_interval > 0:
             raise BenchError("sample interval must be positive")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", self.run):

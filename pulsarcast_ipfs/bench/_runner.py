@@ -201,6 +201,7 @@ async def _run_one(
         "topics": [t.name for t in schedule.topics],
         "subscriptions": sum(len(s) for s in schedule.subscriptions),
         "expected_deliveries": schedule.expected_deliveries(),
+        **({"group_capacity": cfg.group_capacity} if system_name == "pulsarcast-fast" else {}),
         "grace": cfg.grace,
         "settle": cfg.settle,
         "latency": (
@@ -224,6 +225,7 @@ async def _run_one(
                     latency=cfg.latency if condition == "latency" else None,
                     sample_interval=cfg.sample_interval,
                     say=progress.stage,
+                    group_capacity=cfg.group_capacity,
                 )
                 try:
                     await stack.enter_async_context(system)

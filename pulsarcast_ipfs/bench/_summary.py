@@ -148,6 +148,12 @@ class RunSummary:
     order (counted only for topics whose events form one chain)."""
     chain_sequences: int = 0
     """Per-(subscriber, topic) delivery sequences checked for chain order."""
+    delivery_paths: dict[str, int] = field(default_factory=dict)
+    """``pulsarcast-fast``: workload deliveries by the path of the first copy (the
+    ``path`` of ``event_delivered``): ``group`` (one hop, from the publisher),
+    ``helper`` (two hops), ``tree``."""
+    path_p99: dict[str, float] = field(default_factory=dict)
+    """p99 delivery latency (seconds) per path."""
     expected_scheduled: int | None = None
     """The runner's own count (``run.json``): the schedule's subscriptions × events.
     More than ``expected_injected`` when a node wrote no ``subscribed`` records
@@ -244,6 +250,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
     injected: dict[str, tuple[str, float]] = {}
     published: dict[str, tuple[str, float]] = {}
     delivered: dict[tuple[str, str], tuple[float, float]] = {}
+    path_of: dict[tuple[str, str], str] = {}
     copies = 0
     rpc_sent: dict[str, int] = defaultdict(int)
     rpc_recv: dict[str, int] = defaultdict(int)
@@ -277,6 +284,8 @@ def summarise_run(run_dir: Path) -> RunSummary:
             copies += 1
             if key not in delivered or ts < delivered[key][0]:
                 delivered[key] = (ts, float(rec["latency"]))
+                if isinstance(rec.get("path"), str):
+                    path_of[key] = rec["path"]
         elif kind == "rpc_sent":
             rpc_sent[node] += 1
         elif kind == "rpc_received":
@@ -300,11 +309,15 @@ def summarise_run(run_dir: Path) -> RunSummary:
         per_topic[topic]["expected_published"] += n_subscribed(topic, t)
     workload_topics = set(meta.get("topics") or ())
     latencies: list[float] = []
+    by_path: dict[str, list[float]] = defaultdict(list)
     for (node, event), (_ts, lat) in delivered.items():
         pub = published.get(event)
         if workload_topics and (pub is None or pub[0] not in workload_topics):
             continue
         latencies.append(lat)
+        path = path_of.get((node, event))
+        if path is not None:
+            by_path[path].append(lat)
         if pub is None:
             continue
         topic, t = pub
@@ -402,6 +415,8 @@ def summarise_run(run_dir: Path) -> RunSummary:
         chain_forks=forks,
         chain_out_of_order=out_of_order,
         chain_sequences=sequences,
+        delivery_paths={k: len(v) for k, v in sorted(by_path.items())},
+        path_p99={k: p for k, v in sorted(by_path.items()) if (p := _pct(v, 0.99)) is not None},
         expected_scheduled=(
             int(meta["expected_deliveries"]) if "expected_deliveries" in meta else None
         ),
@@ -520,6 +535,14 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
         "out of chain order"
         for s in summaries
         if s.system.endswith("-ordered")
+    ]
+    notes += [
+        f"* {s.system} / {s.condition}: first copy by "
+        + ", ".join(
+            f"{k} {n:,} (p99 {_ms(s.path_p99.get(k))} ms)" for k, n in s.delivery_paths.items()
+        )
+        for s in summaries
+        if s.delivery_paths
     ]
     text = head + "\n".join(rows) + "\n"
     if notes:
@@ -648,7 +671,7 @@ def _rate_outcome(rate: float, runs: Sequence[RunSummary]) -> RateOutcome:
 
 
 def _system_order(name: str) -> tuple[int, str]:
-    order = ("pulsarcast", "pulsarcast-ordered", "gossipsub", "floodsub")
+    order = ("pulsarcast", "pulsarcast-ordered", "pulsarcast-fast", "gossipsub", "floodsub")
     return (order.index(name) if name in order else len(order), name)
 
 

@@ -67,11 +67,13 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
 PULSARCAST_PROTOCOLS: tuple[str, ...] = (
+    "/x/pulsarcast/2.4.0",
     "/x/pulsarcast/2.3.0",
     "/x/pulsarcast/2.2.0",
     "/x/pulsarcast/1.0.0",
 )
-"""The tree stream protocol (wire 2.3, session 7), and the earlier ones, for older run sets."""
+"""The tree stream protocol (wire 2.4, issue 15: fast groups), and the earlier ones,
+for older run sets."""
 
 
 class System(abc.ABC):
@@ -352,15 +354,23 @@ class PulsarcastSystem(System):
     samples) into ``<run dir>/sidecar/``, with ``run`` and ``system`` set by the
     runner; the runner adds the resource samples of both processes of each node.
     ``ordered``: each topic allows only its creator to publish and lets everyone
-    request to publish (one ordered chain per topic).
+    request to publish (one ordered chain per topic). ``fast`` (``pulsarcast-fast``):
+    every subscription asks for fast groups; each sidecar runs with
+    ``--group-capacity``.
     """
 
     dissemination_protocols = PULSARCAST_PROTOCOLS
 
-    def __init__(self, *, ordered: bool, **kwargs: Any) -> None:
+    def __init__(
+        self, *, ordered: bool, fast: bool = False, group_capacity: int = 16, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.ordered = ordered
+        self.fast = fast
         self.name = "pulsarcast-ordered" if ordered else "pulsarcast"
+        if fast:
+            self.name = "pulsarcast-fast"
+        group_args = ["--group-capacity", str(group_capacity)] if fast else []
         self.sc = LocalSidecarCluster(
             nodes=self.nodes,
             run=self.run,
@@ -377,6 +387,7 @@ class PulsarcastSystem(System):
                 # second, to converge fast): a benchmark runs what a user runs.
                 "--routing-interval",
                 "5",
+                *group_args,
             ],
         )
         if self.latency is not None:
@@ -502,7 +513,7 @@ class PulsarcastSystem(System):
             ) as pc:
                 for name in topics:
                     try:
-                        await pc.subscribe(self.topic_cids[name])
+                        await pc.subscribe(self.topic_cids[name], fast=self.fast)
                     except SdkError as exc:
                         raise BenchError(f"node{index} subscribing to {name!r}: {exc}") from exc
 
@@ -547,6 +558,7 @@ def make_system(
     latency: Latency | None,
     sample_interval: float,
     say: Say | None = None,
+    group_capacity: int = 16,
 ) -> System:
     """The :class:`System` named ``name`` (one of :data:`SYSTEMS`)."""
     kw: dict[str, Any] = {
@@ -561,4 +573,6 @@ def make_system(
         return KuboPubsubSystem(name, **kw)
     if name in ("pulsarcast", "pulsarcast-ordered"):
         return PulsarcastSystem(ordered=name == "pulsarcast-ordered", **kw)
+    if name == "pulsarcast-fast":
+        return PulsarcastSystem(ordered=False, fast=True, group_capacity=group_capacity, **kw)
     raise BenchError(f"unknown system {name!r}")

@@ -148,6 +148,12 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "-l", "--long", action="store_true", help="also print seq, CID, author and recovered"
     )
     s.add_argument("--json", action="store_true", help="one JSON delivery per line")
+    s.add_argument(
+        "--fast",
+        action="store_true",
+        help="also join the fast group of each publisher of the topic: it sends its "
+        "events here directly, in two hops at most",
+    )
 
     # pub
     p = command(
@@ -389,7 +395,7 @@ def _delivery_line(d: Delivery, long: bool) -> str:
 def _sub(args: argparse.Namespace, client: Client) -> int:
     if args.count is not None and args.count < 1:
         raise ValueError("--count must be at least 1")
-    root = client.subscribe(args.topic, filter=args.where)
+    root = client.subscribe(args.topic, fast=args.fast, filter=args.where)
     err = Console(stderr=True, highlight=False)
     if not args.json:
         where = f" where {escape(args.where)}" if args.where is not None else ""

@@ -18,6 +18,8 @@ examples:
       --conditions normal,latency --nodes 20 --workload 25k --rate 50 --events 2000 \\
       --grace 30 --latency 500ms±300ms --out runs/b2 --report
   pulsarcast bench --rate 5,20,50,100 --nodes 20,50 --events 2000 --out runs/sweep1
+  pulsarcast bench --systems pulsarcast-fast,pulsarcast,gossipsub --conditions latency \
+      --nodes 20 --rate 20 --events 1000 --group-capacity 4 --out runs/fast1
 
 Writes OUT/<system>-<condition>/ (metric records, run.json), OUT/bench.json and
 OUT/summary.md; --report also runs the Spark report into OUT/report/.
@@ -89,6 +91,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--sample-interval", type=float, default=10.0, help="seconds between resource samples"
     )
+    p.add_argument(
+        "--group-capacity",
+        type=int,
+        default=4,
+        help="pulsarcast-fast: peers a publisher sends each event to directly along its "
+        "group, helpers included (default 4: below the 20-node cluster's group sizes)",
+    )
     p.add_argument("--seed", type=int, default=0, help="workload scaling / payload seed (0)")
     p.add_argument("--run", default=None, help="run-set name in the records (default: OUT's name)")
     p.add_argument(
@@ -153,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             latency=parse_latency(args.latency),
             sample_interval=args.sample_interval,
             seed=args.seed,
+            group_capacity=args.group_capacity,
             out=out,
             run=args.run or (out.resolve().name or "bench"),
             command="pulsarcast bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),

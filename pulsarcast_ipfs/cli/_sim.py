@@ -85,6 +85,18 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="events carry the workload's attributes even without --filter",
     )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="every subscription asks for fast delivery (fast groups: publishers send "
+        "straight to subscribers, two hops at most)",
+    )
+    p.add_argument(
+        "--group-capacity",
+        type=int,
+        default=16,
+        help="peers a publisher sends each event to directly along its group (default 16)",
+    )
     p.add_argument("--workload", default=None, help="workload file (default: shipped 25k)")
     p.add_argument("--run", default=None, help="run identifier written in every record")
     p.add_argument("--gzip", action="store_true", help="write records.jsonl.gz")
@@ -137,6 +149,8 @@ def _run(args: argparse.Namespace) -> int:
             filters=tuple(args.filters),
             attributes=args.attributes,
             tree_filters=args.tree_filters,
+            fast=args.fast,
+            group_capacity=args.group_capacity,
             workload=args.workload,
             run=args.run or f"sim-{args.seed}",
         )
@@ -246,6 +260,15 @@ def summary_table(s: dict[str, Any]) -> Any:
     if s.get("forwards_down"):
         fp, down = s["forwards_false_positive"], s["forwards_down"]
         rows.append(("false-positive forwards", f"{fp:,} of {down:,} ({fp / down:.1%})"))
+    paths = s.get("deliveries_by_path") or {}
+    if paths:
+        rows.append(
+            (
+                "fast: first copy by group / helper / tree",
+                f"{paths.get('group', 0):,} / {paths.get('helper', 0):,} / "
+                f"{paths.get('tree', 0):,}",
+            )
+        )
     for k, v in rows:
         t.add_row(k, v)
     if not math.isfinite(s["coverage_published"]):

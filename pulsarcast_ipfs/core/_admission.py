@@ -45,6 +45,11 @@ _LIMITED_OPS = {
     "MEMBERS": "event",
     "REQUEST_TO_PUBLISH": "request",
     "SUMMARY": "join",
+    "GROUP_JOIN": "join",
+    "GROUP_EVENT": "event",
+    "GROUP_ACK": "event",
+    "GROUP_ASSIGN": "event",
+    "GROUP_LEAVE": "event",
 }
 
 

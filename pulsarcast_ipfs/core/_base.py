@@ -24,6 +24,11 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from ._codec import (
     Digest,
     Event,
+    GroupAck,
+    GroupAssign,
+    GroupEvent,
+    GroupJoin,
+    GroupLeave,
     Heads,
     Join,
     JoinAck,
@@ -104,6 +109,7 @@ class NodeBase:
     _pings: dict[str, _PingWait]
     _next_probe: dict[str, float]
     _srtt: dict[str, float]
+    _rtt_min: dict[str, float]
     _lag_at: float | None
     _buckets: LRU
     _strikes: LRU
@@ -121,6 +127,12 @@ class NodeBase:
     _heads_at: float
     _heads_tick: int
     _forward_counts: dict[str, int]
+    _group_at: float | None
+    _paths: LRU
+    _group_pending: LRU
+    _helped: LRU
+    _fast_counts: dict[str, int]
+    _fast_wanted: dict[CID, None]
 
     if TYPE_CHECKING:
         # Methods defined in one module (named above each group) and called from another.
@@ -143,7 +155,14 @@ class NodeBase:
         def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None: ...
 
         def _send_join(
-            self, now: float, tree: Tree, hop: str, tried: set[str], *, leaf: bool = False
+            self,
+            now: float,
+            tree: Tree,
+            hop: str,
+            tried: set[str],
+            *,
+            leaf: bool = False,
+            single: bool = False,
         ) -> None: ...
 
         def _join_timed_out(self, now: float, tree: Tree) -> None: ...
@@ -235,6 +254,8 @@ class NodeBase:
         def _on_pong(self, now: float, peer: str, rpc: Pong) -> None: ...
 
         def _probe_parent(self, now: float, peer: str) -> None: ...
+
+        def _lag_limit(self, peer: str) -> float: ...
 
         def _check_lag(self, now: float) -> None: ...
 
@@ -328,11 +349,40 @@ class NodeBase:
 
         def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None: ...
 
+        def _room_at_root(self, now: float, tree: Tree) -> None: ...
+
         def _push_own(self, now: float, tree: Tree, cid: CID) -> None: ...
 
         def _forward_received(
             self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
         ) -> None: ...
+
+        # _fastgroup
+        def _fast_subscribe(self, now: float, tree: Tree, fast: bool) -> None: ...
+
+        def _fast_leave_all(self, now: float, tree: Tree) -> None: ...
+
+        def _fast_delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str: ...
+
+        def _on_group_join(self, now: float, peer: str, rpc: GroupJoin) -> None: ...
+
+        def _on_group_ack(self, now: float, peer: str, rpc: GroupAck) -> None: ...
+
+        def _on_group_leave(self, now: float, peer: str, rpc: GroupLeave) -> None: ...
+
+        def _on_group_assign(self, now: float, peer: str, rpc: GroupAssign) -> None: ...
+
+        def _on_group_event(self, now: float, peer: str, rpc: GroupEvent) -> None: ...
+
+        def _group_pending_forward(
+            self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
+        ) -> None: ...
+
+        def _group_publish(self, now: float, tree: Tree, cid: CID) -> None: ...
+
+        def _group_tick(self, now: float) -> None: ...
+
+        def _group_peer_failed(self, now: float, peer: str) -> None: ...
 
     # ------------------------------------------------------------------ helpers
 

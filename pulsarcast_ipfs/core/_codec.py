@@ -17,9 +17,10 @@ of the decoder and escapes as itself, so that a fuzzer can find it.
 Messages (``topic`` is always the CID of the topic's *first version*, which keys
 the dissemination tree across updates)::
 
-    JOIN               {op, topic, descriptor, leaf}  descriptor = first-version block;
+    JOIN               {op, topic, descriptor, leaf, up}  descriptor = first-version block;
                         leaf: a childless reader asks a holder of the history to take
-                        it whatever its distance to the author (it takes no children)
+                        it whatever its distance to the author (it takes no children);
+                        up: a joined node moving up to the root (flat trees)
     JOIN_ACK           {op, topic, ok}
     LEAVE              {op, topic}
     EVENT              {op, topic, event, topicBlock, pushed}
@@ -39,6 +40,17 @@ the dissemination tree across updates)::
                         ranges: [[upper, count, sum], ...] (an answer: the window
                         split) or []; have: [[CID, created], ...] (the sender's
                         events created in [lo, hi]) or null
+
+Fast groups (wire 2.4, docs/protocol-notes.md "Fast groups")::
+
+    GROUP_JOIN         {op, topic, spare}   member -> publisher: deliver your events
+                        to me directly (also a refresh); spare: members I can serve
+    GROUP_ACK          {op, topic, ok, helper, ttl}   publisher -> member; helper: the
+                        peer that forwards to it (null: the publisher itself)
+    GROUP_LEAVE        {op, topic}          member -> publisher, or publisher -> member
+    GROUP_ASSIGN       {op, topic, epoch, members, ttl}   publisher -> helper: forward
+                        my events to these members ([]: not a helper any more)
+    GROUP_EVENT        {op, topic, event, topicBlock}   an event along a group
 """
 
 from __future__ import annotations
@@ -60,6 +72,8 @@ from ._filters import AttributeValue, parse_filter, render_filter, validate_attr
 
 __all__ = [
     "MAX_FRAME_SIZE",
+    "MAX_GROUP_ASSIGN",
+    "MAX_GROUP_TTL",
     "MAX_HAVE",
     "MAX_HEADS",
     "MAX_MEMBERS",
@@ -67,6 +81,11 @@ __all__ = [
     "Digest",
     "Event",
     "FrameDecoder",
+    "GroupAck",
+    "GroupAssign",
+    "GroupEvent",
+    "GroupJoin",
+    "GroupLeave",
     "Heads",
     "Join",
     "JoinAck",
@@ -94,6 +113,10 @@ MAX_RANGES: Final = 16
 """Ranges in one DIGEST answer (``ranges``)."""
 MAX_SUMMARY: Final = 16
 """Filters in one summary (JOIN's ``summary``, SUMMARY's ``filters``)."""
+MAX_GROUP_ASSIGN: Final = 64
+"""Members one helper may be assigned (GROUP_ASSIGN), and the largest ``spare``."""
+MAX_GROUP_TTL: Final = 3600.0
+"""The longest membership a GROUP_ACK / GROUP_ASSIGN may grant (seconds)."""
 MAX_ID_LENGTH: Final = 256
 _MAX_VARINT_BYTES: Final = 9
 
@@ -179,6 +202,10 @@ class Join(_Message):
     leaf: bool = False
     """A reader's JOIN to a holder of the history, whatever its distance to the author:
     the sender takes no children while it hangs there (so no cycle can form)."""
+    up: bool = False
+    """A joined node moving up to the root (flat trees): the root takes it only while
+    it has fewer than ``flat_fanout - 1`` children (the fan-out bound holds however
+    many move up on one MEMBERS list)."""
     summary: tuple[str, ...] | None = None
     """(issue 15, ``NodeConfig.tree_filters``) What the sender's subtree wants, as in
     SUMMARY; left out (None) by a node that does not send summaries: it wants all."""
@@ -188,6 +215,9 @@ class Join(_Message):
         _cid(self.topic, "topic")
         _bytes(self.descriptor, "descriptor", MAX_DESCRIPTOR_SIZE)
         _bool(self.leaf, "leaf")
+        _bool(self.up, "up")
+        if self.leaf and self.up:
+            raise ValueError("a JOIN is not both leaf and up")
         if self.summary is not None:
             _summary(self.summary, "summary")
 
@@ -477,6 +507,109 @@ class Digest(_Message):
             _entries(self.have, "have", MAX_HAVE)
 
 
+def _ttl(value: object) -> float:
+    if type(value) is not float or not math.isfinite(value) or not 0.0 < value <= MAX_GROUP_TTL:
+        raise _bad(f"ttl: expected a float in (0, {MAX_GROUP_TTL:g}] seconds")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupJoin(_Message):
+    """GROUP_JOIN: the sender asks the receiver (a publisher of ``topic``) to send it
+    its events directly (a fast group), or refreshes that membership; ``spare``:
+    how many other members the sender offers to forward to, as a helper."""
+
+    op: ClassVar[str] = "GROUP_JOIN"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    spare: int
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        if (
+            not isinstance(self.spare, int)
+            or isinstance(self.spare, bool)
+            or not 0 <= self.spare <= MAX_GROUP_ASSIGN
+        ):
+            raise _bad(f"spare: expected an integer in [0, {MAX_GROUP_ASSIGN}]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAck(_Message):
+    """GROUP_ACK: the publisher's answer to a GROUP_JOIN (``ok``: a member for ``ttl``
+    seconds unless refreshed), sent again when the member's ``helper`` changes
+    (``None``: the publisher sends to it itself)."""
+
+    op: ClassVar[str] = "GROUP_ACK"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    ok: bool
+    helper: str | None = None
+    ttl: float
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bool(self.ok, "ok")
+        if self.helper is not None:
+            _check_peer(self.helper, "helper")
+        _ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupLeave(_Message):
+    """GROUP_LEAVE: a member leaves a publisher's group, or the publisher drops it."""
+
+    op: ClassVar[str] = "GROUP_LEAVE"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAssign(_Message):
+    """GROUP_ASSIGN: a publisher asks a member (a helper) to forward the events it
+    gets from the publisher to ``members`` for ``ttl`` seconds (renewed with each of
+    the helper's own refreshes); ``members=()``: not a helper any more."""
+
+    op: ClassVar[str] = "GROUP_ASSIGN"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    epoch: int
+    members: tuple[str, ...]
+    ttl: float
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _uint(self.epoch, "epoch")
+        if not isinstance(self.members, tuple) or len(self.members) > MAX_GROUP_ASSIGN:
+            raise _bad(f"members: expected at most {MAX_GROUP_ASSIGN} peer IDs")
+        for peer in self.members:
+            _check_peer(peer, "members[]")
+        if len(set(self.members)) != len(self.members):
+            raise _bad("members: a peer is listed twice")
+        _ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupEvent(_Message):
+    """GROUP_EVENT: an event sent along a fast group, by its publisher or by a helper
+    (never further: two hops at most)."""
+
+    op: ClassVar[str] = "GROUP_EVENT"
+    _wire: ClassVar[dict[str, str]] = {"topic_block": "topicBlock"}
+    topic: CID
+    event: bytes
+    topic_block: bytes | None = None
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _bytes(self.event, "event", MAX_DESCRIPTOR_SIZE)
+        if self.topic_block is not None:
+            _bytes(self.topic_block, "topicBlock", MAX_DESCRIPTOR_SIZE)
+
+
 Rpc = (
     Join
     | JoinAck
@@ -490,6 +623,11 @@ Rpc = (
     | Members
     | Digest
     | Summary
+    | GroupJoin
+    | GroupAck
+    | GroupLeave
+    | GroupAssign
+    | GroupEvent
 )
 """Any tree RPC message."""
 
@@ -506,6 +644,11 @@ _ALL: Final[tuple[type[_Message], ...]] = (
     Members,
     Digest,
     Summary,
+    GroupJoin,
+    GroupAck,
+    GroupLeave,
+    GroupAssign,
+    GroupEvent,
 )
 _BY_OP: Final[dict[str, type[_Message]]] = {cls.op: cls for cls in _ALL}
 
@@ -641,7 +784,7 @@ def decode_rpc(body: bytes) -> Rpc:
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         elif name == "members":
             if not isinstance(value, list):
-                raise RemoteProtocolError("MEMBERS: members must be a list")
+                raise RemoteProtocolError(f"{op}: members must be a list")
             value = tuple(value)
         elif name in ("filters", "summary"):
             if not isinstance(value, list):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ._codec import MAX_FRAME_SIZE
+from ._codec import MAX_FRAME_SIZE, MAX_GROUP_TTL
 from ._errors import LocalProtocolError
 from ._history import RetentionPolicy
 
@@ -51,6 +51,26 @@ class NodeConfig:
     members_interval: float = 5.0
     """A root sends its children MEMBERS (who its children are: a publisher's direct
     first hop) at most this often while that set changes."""
+    flat_fanout: int = 64
+    """Flat trees (docs/protocol-notes.md "First hop"): a node below a child of the
+    root moves up to the root while the root's MEMBERS list names fewer than this
+    many peers (at most 64, the list's bound). 0: trees keep the shape the JOINs'
+    routing gave them (relays below the root)."""
+    group_capacity: int = 16
+    """Fast groups (docs/protocol-notes.md "Fast groups"): the peers a publisher sends
+    each of its events to directly along its group of a topic (direct members and
+    helpers). Beyond that it recruits helpers among the members that declared spare
+    capacity; a join it cannot place is refused (the tree still delivers). 0: this
+    node runs no groups."""
+    group_spare: int = 8
+    """Members of a publisher's group this node offers to forward to as a helper
+    (GROUP_JOIN ``spare``, at most 64; 0: never a helper)."""
+    group_refresh: float = 10.0
+    """A member refreshes each group membership this often; a membership (and a
+    helper's assignment) not refreshed for three times this long expires (at most
+    1,200 s: the longest membership a GROUP_ACK may grant is an hour)."""
+    fast_publishers: int = 16
+    """Groups a fast subscriber joins per topic (the publishers it saw first)."""
     request_timeout: float = 3.0
     """A REQUEST_TO_PUBLISH not acknowledged in time is sent again (same request id)."""
     request_attempts: int = 20
@@ -131,9 +151,19 @@ class NodeConfig:
                 if not isinstance(value, RetentionPolicy):
                     raise LocalProtocolError("retention must be a RetentionPolicy")
                 continue
+            if f.name in ("group_capacity", "group_spare", "flat_fanout"):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise LocalProtocolError(f"NodeConfig.{f.name} must be an integer >= 0")
+                if f.name == "group_spare" and value > 64:
+                    raise LocalProtocolError("NodeConfig.group_spare must be at most 64")
+                continue
             if f.name in ("rpc_records", "require_signatures", "tree_filters"):
                 if not isinstance(value, bool):
                     raise LocalProtocolError(f"{f.name} must be a bool")
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise LocalProtocolError(f"NodeConfig.{f.name} must be a positive number")
+        if 3 * self.group_refresh > MAX_GROUP_TTL:
+            raise LocalProtocolError(
+                f"NodeConfig.group_refresh must be at most {MAX_GROUP_TTL / 3:g} seconds"
+            )

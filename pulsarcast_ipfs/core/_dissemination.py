@@ -79,7 +79,7 @@ class Dissemination(NodeBase):
                 # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
                 # (A publisher's direct first hop is no edge: docs "First hop".)
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
-        if peer == tree.parent and now - ev.created_ts > self.config.slow_parent_after / 2:
+        if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         self._accept_event(
             now,
@@ -113,6 +113,8 @@ class Dissemination(NodeBase):
             del self._fetches[cid]  # it came by itself within its grace
         if cid in self._seen:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
+            if forward and len(self._group_pending):
+                self._group_pending_forward(now, tree, cid, sender, pushed)
             return True
         version = self._version_for(now, tree, ev.topic, block)
         if isinstance(version, str):
@@ -292,6 +294,8 @@ class Dissemination(NodeBase):
         self._delivered.put(cid)
         if tree.subscribed and (tree.filter is None or matches(tree.filter, ev.attributes)):
             self._emit(Deliver(topic_cid=tree.key, event_cid=cid, event=ev, recovered=recovered))
+            # Fast topics say by which path the event came first (group, helper, tree).
+            path = {} if tree.fast is None else {"path": self._fast_delivered(now, tree, cid, ev)}
             self._record(
                 now,
                 RecordKind.EVENT_DELIVERED,
@@ -300,7 +304,10 @@ class Dissemination(NodeBase):
                 event=cid_str(cid),
                 latency=max(0.0, now - ev.created_ts),
                 recovered=recovered,
+                **path,
             )
+        elif tree.fast is not None:
+            self._paths.pop(cid)  # filtered out (or not subscribed): no path to count
         if tree.followers:
             self._on_meta_event(now, tree, ev)
 

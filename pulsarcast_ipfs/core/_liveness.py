@@ -2,9 +2,12 @@
 
 Children PING their parents every ``ping_interval``; a parent silent
 ``dead_after`` rounds is gone, a child silent twice as long is dropped. A parent
-that answers later than ``slow_parent_after`` (or whose events come late and whose
-probe PING is not answered in a few round trips) is lagging: the node joins a
-closer peer and keeps the slow one until then (make before break).
+that answers later than ``slow_parent_after`` beyond twice the shortest round trip
+seen on that link (or whose events come late and whose probe PING is not answered
+in a few round trips) is lagging: the node joins a closer peer and keeps the slow
+one until then (make before break). The link's own delay is not lag: with 500 ±
+300 ms each way every parent answered "late", and children hopped from parent to
+parent into chains eight deep (issue 13, run set "s8f").
 
 (:class:`Liveness` is a part of :class:`~._node.PulsarcastNode`: a mixin
 over :class:`~._base.NodeBase`, which declares the state and methods they share.)
@@ -12,6 +15,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -46,12 +50,17 @@ class Liveness(NodeBase):
     def _is_suspect(self, now: float, peer: str) -> bool:
         return self._is_banned(now, peer) or _in_force(self._suspect, peer, now)
 
+    def _lag_limit(self, peer: str) -> float:
+        """How late a PONG from ``peer`` may come: ``slow_parent_after`` plus twice
+        the shortest round trip seen on that link (its delay, not a backlog)."""
+        return self.config.slow_parent_after + 2 * self._rtt_min.get(peer, 0.0)
+
     def _ping(self, now: float, peer: str) -> None:
         nonce = self._rng.getrandbits(62)
         wait = self._pings.get(peer)
         if wait is None:
             self._pings[peer] = _PingWait(since=now, sent={nonce: now})
-            self._lag_check_by(now + self.config.slow_parent_after)
+            self._lag_check_by(now + self._lag_limit(peer))
         elif len(wait.sent) < 8:
             wait.sent[nonce] = now
         self._send(now, peer, Ping(nonce=nonce), None)
@@ -62,7 +71,9 @@ class Liveness(NodeBase):
         if sent is None:
             return
         rtt = now - sent
-        if rtt > self.config.slow_parent_after:
+        if rtt < self._rtt_min.get(peer, math.inf):
+            self._rtt_min[peer] = rtt
+        if rtt > self._lag_limit(peer):
             self._parent_lagging(now, peer)
         else:
             srtt = self._srtt.get(peer)
@@ -82,7 +93,7 @@ class Liveness(NodeBase):
             peer, now
         ) > now:
             return
-        slow_after = self.config.slow_parent_after
+        slow_after = self._lag_limit(peer)
         self._next_probe[peer] = now + slow_after
         srtt = self._srtt.get(peer)
         patience = slow_after if srtt is None else min(slow_after, max(_MIN_PROBE_WAIT, 4 * srtt))
@@ -96,16 +107,17 @@ class Liveness(NodeBase):
 
     def _check_lag(self, now: float) -> None:
         """PINGs overran: probe once (a lost message is not lag), then call it lag."""
-        slow_after = self.config.slow_parent_after
         for peer, wait in list(self._pings.items()):
-            if wait.due(slow_after) > now:
+            if wait.due(self._lag_limit(peer)) > now:
                 continue
             if wait.probe_due is None:
-                wait.probe_due = now + slow_after
+                wait.probe_due = now + self._lag_limit(peer)
                 self._ping(now, peer)
             else:
                 self._parent_lagging(now, peer)
-        self._lag_at = min((w.due(slow_after) for w in self._pings.values()), default=None)
+        self._lag_at = min(
+            (w.due(self._lag_limit(p)) for p, w in self._pings.items()), default=None
+        )
 
     def _parent_lagging(self, now: float, peer: str) -> None:
         """§6 repair for a parent that answers too late: join a closer peer if there is
@@ -127,7 +139,7 @@ class Liveness(NodeBase):
         dead_parent = c.dead_after * c.ping_interval
         for peer in [p for p in self._pings if p not in parents]:
             del self._pings[peer]
-        for table in (self._next_probe, self._srtt):
+        for table in (self._next_probe, self._srtt, self._rtt_min):
             for peer in [p for p in table if p not in parents]:
                 del table[peer]
         for peer in sorted(parents):

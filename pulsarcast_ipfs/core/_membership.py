@@ -3,8 +3,8 @@
 The tree state these methods move between, and the table they follow, are in
 :mod:`._treestate`. Its inputs enter here (``_new_tree``, ``_ensure_joined``,
 ``_on_join``, ``_on_join_ack``, ``_join_timed_out``, ``_on_leave``, ``_peer_failed``,
-``_maybe_leave``, ``_recheck_root``), and through ``_read_tree`` (:mod:`._topics`)
-and ``_parent_lagging`` (:mod:`._liveness`): no other code changes a tree's
+``_maybe_leave``, ``_recheck_root``, ``_room_at_root``), and through ``_read_tree``
+(:mod:`._topics`) and ``_parent_lagging`` (:mod:`._liveness`): no other code changes a tree's
 ``joined``, ``parent``, ``join`` or ``leaf`` (tests/test_core_treestate.py checks
 it). Every edge goes from a peer to one strictly closer to the author (a reader's
 leaf edge excepted: it takes no children), so joins terminate.
@@ -21,7 +21,7 @@ from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import NodeBase
-from ._codec import Join, JoinAck, Leave
+from ._codec import MAX_MEMBERS, Join, JoinAck, Leave
 from ._descriptors import TopicDescriptor, cid_str, decode_cached
 from ._errors import DescriptorError, LocalProtocolError
 from ._io import Role
@@ -146,6 +146,9 @@ class Membership(NodeBase):
         return None
 
     def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None:
+        if tree.join is not None and tree.join.single and tree.parent is not None:
+            tree.join = None  # a move up that did not happen: stay with the parent
+            return
         leaf = self._leaf_hop(now, tree, tried)
         if leaf is not None:
             tried.add(leaf)
@@ -171,19 +174,54 @@ class Membership(NodeBase):
         self._send_join(now, tree, hop, tried)
 
     def _send_join(
-        self, now: float, tree: Tree, hop: str, tried: set[str], *, leaf: bool = False
+        self,
+        now: float,
+        tree: Tree,
+        hop: str,
+        tried: set[str],
+        *,
+        leaf: bool = False,
+        single: bool = False,
     ) -> None:
-        """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails."""
+        """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails; a
+        ``single`` try (a joined node moving up) is given up instead."""
         tree.join = JoinAttempt(
-            peer=hop, deadline=now + self.config.join_timeout, tried=tried, leaf=leaf
+            peer=hop,
+            deadline=now + self.config.join_timeout,
+            tried=tried,
+            leaf=leaf,
+            single=single,
         )
         rpc = Join(
             topic=tree.key,
             descriptor=tree.root.encode(),
             leaf=leaf,
+            up=single,
             summary=self._join_summary(tree),
         )
         self._send(now, hop, rpc, tree.name)
+
+    def _room_at_root(self, now: float, tree: Tree) -> None:
+        """MEMBERS from the parent (flat trees, :mod:`._push`): below a child of the
+        root, with room in the root's list (fewer than ``flat_fanout`` names), JOIN
+        the root, once per epoch, keeping the parent until it accepts."""
+        root = tree.members[0] if tree.members else None
+        if (
+            root is None
+            or root == tree.parent
+            or root == self.peer_id
+            or self.peer_id in tree.members
+            or len(tree.members) >= min(self.config.flat_fanout, MAX_MEMBERS)
+            or tree.join is not None
+            or tree.leaf
+            or not tree.joined
+            or tree.flattened_at == tree.members_epoch
+            or root in tree.children
+            or self._is_suspect(now, root)
+        ):
+            return
+        tree.flattened_at = tree.members_epoch
+        self._send_join(now, tree, root, {root}, single=True)
 
     def _join_timed_out(self, now: float, tree: Tree) -> None:
         assert tree.join is not None
@@ -247,6 +285,7 @@ class Membership(NodeBase):
         for req in self._requests.values():
             if req.via == peer:
                 req.due = now
+        self._group_peer_failed(now, peer)
 
     def set_known_peers(self, now: float, peers: Iterable[str]) -> None:
         """Routing-table snapshot plus connected peers (§3); replaces the previous one."""
@@ -303,6 +342,11 @@ class Membership(NodeBase):
                 or tree.leaf
                 or (tree.join is not None and tree.join.leaf)
                 or (tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree))
+                or (
+                    rpc.up
+                    and peer not in tree.children
+                    and len(tree.children) >= min(self.config.flat_fanout, MAX_MEMBERS) - 1
+                )
             )
         if refuse:
             self._send(now, peer, JoinAck(topic=tree.key, ok=False), tree.name)

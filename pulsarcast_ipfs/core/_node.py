@@ -63,6 +63,8 @@ signatures one part calls in another, checked by mypy):
 :mod:`._topics`        create / update topic, subscribe, unsubscribe, read, history
 :mod:`._antientropy`   HEADS deltas and DIGESTs
 :mod:`._push`          MEMBERS: a publisher's direct first hop
+:mod:`._fastgroup`     fast groups: a publisher's events straight to the members
+                       that asked, two hops at most (:mod:`._groupstate`)
 :mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
 =====================  =========================================================
 """
@@ -80,6 +82,11 @@ from ._antientropy import AntiEntropy
 from ._codec import (
     Digest,
     Event,
+    GroupAck,
+    GroupAssign,
+    GroupEvent,
+    GroupJoin,
+    GroupLeave,
     Heads,
     Join,
     JoinAck,
@@ -97,6 +104,7 @@ from ._config import NodeConfig
 from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
 from ._errors import LocalProtocolError
+from ._fastgroup import FastGroups
 from ._io import Output
 from ._liveness import Liveness
 from ._membership import Membership
@@ -124,6 +132,7 @@ class PulsarcastNode(
     SigningQueue,
     AntiEntropy,
     FirstHopPush,
+    FastGroups,
     Summaries,
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
@@ -178,6 +187,7 @@ class PulsarcastNode(
         self._pings = {}  # parent -> PINGs it has not answered
         self._next_probe = {}  # parent -> no late-event probe before
         self._srtt = {}  # parent -> smoothed PING round trip (in time)
+        self._rtt_min = {}  # parent -> shortest PING round trip seen (its link's delay)
         self._lag_at = None  # when the next _PingWait falls due (or earlier)
         self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
@@ -199,6 +209,12 @@ class PulsarcastNode(
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
         self._heads_tick = 0
         self._forward_counts = {"down": 0, "false_positive": 0}
+        self._group_at = None  # fast groups: the next refresh and expiry round
+        self._paths = LRU(c.event_cache_size)  # event -> the group path it came by first
+        self._group_pending = LRU(c.event_cache_size)  # event -> tree: tree copy to forward
+        self._helped = LRU(c.event_cache_size)  # events forwarded as a helper
+        self._fast_counts = {}
+        self._fast_wanted = {}  # subscribe(fast=True) calls waiting for their topic
 
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
         """An RPC from the authenticated ``peer`` (§6)."""
@@ -244,6 +260,16 @@ class PulsarcastNode(
             self._on_request_ack(now, peer, rpc)
         elif isinstance(rpc, Summary):
             self._on_summary(now, peer, rpc)
+        elif isinstance(rpc, GroupEvent):
+            self._on_group_event(now, peer, rpc)
+        elif isinstance(rpc, GroupJoin):
+            self._on_group_join(now, peer, rpc)
+        elif isinstance(rpc, GroupAck):
+            self._on_group_ack(now, peer, rpc)
+        elif isinstance(rpc, GroupAssign):
+            self._on_group_assign(now, peer, rpc)
+        elif isinstance(rpc, GroupLeave):
+            self._on_group_leave(now, peer, rpc)
 
     # ------------------------------------------------------------------ timers
 
@@ -272,6 +298,9 @@ class PulsarcastNode(
         at = self._lag_at
         if at is not None and (best is None or at < best):
             best = at
+        at = self._group_at
+        if at is not None and (best is None or at < best):
+            best = at
         for f in self._fetches.values():
             if best is None or f.due < best:
                 best = f.due
@@ -292,6 +321,8 @@ class PulsarcastNode(
             self._heads_round(now)
         if self._lag_at is not None and now >= self._lag_at:
             self._check_lag(now)
+        if self._group_at is not None and now >= self._group_at:
+            self._group_tick(now)
         for tree in list(self._trees.values()):
             if tree.key not in self._trees:
                 continue

@@ -26,6 +26,18 @@ Pulsarcast does the same within a bound, the lazy half of Plumtree's eager/lazy 
   neighbour (from anyone else it is a stale edge: LEAVE), and verifies it like any
   EVENT: topic version, allowed publisher, signatures, at every hop.
 
+Flat trees: a node below a child of the root that gets a MEMBERS list with room
+(fewer than ``flat_fanout`` names, 64 by default) and is not in it JOINs the root
+directly (``_room_at_root``, a membership entry point), keeping its parent until
+the root accepts (make before break, as when a parent lags), once per epoch; its
+subtree moves up with it. With every peer known, JOINs already go
+straight to the author, but a JOIN that went through another peer (the author not
+yet in the routing view, a parent left for lag) left the tree deeper than the
+fan-out bound needs, and every level below the root's children costs a hop (under
+500 ± 300 ms, trees of 20 nodes were 2-3 deep after the lag fix). The root's
+fan-out stays bounded by ``MAX_MEMBERS`` (64): the list it sends names at most that
+many, and nobody moves up when it is full.
+
 Nothing else changes: deduplication by CID absorbs any overlap; an event whose
 direct push was lost reaches its member through anti-entropy (DIGEST) and a fetch;
 a member list that is stale only costs a LEAVE from a peer that left, or a root
@@ -92,6 +104,7 @@ class FirstHopPush(NodeBase):
         data = encode_frame(rpc)
         for child in tree.children:
             self._send(now, child, rpc, tree.name, data)
+        self._room_at_root(now, tree)
 
     def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None:
         """A new child of a non-root node gets the root's list it holds."""

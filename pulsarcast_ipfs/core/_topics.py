@@ -228,6 +228,7 @@ class Topics(NodeBase):
         topic_cid: CID,
         *,
         since: float | None = None,
+        fast: bool = False,
         filter: Filter | None = None,
     ) -> None:
         """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
@@ -237,14 +238,26 @@ class Topics(NodeBase):
         ``filter`` (core/_filters.py): deliver only the events it matches, live and
         recovered alike; the node still relays, retains and repairs every event (the
         tree is unchanged). Subscribing again replaces the filter (None: no filter).
+        ``fast``: also join the fast group of each publisher of the topic (its
+        author, and the publisher of each event delivered): they send their events
+        straight here, in two hops at most (docs/protocol-notes.md "Fast groups").
+        Subscribing again with another ``fast`` changes only that.
         """
         if not isinstance(topic_cid, CID):
             raise LocalProtocolError("subscribe expects a topic CID")
         if filter is not None and not isinstance(filter, Filter):
             raise LocalProtocolError("filter must be a Filter (parse_filter) or None")
+        if not isinstance(fast, bool):
+            raise LocalProtocolError("fast must be a bool")
         if since is not None and since < now:
             self._resume_since[topic_cid] = since
         self._pending_filters[topic_cid] = filter
+        if fast:
+            if len(self._fast_wanted) >= 1024:
+                self._fast_wanted.pop(next(iter(self._fast_wanted)))
+            self._fast_wanted[topic_cid] = None
+        else:
+            self._fast_wanted.pop(topic_cid, None)
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
     def _take_filter(self, now: float, tree: Tree) -> None:
@@ -255,7 +268,13 @@ class Topics(NodeBase):
 
     def _subscribe_tree(self, now: float, tree: Tree) -> None:
         self._take_filter(now, tree)
+        fast = False
+        for v in tree.versions:
+            if v in self._fast_wanted:
+                del self._fast_wanted[v]
+                fast = True
         if tree.subscribed:
+            self._fast_subscribe(now, tree, fast)
             return
         tree.subscribed = True
         tree.since = min(now, self._resume_since.pop(tree.key, now))
@@ -270,6 +289,7 @@ class Topics(NodeBase):
                 self._continue_resolutions(now)
         self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
+        self._fast_subscribe(now, tree, fast)
 
     def _follow(self, now: float, meta: Tree, tree: Tree) -> None:
         if not tree.subscribed or tree.key in meta.followers:
@@ -295,6 +315,7 @@ class Topics(NodeBase):
             return
         tree.subscribed = False
         tree.filter = None
+        self._fast_leave_all(now, tree)
         self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         self._update_retention(now, tree)
         meta_cid = tree.root.meta

@@ -10,6 +10,7 @@ from multiformats import CID
 
 from ._descriptors import TopicDescriptor
 from ._filters import Filter
+from ._groupstate import FastState
 from ._history import TopicHistory
 from ._io import Role
 
@@ -38,6 +39,10 @@ class LRU:
         """A snapshot, oldest first."""
         return list(self._d.items())
 
+    def pop(self, key: Any) -> Any:
+        """Remove ``key``; its value, or ``None``."""
+        return self._d.pop(key, None)
+
     def put(self, key: Any, value: Any = None) -> None:
         self._d[key] = value
         self._d.move_to_end(key)
@@ -53,6 +58,9 @@ class JoinAttempt:
     leaf: bool = False
     """A reader's JOIN to a holder of the history, whatever its distance (it takes
     no children while it hangs there: docs/protocol-notes.md "Readers")."""
+    single: bool = False
+    """A joined node's one try to move up to the root (flat trees): refused or timed
+    out, it stays with its parent instead of trying the next peer."""
 
 
 @dataclass(slots=True)
@@ -129,6 +137,9 @@ class Tree:
     members_epoch: int | None = None
     members_from: str | None = None
     """Who sent ``members``: used only while that peer is still the parent."""
+    flattened_at: int | None = None
+    """The MEMBERS epoch for which this node last JOINed the root directly (once
+    per epoch: :mod:`._push`, "Flat trees")."""
     member_epoch: int = 0
     """(root) The epoch of the last MEMBERS sent."""
     member_sets: dict[int, frozenset[str]] = field(default_factory=dict)
@@ -146,6 +157,8 @@ class Tree:
     """(tree_filters) Send SUMMARY then, if the summary changed."""
     summary_at: float = float("-inf")
     """(tree_filters) When the last SUMMARY went (rate limit: summary_interval)."""
+    fast: FastState | None = None
+    """Fast groups of this topic: as a member, a publisher, a helper (:mod:`._fastgroup`)."""
 
     @property
     def key(self) -> CID:

@@ -103,6 +103,7 @@ class TreeInput(enum.Enum):
     JOIN_PEER_LOST = "LEAVE from / failure of the JOIN's peer"
     PARENT_LOST = "LEAVE from parent, parent silent, `peer_unreachable`"
     PARENT_LAGGING = "parent lagging (PINGs or probe unanswered in time)"
+    ROOM_AT_ROOT = "MEMBERS from the parent: the root's list has room, we are not in it"
     CHILD_LOST = "LEAVE from child, child silent or failed"
     UNWANTED = "unsubscribe / reader expired / last child gone"
     RECHECK = "`root_recheck_interval` passed"
@@ -154,7 +155,7 @@ def _retry(inp: TreeInput, what: str) -> list[Transition]:
             S.MOVING,
             inp,
             (S.MOVING, S.JOINED, S.LEAF),
-            f"{what}: {_RETRY}; none left: stay with the parent",
+            f"{what}: {_RETRY}; none left (or a move up to the root): stay with the parent",
         )
         + _t(
             S.CONVERGING,
@@ -237,6 +238,14 @@ def _table() -> tuple[Transition, ...]:
             "parent until JOIN_ACK ok (make before break); nobody: stay",
         )
         + _t((S.JOINED, S.LEAF, S.MOVING), I.PARENT_LAGGING, None, "")
+        + _t(
+            S.JOINED,
+            I.ROOM_AT_ROOT,
+            S.MOVING,
+            "flat trees: JOIN the root, once per MEMBERS epoch, keeping the parent until "
+            "JOIN_ACK ok; refused or no answer: stay with the parent",
+        )
+        + _t(_ALL, I.ROOM_AT_ROOT, None, "")
         + _t(
             joining + in_tree,
             I.CHILD_LOST,

@@ -140,15 +140,20 @@ class AsyncClient:
             )
         )
 
-    async def subscribe(self, cid: str, *, filter: str | None = None) -> str:
+    async def subscribe(self, cid: str, *, fast: bool = False, filter: str | None = None) -> str:
         """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID.
 
+        ``fast``: also join the fast group of each publisher of the topic, which then
+        sends its events here directly, in two hops at most (docs/sdk.md "Fast
+        subscriptions"); subscribing again with another ``fast`` changes only that.
+
         ``filter`` (docs/http-api.md "Filters"), e.g. ``"ups >= 10 and user = 'alice'"``:
-        the node delivers only the events it matches (live and recovered); subscribing
-        again replaces it, and without it the subscription has none. A filter that does
-        not parse is a :class:`BadRequest` saying at which position and what was expected.
+        the node delivers only the events it matches (live and recovered, fast-group
+        copies included); subscribing again replaces it, and without it the subscription
+        has none. A filter that does not parse is a :class:`BadRequest` saying at which
+        position and what was expected.
         """
-        return await self._send(_calls.subscribe(cid, on=True, filter=filter))
+        return await self._send(_calls.subscribe(cid, on=True, fast=fast, filter=filter))
 
     async def unsubscribe(self, cid: str) -> str:
         """Unsubscribe this node; it may stay in the tree as a relay."""

@@ -155,9 +155,11 @@ def _subscription(doc: Any) -> str:
     return str(doc["topic"])
 
 
-def subscribe(cid: str, *, on: bool, filter: str | None = None) -> Call[str]:
+def subscribe(cid: str, *, on: bool, fast: bool = False, filter: str | None = None) -> Call[str]:
     action = "subscribe" if on else "unsubscribe"
-    body: dict[str, Any] = {}
+    if not isinstance(fast, bool):
+        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
+    body: dict[str, Any] = {"fast": True} if on and fast else {}
     if filter is not None:
         if not isinstance(filter, str):
             raise TypeError(f"filter must be a string, got {type(filter).__name__}")

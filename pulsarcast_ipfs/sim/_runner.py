@@ -167,6 +167,11 @@ class SimConfig:
     run: str = "sim"
     rpc_records: bool = True
     """Let the nodes emit ``rpc_sent`` / ``rpc_received`` records (off: smaller files)."""
+    fast: bool = False
+    """Every subscription asks for fast delivery (fast groups, issue 15): publishers
+    send their events to the subscribers in two hops at most, the tree still runs."""
+    group_capacity: int = 16
+    """Peers a publisher sends each event to directly along its group (``NodeConfig``)."""
     signatures: bool = True
     """Signed descriptors (protocolVersion 1.1.0): nodes get Ed25519 keys from the seed
     and sign at once; off: unsigned 1.0.0 (cheaper, for scale runs)."""
@@ -202,6 +207,8 @@ class SimConfig:
             raise SpecError("--restart must be a positive duration")
         if self.crash_roots < 0:
             raise SpecError("crash_roots must be non-negative")
+        if self.group_capacity < 0:
+            raise SpecError("--group-capacity must be non-negative")
         if self.warmup < self.subscribe_window:
             raise SpecError("warmup must not be shorter than the subscribe window")
         for text in self.filters:
@@ -343,6 +350,7 @@ class Simulation(NetDriver):
             rpc_records=self.config.rpc_records,
             require_signatures=self.config.signatures,
             tree_filters=self.config.tree_filters,
+            group_capacity=self.config.group_capacity,
         )
         return PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
 
@@ -504,6 +512,8 @@ class Simulation(NetDriver):
         kw: dict[str, Any] = {}
         if since is not None:
             kw["since"] = since
+        if self.config.fast:
+            kw["fast"] = True
         where = self.sub_filters.get((i, ti))
         if where is not None:
             kw["filter"] = where
@@ -660,6 +670,8 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
         "rate": c.rate,
         "grace": c.grace,
         "ordered": c.ordered,
+        "fast": c.fast,
+        "group_capacity": c.group_capacity,
         "workload": str(c.workload) if c.workload is not None else None,
         "detection_delay": c.detection_delay,
         "connect_timeout": c.connect_timeout,

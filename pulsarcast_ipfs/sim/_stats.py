@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pulsarcast_ipfs.core import AttributeValue, Filter, matches
@@ -99,6 +99,9 @@ class SimSummary:
     """(tree_filters) EVENTs sent down to a child."""
     forwards_false_positive: int = 0
     """(tree_filters) ...of which into a subtree whose summary did not match."""
+    deliveries_by_path: dict[str, int] = field(default_factory=dict)
+    """Fast subscriptions (``--fast``): deliveries by the path of the first copy,
+    ``group`` (from the publisher), ``helper``, ``tree``; empty without them."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,6 +140,7 @@ class RunStats:
         self.call_delivered: list[bytearray | None] = [None] * calls
         self.event_call: dict[str, int] = {}
         self.injected = 0
+        self.paths: dict[str, int] = {}
         self.skipped = 0
         self.refused = 0
         self.published = 0
@@ -231,6 +235,9 @@ class RunStats:
         kind = rec.kind
         f = rec.fields
         if kind is RecordKind.EVENT_DELIVERED:
+            path = f.get("path")
+            if isinstance(path, str):
+                self.paths[path] = self.paths.get(path, 0) + 1
             lat = f.get("latency")
             if isinstance(lat, int | float):
                 key = round(lat * 10_000)
@@ -388,6 +395,7 @@ class RunStats:
                 checked += 1
                 same += state == self.pub_seq[t]
         return SimSummary(
+            deliveries_by_path=dict(sorted(self.paths.items())),
             nodes=self.n,
             topics=self.n_topics,
             seed=seed,

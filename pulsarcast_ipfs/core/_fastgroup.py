@@ -1,0 +1,478 @@
+"""Fast groups (FastDelivery, issue 15): a publisher sends its events straight to the
+subscribers that asked for them, in two hops at most (docs/protocol-notes.md
+"Fast groups").
+
+Theory of operation
+-------------------
+A subscriber that wants fast delivery (``subscribe(fast=True)``) asks each publisher
+of the topic it learns of (the topic's author at once, then the ``publisher`` of
+every event delivered to it, up to ``fast_publishers``) to join its group:
+GROUP_JOIN ``{topic, spare}``, repeated every ``group_refresh`` as a refresh. The
+publisher answers GROUP_ACK ``{ok, helper, ttl}``.
+
+* **Bounds.** A publisher sends each event to at most ``group_capacity`` peers.
+  While the group is no larger, every member is *direct*. Beyond that it recruits
+  *helpers*: the members that declared the most spare (as few as needed,
+  :func:`~._groupstate.plan_group`); it sends each helper GROUP_ASSIGN ``{epoch,
+  members, ttl}`` and each member the ACK naming its helper. A join that cannot be
+  placed is refused: the tree still delivers to that subscriber.
+* **Two hops.** The publisher sends GROUP_EVENT to its direct members (not those
+  that have the EVENT from the same call: its tree neighbours and the members of the
+  root's MEMBERS list, :mod:`._push`) and to every helper. A helper forwards a
+  GROUP_EVENT to its assigned members only when the publisher itself sent it; a
+  GROUP_EVENT from a helper is never sent on.
+* **Checks.** A GROUP_EVENT is taken only from the publisher of a group this node
+  is in (or helps) or from the helper that publisher named; anything else is
+  dropped (``not_member``) and a publisher is told GROUP_LEAVE. A taken event
+  goes through the same acceptance as a tree EVENT: topic version, allowed
+  publisher, signatures, causal clock, duplicates by CID, causal delivery.
+* **The tree is unchanged.** An event that came first along a group is *not* sent
+  into the tree then: the tree's own copy, when it comes (a duplicate), is
+  forwarded as it would have been. The tree's traffic is what it is without
+  groups, and what the group adds is one GROUP_EVENT per member. (A publisher's
+  ``pushed`` first-hop copy counts as the tree's.) A lost tree copy
+  is repaired by anti-entropy as before (the node holds the event and advertises it).
+* **Failures.** A membership not refreshed for ``3 x group_refresh`` expires (a
+  crashed member is dropped); so does a helper's assignment. A peer the driver
+  reports unreachable leaves every group at once; the publisher places the members
+  of a failed helper again (they get an ACK with their new helper). Whatever a
+  member misses meanwhile the tree delivers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multiformats import CID
+
+from ._base import NodeBase
+from ._codec import (
+    MAX_GROUP_ASSIGN,
+    GroupAck,
+    GroupAssign,
+    GroupEvent,
+    GroupJoin,
+    GroupLeave,
+    encode_frame,
+)
+from ._descriptors import EventDescriptor, cid_str, decode_cached
+from ._errors import DescriptorError
+from ._groupstate import (
+    MAX_GROUP_MEMBERS,
+    Assignment,
+    FastState,
+    GroupMember,
+    Membership,
+    PublisherGroup,
+    plan_group,
+)
+from ._tree import Tree
+
+__all__ = ["FastGroupState", "FastGroups"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FastGroupState:
+    """A node's fast groups of one topic (:meth:`FastGroups.fast_state`)."""
+
+    topic_cid: CID
+    fast: bool
+    """The local subscription asked for fast delivery."""
+    joined: tuple[tuple[str, str | None], ...]
+    """(member) The publishers whose groups it is in, each with its helper (or ``None``)."""
+    members: int
+    """(publisher) The size of its own group."""
+    direct: tuple[str, ...]
+    """(publisher) The members it sends to itself."""
+    helpers: tuple[tuple[str, tuple[str, ...]], ...]
+    """(publisher) Its helpers and the members each forwards to."""
+    helping: tuple[tuple[str, tuple[str, ...]], ...]
+    """(helper) The publishers it forwards for, and to whom."""
+
+
+class FastGroups(NodeBase):
+    """Fast groups (a part of :class:`~._node.PulsarcastNode`)."""
+
+    # ------------------------------------------------------------ helpers
+
+    def _fast(self, now: float, tree: Tree) -> FastState:
+        fs = tree.fast
+        if fs is None:
+            fs = tree.fast = FastState()
+        if self._group_at is None:
+            self._group_at = now + self.config.group_refresh
+        return fs
+
+    def _group_ttl(self) -> float:
+        return 3.0 * self.config.group_refresh
+
+    # ------------------------------------------------------------ member side
+
+    def _fast_subscribe(self, now: float, tree: Tree, fast: bool) -> None:
+        """``subscribe(fast=...)``: ask for (or stop asking for) fast delivery."""
+        if not fast:
+            if tree.fast is not None and tree.fast.wanted:
+                self._fast_leave_all(now, tree)
+            return
+        fs = self._fast(now, tree)
+        if fs.wanted:
+            return
+        fs.wanted = True
+        if tree.author != self.peer_id:
+            self._group_join(now, tree, tree.author)  # the likeliest publisher
+
+    def _fast_leave_all(self, now: float, tree: Tree) -> None:
+        """Unsubscribed (or no longer fast): leave every group, stop helping."""
+        fs = tree.fast
+        if fs is None:
+            return
+        fs.wanted = False
+        for pub in sorted(set(fs.joined) | set(fs.assigned)):
+            self._send(now, pub, GroupLeave(topic=tree.key), tree.name)
+        fs.joined.clear()
+        fs.assigned.clear()
+        fs.refused.clear()
+
+    def _group_join(self, now: float, tree: Tree, publisher: str) -> None:
+        fs = self._fast(now, tree)
+        if publisher in fs.joined or publisher == self.peer_id:
+            return
+        until = fs.refused.get(publisher)
+        if until is not None:
+            if until > now:
+                return
+            del fs.refused[publisher]
+        if len(fs.joined) >= self.config.fast_publishers:
+            return
+        fs.joined[publisher] = Membership(expires=now + self._group_ttl())
+        self._send(
+            now, publisher, GroupJoin(topic=tree.key, spare=self.config.group_spare), tree.name
+        )
+
+    def _fast_delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str:
+        """An event of a tree with fast state was delivered: its path (for the record
+        and the counters); its publisher's group is joined if not yet."""
+        path = self._paths.pop(cid) or "tree"
+        self._fast_counts[path] = self._fast_counts.get(path, 0) + 1
+        fs = tree.fast
+        if fs is not None and fs.wanted and tree.subscribed and ev.publisher not in fs.joined:
+            self._group_join(now, tree, ev.publisher)
+        return str(path)
+
+    def _on_group_ack(self, now: float, peer: str, rpc: GroupAck) -> None:
+        tree = self._trees.get(rpc.topic)
+        fs = tree.fast if tree is not None else None
+        mem = fs.joined.get(peer) if fs is not None else None
+        if tree is None or fs is None or mem is None:
+            if rpc.ok:
+                self._send(now, peer, GroupLeave(topic=rpc.topic), None)  # not wanted
+            return
+        if not rpc.ok:
+            del fs.joined[peer]
+            fs.refused[peer] = now + self._group_ttl()
+            return
+        mem.acked = True
+        mem.expires = now + rpc.ttl
+        mem.helper = rpc.helper if rpc.helper != self.peer_id else None
+
+    def _on_group_leave(self, now: float, peer: str, rpc: GroupLeave) -> None:
+        tree = self._trees.get(rpc.topic)
+        fs = tree.fast if tree is not None else None
+        if tree is None or fs is None:
+            return
+        # The publisher dropped us (as a member and a helper)...
+        if fs.joined.pop(peer, None) is not None:
+            fs.refused[peer] = now + self._group_ttl()
+        fs.assigned.pop(peer, None)
+        # ...or a member left our group.
+        g = fs.group
+        if g is not None and peer in g.members:
+            del g.members[peer]
+            self._regroup(now, tree, g)
+
+    def _on_group_assign(self, now: float, peer: str, rpc: GroupAssign) -> None:
+        tree = self._trees.get(rpc.topic)
+        fs = tree.fast if tree is not None else None
+        if tree is None or fs is None or peer not in fs.joined:
+            return  # only a publisher whose group this node is in may recruit it
+        old = fs.assigned.get(peer)
+        if old is not None and rpc.epoch < old.epoch:
+            return  # an older assignment, overtaken
+        members = tuple(m for m in rpc.members if m not in (self.peer_id, peer))
+        members = members[: min(self.config.group_spare, MAX_GROUP_ASSIGN)]
+        if not members:
+            fs.assigned.pop(peer, None)
+            return
+        fs.assigned[peer] = Assignment(epoch=rpc.epoch, members=members, expires=now + rpc.ttl)
+
+    def _on_group_event(self, now: float, peer: str, rpc: GroupEvent) -> None:
+        tree = self._trees.get(rpc.topic)
+        fs = tree.fast if tree is not None else None
+        if tree is None or fs is None:
+            self._drop(now, "not_member", peer=peer)
+            self._send(now, peer, GroupLeave(topic=rpc.topic), None)
+            return
+        try:
+            ev = decode_cached(EventDescriptor, rpc.event)
+        except DescriptorError:
+            self._drop(now, "invalid", topic=tree.name, peer=peer)
+            return
+        publisher = ev.publisher
+        direct = peer == publisher
+        mem = fs.joined.get(publisher)
+        asg = fs.assigned.get(publisher) if self._forwards(direct) else None
+        if direct:
+            ok = mem is not None or asg is not None
+        else:
+            ok = mem is not None and mem.helper == peer
+        cid = ev.cid
+        if not ok:
+            self._drop(now, "not_member", topic=tree.name, event=cid_str(cid), peer=peer)
+            if direct:
+                self._send(now, peer, GroupLeave(topic=tree.key), tree.name)
+            return
+        seen = cid in self._seen
+        if not seen:
+            self._paths.put(cid, "group" if direct else "helper")
+        accepted = self._accept_event(
+            now, tree, ev, sender=peer, recovered=False, block=rpc.topic_block, forward=False
+        )
+        if not seen:
+            if cid in self._seen:
+                # The tree's own copy is forwarded when it comes (it would have been).
+                self._group_pending.put(cid, tree.key)
+            else:
+                self._paths.pop(cid)
+        if (
+            accepted
+            and asg is not None
+            and asg.expires > now
+            and cid in self._seen
+            and cid not in self._helped
+        ):
+            # A helper: forward what the publisher itself sent, to its assigned members
+            # only (one hop more; never what came from another helper).
+            self._helped.put(cid)
+            data = encode_frame(rpc)
+            for m in asg.members:
+                if self._group_wants(tree, m, ev):
+                    self._send(now, m, rpc, tree.name, data)
+
+    def _group_wants(self, tree: Tree, member: str, ev: EventDescriptor) -> bool:
+        """Whether ``member`` of a group (at the publisher, or at its helper) wants
+        ``ev``: the hook for a membership's filter (issue 15: "optionally with a
+        filter"). Every member wants every event for now; with subscription filters
+        (``core/_filters.py``) GROUP_JOIN would carry the member's filter, GROUP_ASSIGN
+        each assigned member's, and this would match the event against it. The
+        subscriber's own filter applies to group copies anyway: they are delivered
+        through the same ``_deliver``."""
+        return True
+
+    @staticmethod
+    def _forwards(direct: bool) -> bool:
+        """The two-hop rule: a helper forwards a GROUP_EVENT only if the publisher
+        itself sent it (``direct``), never one that came from another helper."""
+        return direct
+
+    def _group_pending_forward(
+        self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
+    ) -> None:
+        """A tree copy of an event that came first along a group: forward it now, as the
+        tree would have (the group copy was not sent into the tree)."""
+        if sender is None or self._group_pending.get(cid) != tree.key:
+            return
+        if sender != tree.parent and sender not in tree.children and pushed is None:
+            return  # (a publisher's direct first hop counts: docs "First hop")
+        self._group_pending.pop(cid)
+        self._forward_received(now, tree, cid, sender, pushed)
+
+    # ------------------------------------------------------------ publisher side
+
+    def _on_group_join(self, now: float, peer: str, rpc: GroupJoin) -> None:
+        ttl = self._group_ttl()
+        tree = self._trees.get(rpc.topic)
+        if tree is None or self.config.group_capacity == 0:
+            self._send(now, peer, GroupAck(topic=rpc.topic, ok=False, ttl=ttl), None)
+            return
+        fs = self._fast(now, tree)
+        g = fs.group
+        if g is None:
+            g = fs.group = PublisherGroup()
+        m = g.members.get(peer)
+        if m is None:
+            if len(g.members) >= MAX_GROUP_MEMBERS or not self._placeable(g, peer, rpc.spare):
+                self._send(now, peer, GroupAck(topic=tree.key, ok=False, ttl=ttl), tree.name)
+                return
+            g.seq += 1
+            g.members[peer] = GroupMember(spare=rpc.spare, expires=now + ttl, seq=g.seq)
+            self._regroup(now, tree, g, quiet=peer)
+        else:
+            m.expires = now + ttl
+            if m.spare != rpc.spare:
+                m.spare = rpc.spare
+                self._regroup(now, tree, g, quiet=peer)
+        m = g.members.get(peer)
+        if m is None:
+            return  # dropped again by the placement (its spare went)
+        self._send(
+            now, peer, GroupAck(topic=tree.key, ok=True, helper=m.helper, ttl=ttl), tree.name
+        )
+        assigned = g.helpers.get(peer)
+        if assigned:
+            # A helper's refresh renews its assignment too.
+            rpc_a = GroupAssign(topic=tree.key, epoch=g.epoch, members=assigned, ttl=ttl)
+            self._send(now, peer, rpc_a, tree.name)
+
+    def _placeable(self, g: PublisherGroup, peer: str, spare: int) -> bool:
+        trial = {p: (m.spare, m.seq) for p, m in g.members.items()}
+        trial[peer] = (spare, g.seq + 1)
+        return plan_group(trial, self.config.group_capacity) is not None
+
+    def _regroup(self, now: float, tree: Tree, g: PublisherGroup, *, quiet: str = "") -> None:
+        """Place the group again; tell each helper whose members changed and each member
+        whose helper changed (``quiet``: the caller answers that one itself)."""
+        ttl = self._group_ttl()
+        cap = self.config.group_capacity
+        while True:
+            plan = plan_group({p: (m.spare, m.seq) for p, m in g.members.items()}, cap)
+            if plan is not None:
+                break
+            # Too few spare places left (a helper went): the newest members go.
+            newest = max(g.members, key=lambda p: (g.members[p].seq, p))
+            del g.members[newest]
+            self._send(now, newest, GroupLeave(topic=tree.key), tree.name)
+        _direct, helpers = plan
+        changed = {h: ms for h, ms in helpers.items() if g.helpers.get(h) != ms}
+        gone = [h for h in g.helpers if h not in helpers]
+        if changed or gone:
+            g.epoch += 1
+        for h in gone:
+            if h in g.members:
+                rpc = GroupAssign(topic=tree.key, epoch=g.epoch, members=(), ttl=ttl)
+                self._send(now, h, rpc, tree.name)
+        for h, ms in sorted(changed.items()):
+            rpc = GroupAssign(topic=tree.key, epoch=g.epoch, members=ms, ttl=ttl)
+            self._send(now, h, rpc, tree.name)
+        g.helpers = helpers
+        serves = {m: h for h, ms in helpers.items() for m in ms}
+        for p in sorted(g.members):
+            m = g.members[p]
+            new = serves.get(p)
+            if new != m.helper:
+                m.helper = new
+                if p != quiet:
+                    ack = GroupAck(topic=tree.key, ok=True, helper=new, ttl=ttl)
+                    self._send(now, p, ack, tree.name)
+
+    def _group_publish(self, now: float, tree: Tree, cid: CID) -> None:
+        """An event this node published: GROUP_EVENT to its direct members (those that
+        are no tree neighbours) and to its helpers."""
+        fs = tree.fast
+        g = fs.group if fs is not None else None
+        if g is None or not g.members:
+            return
+        entry = self._events.get(cid)
+        if entry is None:
+            return
+        ev: EventDescriptor = entry[1]
+        block = None
+        if ev.topic != tree.key:
+            desc = tree.versions.get(ev.topic)
+            block = desc.encode() if desc is not None else None
+        rpc = GroupEvent(topic=tree.key, event=ev.encode(), topic_block=block)
+        data = encode_frame(rpc)
+        # Those the EVENT went to in this very call need no second copy: the tree
+        # neighbours and the root's MEMBERS list (the first hop, :mod:`._push`).
+        neighbours = set(tree.neighbours())
+        if tree.members_epoch is not None and tree.members_from == tree.parent:
+            neighbours.update(tree.members)
+        for p in sorted(g.members):
+            m = g.members[p]
+            if p in g.helpers or (
+                m.helper is None and p not in neighbours and self._group_wants(tree, p, ev)
+            ):
+                self._send(now, p, rpc, tree.name, data)
+
+    # ------------------------------------------------------------ timers, failures
+
+    def _group_tick(self, now: float) -> None:
+        """Every ``group_refresh``: members refresh, expired entries go."""
+        c = self.config
+        self._group_at = None
+        busy = False
+        for tree in list(self._trees.values()):
+            fs = tree.fast
+            if fs is None:
+                continue
+            for pub in sorted(fs.joined):
+                mem = fs.joined[pub]
+                if mem.expires <= now:
+                    del fs.joined[pub]  # the publisher went silent
+                    fs.refused[pub] = now + self._group_ttl()
+                    continue
+                self._send(now, pub, GroupJoin(topic=tree.key, spare=c.group_spare), tree.name)
+            for pub in [p for p, t in fs.refused.items() if t <= now]:
+                del fs.refused[pub]
+            for pub in [p for p, a in fs.assigned.items() if a.expires <= now]:
+                del fs.assigned[pub]
+            g = fs.group
+            if g is not None:
+                gone = [p for p, m in g.members.items() if m.expires <= now]
+                for p in gone:
+                    del g.members[p]
+                if gone:
+                    self._regroup(now, tree, g)
+                if not g.members:
+                    fs.group = None
+            if fs.idle() and not fs.refused:
+                tree.fast = None
+            else:
+                busy = True
+        if busy:
+            self._group_at = now + c.group_refresh
+
+    def _group_peer_failed(self, now: float, peer: str) -> None:
+        """The driver gave up on ``peer``: out of every group at once."""
+        for tree in list(self._trees.values()):
+            fs = tree.fast
+            if fs is None:
+                continue
+            if fs.joined.pop(peer, None) is not None:
+                fs.refused[peer] = now + self._group_ttl()
+            fs.assigned.pop(peer, None)
+            for mem in fs.joined.values():
+                if mem.helper == peer:
+                    mem.helper = None  # the publisher places us again
+            g = fs.group
+            if g is not None and peer in g.members:
+                del g.members[peer]
+                self._regroup(now, tree, g)
+
+    # ------------------------------------------------------------ queries
+
+    def fast_state(self, topic_cid: CID) -> FastGroupState:
+        """This node's fast groups of a topic (any version's CID)."""
+        tree = self._tree_for(topic_cid)
+        fs = tree.fast
+        if fs is None:
+            fs = FastState()
+        g = fs.group
+        return FastGroupState(
+            topic_cid=tree.key,
+            fast=fs.wanted,
+            joined=tuple((p, m.helper) for p, m in sorted(fs.joined.items()) if m.acked),
+            members=len(g.members) if g is not None else 0,
+            direct=tuple(
+                sorted(p for p, m in g.members.items() if m.helper is None and p not in g.helpers)
+            )
+            if g is not None
+            else (),
+            helpers=tuple(sorted(g.helpers.items())) if g is not None else (),
+            helping=tuple(sorted((p, a.members) for p, a in fs.assigned.items())),
+        )
+
+    @property
+    def fast_counts(self) -> dict[str, int]:
+        """Deliveries of fast topics by the path of the first copy: ``group`` (from the
+        publisher), ``helper`` (from a helper), ``tree``."""
+        return dict(self._fast_counts)
