@@ -19,6 +19,7 @@ __all__ = [
     "CONDITIONS",
     "DEFAULT_NODES",
     "DEFAULT_RATE",
+    "DEFAULT_SELECTIVITY",
     "SYSTEMS",
     "BenchConfig",
     "BenchError",
@@ -30,13 +31,26 @@ __all__ = [
     "rate_label",
 ]
 
-SYSTEMS: Final = ("pulsarcast", "pulsarcast-ordered", "pulsarcast-fast", "gossipsub", "floodsub")
+SYSTEMS: Final = (
+    "pulsarcast",
+    "pulsarcast-ordered",
+    "pulsarcast-fast",
+    "pulsarcast-filtered",
+    "gossipsub",
+    "floodsub",
+)
 """``pulsarcast``: anyone may publish. ``pulsarcast-ordered``: only a topic's creator
 publishes, everyone else requests to publish (one ordered chain per topic).
 ``pulsarcast-fast``: as ``pulsarcast``, every subscription with ``fast`` (fast
 groups: each publisher sends to its subscribers directly, at most
 ``group_capacity`` of them, helpers beyond; docs/protocol-notes.md "Fast groups").
+``pulsarcast-filtered``: as ``pulsarcast``, every subscription with its filter
+(``_filters.py``; the subscriber's node filters, tree filtering is off). Every
+Pulsarcast system publishes the workload's attributes.
 ``gossipsub`` / ``floodsub``: Kubo's own pubsub through its RPC API."""
+
+DEFAULT_SELECTIVITY: Final = 0.1
+"""The share of a topic's events a subscription's filter matches (``--selectivity``)."""
 
 CONDITIONS: Final = ("normal", "latency")
 """``normal``: loopback as it is. ``latency``: a Toxiproxy latency toxic (default
@@ -189,6 +203,11 @@ class BenchConfig:
     group_capacity: int = DEFAULT_GROUP_CAPACITY
     """``pulsarcast-fast``: each sidecar's ``--group-capacity`` (below the group sizes
     of the 20-node cluster by default, so that helpers carry part of every group)."""
+    filters: bool = False
+    """Give every subscription a filter (``_filters.py``) even without
+    ``pulsarcast-filtered`` in :attr:`systems` (:attr:`filtered`)."""
+    selectivity: float = DEFAULT_SELECTIVITY
+    """The share of a topic's events each subscription's filter should match."""
 
     def __post_init__(self) -> None:
         if not self.systems:
@@ -229,10 +248,21 @@ class BenchConfig:
             raise BenchError("grace and settle must be >= 0")
         if self.group_capacity < 1:
             raise BenchError(f"group capacity must be at least 1, got {self.group_capacity}")
+        if not (math.isfinite(self.selectivity) and 0 < self.selectivity < 1):
+            raise BenchError(
+                f"selectivity must be between 0 and 1 (exclusive), got {self.selectivity}"
+            )
         if not self.sample_interval > 0:
             raise BenchError("sample interval must be positive")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", self.run):
             raise BenchError(f"run name may hold letters, digits, '.', '_', '-': {self.run!r}")
+
+    @property
+    def filtered(self) -> bool:
+        """Subscriptions get filters: ``pulsarcast-filtered`` subscribes with them, every
+        other system's application applies them (the summary counts matching
+        deliveries), the same filters for every system of the set."""
+        return self.filters or "pulsarcast-filtered" in self.systems
 
     @property
     def sweep(self) -> bool:

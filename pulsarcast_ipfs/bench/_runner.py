@@ -10,6 +10,9 @@ sample and tear everything down. ``RUN_DIR/<system>-<condition>/`` (in a sweep
 ``RUN_DIR/<system>-<condition>-n<nodes>-r<rate>/``) then holds the metric
 records (``node-<i>.jsonl``, and ``sidecar/`` for Pulsarcast) and ``run.json``
 (command, Kubo version, node count, rate, machine, condition, wall time, errors).
+With filters (``BenchConfig.filtered``) every run of a combination gets the same
+:class:`FilterPlan`, written to ``filters.json`` in its run directory (each
+subscription's filter and each scheduled event's attributes, for the summary).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import anyio
 import psutil
 
 from pulsarcast_ipfs.bench._config import BenchConfig, BenchError, Combination
+from pulsarcast_ipfs.bench._filters import FilterPlan, assign_filters
 from pulsarcast_ipfs.bench._recorder import sample_node
 from pulsarcast_ipfs.bench._schedule import Schedule, build_schedule, load_bench_workload
 from pulsarcast_ipfs.bench._systems import System, make_system
@@ -177,10 +181,15 @@ async def _run_one(
     condition: str,
     machine: dict[str, Any],
     progress: BenchProgress,
+    plan: FilterPlan | None = None,
 ) -> RunOutcome:
     run_dir = cfg.run_dir(system_name, condition, combination)
     run_id = cfg.run_id(condition, combination)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if plan is not None:
+        (run_dir / "filters.json").write_text(
+            json.dumps(plan.document(schedule.events), separators=(",", ":")) + "\n"
+        )
     began = time.monotonic()
     started_at = time.time()
     status = "failed"
@@ -202,6 +211,22 @@ async def _run_one(
         "subscriptions": sum(len(s) for s in schedule.subscriptions),
         "expected_deliveries": schedule.expected_deliveries(),
         **({"group_capacity": cfg.group_capacity} if system_name == "pulsarcast-fast" else {}),
+        **(
+            {
+                "filters": {
+                    "selectivity": plan.selectivity,
+                    "seed": plan.seed,
+                    "measured": plan.measured,
+                    "expected_matching": plan.matching,
+                    "applied_by": (
+                        "node" if system_name == "pulsarcast-filtered" else "application"
+                    ),
+                    "tree_filters": False,
+                }
+            }
+            if plan is not None
+            else {}
+        ),
         "grace": cfg.grace,
         "settle": cfg.settle,
         "latency": (
@@ -226,6 +251,7 @@ async def _run_one(
                     sample_interval=cfg.sample_interval,
                     say=progress.stage,
                     group_capacity=cfg.group_capacity,
+                    filters=plan,
                 )
                 try:
                     await stack.enter_async_context(system)
@@ -240,6 +266,8 @@ async def _run_one(
                         leftover.unlink()
             assert system is not None
             live: System = system
+            if plan is not None:
+                progress.stage(plan.describe())
             kubo_version = await live.kubo_version()
             meta["kubo_version"] = kubo_version
             meta["peers"] = [n.peer_id for n in live.kubo_nodes]
@@ -331,6 +359,7 @@ async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) 
     workload = load_bench_workload(cfg.workload)
     combinations = cfg.combinations()
     schedules: dict[Combination, Schedule] = {}
+    plans: dict[Combination, FilterPlan] = {}
     for combination in combinations:
         schedule = build_schedule(
             workload,
@@ -343,6 +372,11 @@ async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) 
         if not schedule.events:
             raise BenchError("the schedule has no events")
         schedules[combination] = schedule
+        if cfg.filtered:
+            # The same plan for every system of the combination (same schedule, seed).
+            plans[combination] = assign_filters(
+                schedule, selectivity=cfg.selectivity, seed=cfg.seed
+            )
     check_out_dir(cfg)
     cfg.out.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -358,7 +392,16 @@ async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) 
             prog.run_started(s, c, len(outcomes), total)
             try:
                 outcomes.append(
-                    await _run_one(cfg, combination, schedules[combination], s, c, machine, prog)
+                    await _run_one(
+                        cfg,
+                        combination,
+                        schedules[combination],
+                        s,
+                        c,
+                        machine,
+                        prog,
+                        plans.get(combination),
+                    )
                 )
             except (BenchError, ClusterError, OSError) as exc:
                 d = cfg.run_dir(s, c, combination)

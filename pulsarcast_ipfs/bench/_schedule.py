@@ -14,12 +14,16 @@ Payloads: every system gets the very same bytes for an event — a one-line JSON
 header ``{"i": inject_id, "t": created}`` (the Kubo baselines carry no
 descriptor, so this is how a subscriber learns which event it got and when it
 was created) followed by the workload's deterministic 200-600 byte record.
+Pulsarcast's publishes also carry the record's ``ups``, ``downs``,
+``controversiality`` and ``user`` as event attributes (issue 15), which filters
+select on (``_filters.py``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,6 +59,10 @@ class ScheduledEvent:
     at: float
     body: bytes
     """The workload record (200-600 bytes); :func:`frame_payload` adds the header."""
+    attributes: Mapping[str, int | str] = field(default_factory=dict)
+    """The event's attributes (issue 15): ``ups``, ``downs``, ``controversiality`` and
+    ``user`` of the workload record. Pulsarcast publishes carry them; the Kubo
+    baselines' payloads hold the same fields in the record."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +126,7 @@ def build_schedule(
             inject_id=p.inject_id,
             at=p.seq / rate,
             body=p.payload(seed),
+            attributes=p.attributes(),
         )
         for p in scaled.publications
     )

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from pulsarcast_ipfs.bench._config import rate_label
+from pulsarcast_ipfs.core import Filter, FilterSyntaxError, matches, parse_filter
 from pulsarcast_ipfs.records import RecordError, validate_record
 from pulsarcast_ipfs.stats import percentile
 
@@ -54,6 +55,7 @@ __all__ = [
     "RateOutcome",
     "RunSummary",
     "TopicCoverage",
+    "filter_table",
     "iter_records",
     "knee_table",
     "knees",
@@ -167,6 +169,24 @@ class RunSummary:
     cpu_seconds_by_process: dict[str, float] = field(default_factory=dict)
     """CPU seconds the whole cluster spent per process kind (``kubo``,
     ``sidecar``) between each node's first and last runner sample."""
+    filters_applied_by: str | None = None
+    """Runs with filters (``filters.json``): ``node`` for ``pulsarcast-filtered``
+    (the subscriber's node filters), ``application`` for the others (the summary
+    applies each subscription's filter to what the node delivered, as an
+    application without the feature would); ``None``: no filters."""
+    selectivity: float | None = None
+    """The filter plan's selectivity on the schedule (``filters.json``)."""
+    expected_matching: int = 0
+    """As ``expected_published``, counting only the events each subscriber's filter
+    matches."""
+    received_matching: int = 0
+    """Distinct deliveries of matching events to nodes subscribed at publication."""
+    unwanted_deliveries: int = 0
+    """Distinct deliveries of events the subscriber's filter does not match: what the
+    application receives and throws away (0 when the node filters)."""
+    matching_latency_p50: float | None = None
+    matching_latency_p95: float | None = None
+    matching_latency_p99: float | None = None
 
     @property
     def cpu_process(self) -> str:
@@ -183,9 +203,33 @@ class RunSummary:
         return 1e6 * cpu / self.received
 
     @property
+    def coverage_matching(self) -> float | None:
+        """Matching events received ÷ expected (runs with filters)."""
+        if self.filters_applied_by is None or not self.expected_matching:
+            return None
+        return self.received_matching / self.expected_matching
+
+    @property
+    def bytes_per_matching_delivery(self) -> float | None:
+        """Total wire bytes ÷ matching deliveries: what one delivery the application
+        wants costs, comparable between filtered and unfiltered systems."""
+        if self.filters_applied_by is None or self.wire_bytes is None:
+            return None
+        return self.wire_bytes / self.received_matching if self.received_matching else None
+
+    @property
+    def pubsub_bytes_per_matching_delivery(self) -> float | None:
+        if self.filters_applied_by is None or self.wire_bytes_pubsub is None:
+            return None
+        return self.wire_bytes_pubsub / self.received_matching if self.received_matching else None
+
+    @property
     def complete(self) -> bool:
         """Every expected delivery was made: received = the largest of the expected
-        counts (against injected, against published, and the schedule's own)."""
+        counts (against injected, against published, and the schedule's own); when
+        the node filters (``pulsarcast-filtered``), every matching one."""
+        if self.filters_applied_by == "node":
+            return self.expected_matching > 0 and self.received_matching >= self.expected_matching
         expected = max(
             self.expected_injected, self.expected_published, self.expected_scheduled or 0
         )
@@ -257,6 +301,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
     samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     nodes: set[str] = set()
     parents: dict[str, str | None] = {}
+    inject_of: dict[str, str] = {}
     records = rejected = 0
     system = str(meta.get("system", ""))
     for rec in iter_records(run_dir):
@@ -279,6 +324,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
             if prev is None or ts < prev[1]:
                 published[rec["event"]] = (rec["topic"], ts)
             parents[rec["event"]] = rec.get("parent")
+            inject_of[rec["event"]] = rec.get("inject_id") or rec["event"]
         elif kind == "event_delivered":
             key = (node, rec["event"])
             copies += 1
@@ -335,6 +381,10 @@ def summarise_run(run_dir: Path) -> RunSummary:
         )
         for name, c in sorted(per_topic.items())
         if name in workload_topics or not workload_topics
+    )
+
+    matching = _matching(
+        run_dir, meta, subs, published, inject_of, delivered, workload_topics, system
     )
 
     forks, out_of_order, sequences = _chain_check(
@@ -425,7 +475,87 @@ def summarise_run(run_dir: Path) -> RunSummary:
             float(meta["max_publish_delay"]) if meta.get("max_publish_delay") is not None else None
         ),
         cpu_seconds_by_process=dict(sorted(cpu_by_process.items())),
+        **matching,
     )
+
+
+def _load_filters(
+    run_dir: Path, meta: dict[str, Any]
+) -> tuple[dict[tuple[str, str], Filter], dict[str, dict[str, Any]], float | None] | None:
+    """``filters.json``: (peer, topic) → filter, inject_id → attributes, selectivity;
+    ``None`` without filters, or when the run never learned its peers."""
+    path = run_dir / "filters.json"
+    peers = meta.get("peers")
+    if not path.is_file() or not isinstance(peers, list):
+        return None
+    doc = json.loads(path.read_text())
+    out: dict[tuple[str, str], Filter] = {}
+    for sub in doc["subscriptions"]:
+        try:
+            out[(str(peers[sub["node"]]), sub["topic"])] = parse_filter(sub["filter"])
+        except (IndexError, FilterSyntaxError):
+            continue
+    measured = doc.get("measured")
+    return out, doc["attributes"], float(measured) if measured is not None else None
+
+
+def _matching(
+    run_dir: Path,
+    meta: dict[str, Any],
+    subs: dict[tuple[str, str], float],
+    published: dict[str, tuple[str, float]],
+    inject_of: dict[str, str],
+    delivered: dict[tuple[str, str], tuple[float, float]],
+    workload_topics: set[str],
+    system: str,
+) -> dict[str, Any]:
+    """The :class:`RunSummary` fields of a run with filters (see there); none without."""
+    loaded = _load_filters(run_dir, meta)
+    if loaded is None:
+        return {}
+    filters, attributes, selectivity = loaded
+    subscribers: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for (node, topic), t in subs.items():
+        subscribers[topic].append((node, t))
+
+    def wanted(node: str, event: str, topic: str) -> bool | None:
+        f = filters.get((node, topic))
+        attrs = attributes.get(inject_of.get(event, event))
+        return None if f is None or attrs is None else matches(f, attrs)
+
+    expected = 0
+    for event, (topic, t) in published.items():
+        if workload_topics and topic not in workload_topics:
+            continue
+        expected += sum(
+            1 for node, s in subscribers[topic] if s <= t and wanted(node, event, topic)
+        )
+    received = unwanted = 0
+    latencies: list[float] = []
+    for (node, event), (_ts, lat) in delivered.items():
+        pub = published.get(event)
+        if pub is None or (workload_topics and pub[0] not in workload_topics):
+            continue
+        want = wanted(node, event, pub[0])
+        if want is None:
+            continue
+        if not want:
+            unwanted += 1
+            continue
+        latencies.append(lat)
+        start = subs.get((node, pub[0]))
+        if start is not None and start <= pub[1]:
+            received += 1
+    return {
+        "filters_applied_by": "node" if system == "pulsarcast-filtered" else "application",
+        "selectivity": selectivity,
+        "expected_matching": expected,
+        "received_matching": received,
+        "unwanted_deliveries": unwanted,
+        "matching_latency_p50": _pct(latencies, 0.5),
+        "matching_latency_p95": _pct(latencies, 0.95),
+        "matching_latency_p99": _pct(latencies, 0.99),
+    }
 
 
 def _chain_check(
@@ -537,6 +667,13 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
         if s.system.endswith("-ordered")
     ]
     notes += [
+        f"* {s.system} / {s.condition}: its node delivers only the events each "
+        "subscription's filter matches, so the coverage above (of every event) is about "
+        "the selectivity; see the filter table for the coverage of matching events"
+        for s in summaries
+        if s.filters_applied_by == "node"
+    ]
+    notes += [
         f"* {s.system} / {s.condition}: first copy by "
         + ", ".join(
             f"{k} {n:,} (p99 {_ms(s.path_p99.get(k))} ms)" for k, n in s.delivery_paths.items()
@@ -548,6 +685,32 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
     if notes:
         text += "\n" + "\n".join(notes) + "\n"
     return text
+
+
+def filter_table(summaries: Sequence[RunSummary]) -> str:
+    """Runs with filters: matching deliveries, the application's unwanted ones, and
+    wire bytes per matching delivery (comparable between filtered and unfiltered
+    systems); ``""`` when no run had filters."""
+    runs = [s for s in summaries if s.filters_applied_by is not None]
+    if not runs:
+        return ""
+    head = (
+        "| system | condition | filter applied by | selectivity (schedule) "
+        "| matching deliveries expected | coverage of matching events "
+        "| unwanted deliveries at the application | matching latency p50 / p95 / p99 (ms) "
+        "| wire bytes per matching delivery (total / pubsub) |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = [
+        f"| {s.system} | {s.condition} | {s.filters_applied_by} | {_p(s.selectivity)} "
+        f"| {s.expected_matching:,} | {_p(s.coverage_matching)} | {s.unwanted_deliveries:,} "
+        f"| {_ms(s.matching_latency_p50)} / {_ms(s.matching_latency_p95)} "
+        f"/ {_ms(s.matching_latency_p99)} "
+        f"| {_num(s.bytes_per_matching_delivery)} / "
+        f"{_num(s.pubsub_bytes_per_matching_delivery)} |"
+        for s in runs
+    ]
+    return head + "\n".join(rows) + "\n"
 
 
 def protocol_table(summaries: Sequence[RunSummary]) -> str:
@@ -671,7 +834,14 @@ def _rate_outcome(rate: float, runs: Sequence[RunSummary]) -> RateOutcome:
 
 
 def _system_order(name: str) -> tuple[int, str]:
-    order = ("pulsarcast", "pulsarcast-ordered", "pulsarcast-fast", "gossipsub", "floodsub")
+    order = (
+        "pulsarcast",
+        "pulsarcast-ordered",
+        "pulsarcast-fast",
+        "pulsarcast-filtered",
+        "gossipsub",
+        "floodsub",
+    )
     return (order.index(name) if name in order else len(order), name)
 
 
@@ -745,6 +915,13 @@ def set_report(summaries: Sequence[RunSummary]) -> str:
     parts: list[str] = []
     for (nodes, rate), group in sorted(groups.items()):
         text = markdown_table(group)
+        filtered = filter_table(group)
+        if filtered:
+            text += (
+                "\nFiltered subscriptions (the same filter per subscription in every system; "
+                "applied by the node for pulsarcast-filtered, by the application otherwise):"
+                "\n\n" + filtered
+            )
         by_protocol = protocol_table(group)
         if by_protocol:
             text += "\nWire bytes by Kubo protocol (MB, whole cluster):\n\n" + by_protocol
@@ -767,6 +944,9 @@ def _run_doc(s: RunSummary) -> dict[str, Any]:
         pubsub_bytes_per_delivery=s.pubsub_bytes_per_delivery,
         cpu_process=s.cpu_process,
         cpu_us_per_delivery=s.cpu_us_per_delivery,
+        coverage_matching=s.coverage_matching,
+        bytes_per_matching_delivery=s.bytes_per_matching_delivery,
+        pubsub_bytes_per_matching_delivery=s.pubsub_bytes_per_matching_delivery,
         complete=s.complete,
         shortfall=shortfall(s),
     )

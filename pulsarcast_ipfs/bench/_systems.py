@@ -1,4 +1,4 @@
-"""The systems under test, behind one interface so that one runner drives all four.
+"""The systems under test, behind one interface so that one runner drives them all.
 
 A :class:`System` is an async context manager: entering starts a fresh local
 cluster (and, for the ``latency`` condition, Toxiproxy with the latency toxic on
@@ -32,6 +32,7 @@ import httpx
 from anyio.abc import TaskStatus
 
 from pulsarcast_ipfs.bench._config import BenchError, Latency
+from pulsarcast_ipfs.bench._filters import FilterPlan
 from pulsarcast_ipfs.bench._recorder import RecordWriter
 from pulsarcast_ipfs.bench._schedule import (
     Schedule,
@@ -356,20 +357,32 @@ class PulsarcastSystem(System):
     ``ordered``: each topic allows only its creator to publish and lets everyone
     request to publish (one ordered chain per topic). ``fast`` (``pulsarcast-fast``):
     every subscription asks for fast groups; each sidecar runs with
-    ``--group-capacity``.
+    ``--group-capacity``. ``filters`` (``pulsarcast-filtered``): every subscription
+    carries its filter from the plan, and the subscriber's node delivers only the
+    matching events (tree filtering, ``NodeConfig.tree_filters``, stays off: every
+    event still travels the whole tree). Every publish carries the event's attributes.
     """
 
     dissemination_protocols = PULSARCAST_PROTOCOLS
 
     def __init__(
-        self, *, ordered: bool, fast: bool = False, group_capacity: int = 16, **kwargs: Any
+        self,
+        *,
+        ordered: bool,
+        fast: bool = False,
+        group_capacity: int = 16,
+        filters: FilterPlan | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.ordered = ordered
         self.fast = fast
+        self.filters = filters
         self.name = "pulsarcast-ordered" if ordered else "pulsarcast"
         if fast:
             self.name = "pulsarcast-fast"
+        if filters is not None:
+            self.name = "pulsarcast-filtered"
         group_args = ["--group-capacity", str(group_capacity)] if fast else []
         self.sc = LocalSidecarCluster(
             nodes=self.nodes,
@@ -512,8 +525,9 @@ class PulsarcastSystem(System):
                 config=ClientConfig(api=self.sc[index].api_url, timeout=120.0)
             ) as pc:
                 for name in topics:
+                    where = None if self.filters is None else self.filters.filter_for(index, name)
                     try:
-                        await pc.subscribe(self.topic_cids[name], fast=self.fast)
+                        await pc.subscribe(self.topic_cids[name], fast=self.fast, filter=where)
                     except SdkError as exc:
                         raise BenchError(f"node{index} subscribing to {name!r}: {exc}") from exc
 
@@ -542,7 +556,12 @@ class PulsarcastSystem(System):
             {"topic": ev.topic, "inject_id": ev.inject_id, "size": len(data)},
             ts=created,
         )
-        body = {"payload": base64.b64encode(data).decode("ascii"), "inject_id": ev.inject_id}
+        body: dict[str, Any] = {
+            "payload": base64.b64encode(data).decode("ascii"),
+            "inject_id": ev.inject_id,
+        }
+        if ev.attributes:
+            body["attributes"] = dict(ev.attributes)
         try:
             await self._call(ev.node, f"/v1/topics/{self.topic_cids[ev.topic]}/publish", body)
         except (httpx.HTTPError, BenchError) as exc:
@@ -559,8 +578,11 @@ def make_system(
     sample_interval: float,
     say: Say | None = None,
     group_capacity: int = 16,
+    filters: FilterPlan | None = None,
 ) -> System:
-    """The :class:`System` named ``name`` (one of :data:`SYSTEMS`)."""
+    """The :class:`System` named ``name`` (one of :data:`SYSTEMS`); ``filters`` is
+    what ``pulsarcast-filtered`` subscribes with (the other systems take none: their
+    application filters, which the summary accounts for)."""
     kw: dict[str, Any] = {
         "nodes": nodes,
         "run": run,
@@ -575,4 +597,8 @@ def make_system(
         return PulsarcastSystem(ordered=name == "pulsarcast-ordered", **kw)
     if name == "pulsarcast-fast":
         return PulsarcastSystem(ordered=False, fast=True, group_capacity=group_capacity, **kw)
+    if name == "pulsarcast-filtered":
+        if filters is None:
+            raise BenchError("pulsarcast-filtered needs the run's filters")
+        return PulsarcastSystem(ordered=False, filters=filters, **kw)
     raise BenchError(f"unknown system {name!r}")

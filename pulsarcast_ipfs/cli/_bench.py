@@ -20,6 +20,8 @@ examples:
   pulsarcast bench --rate 5,20,50,100 --nodes 20,50 --events 2000 --out runs/sweep1
   pulsarcast bench --systems pulsarcast-fast,pulsarcast,gossipsub --conditions latency \
       --nodes 20 --rate 20 --events 1000 --group-capacity 4 --out runs/fast1
+  pulsarcast bench --systems pulsarcast-filtered,pulsarcast,gossipsub --conditions normal \
+      --nodes 20 --rate 5 --events 1000 --selectivity 0.1 --out runs/filtered1
 
 Writes OUT/<system>-<condition>/ (metric records, run.json), OUT/bench.json and
 OUT/summary.md; --report also runs the Spark report into OUT/report/.
@@ -38,6 +40,7 @@ def add_parser(sub: Any) -> None:
         CONDITIONS,
         DEFAULT_NODES,
         DEFAULT_RATE,
+        DEFAULT_SELECTIVITY,
         KNEE_P99_SECONDS,
         SYSTEMS,
         rate_label,
@@ -98,7 +101,22 @@ def add_parser(sub: Any) -> None:
         help="pulsarcast-fast: peers a publisher sends each event to directly along its "
         "group, helpers included (default 4: below the 20-node cluster's group sizes)",
     )
-    p.add_argument("--seed", type=int, default=0, help="workload scaling / payload seed (0)")
+    p.add_argument(
+        "--selectivity",
+        type=float,
+        default=DEFAULT_SELECTIVITY,
+        help="with filters: the share of a topic's events each subscription's filter "
+        f"matches (default {DEFAULT_SELECTIVITY:g})",
+    )
+    p.add_argument(
+        "--filters",
+        action="store_true",
+        help="give every subscription a filter even without pulsarcast-filtered (which "
+        "implies it); other systems' applications apply it (docs/benchmark.md)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="workload scaling / payload / filter seed (0)"
+    )
     p.add_argument("--run", default=None, help="run-set name in the records (default: OUT's name)")
     p.add_argument(
         "--out",
@@ -163,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             sample_interval=args.sample_interval,
             seed=args.seed,
             group_capacity=args.group_capacity,
+            filters=args.filters,
+            selectivity=args.selectivity,
             out=out,
             run=args.run or (out.resolve().name or "bench"),
             command="pulsarcast bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
