@@ -24,8 +24,8 @@ Common fields (every record):
 ``v``      int      schema version, ``1``
 ``ts``     float    seconds since the Unix epoch (virtual in the simulator)
 ``run``    str      run identifier chosen by the driver
-``system`` str      ``pulsarcast``, ``pulsarcast-ordered``, ``pulsarcast-fast``, ``gossipsub``,
-                    ``floodsub``, or ``sim``
+``system`` str      ``pulsarcast``, ``pulsarcast-ordered``, ``pulsarcast-fast``,
+                    ``pulsarcast-filtered``, ``gossipsub``, ``floodsub``, or ``sim``
 ``node``   str      the node's peer ID (or a stable node name)
 ``kind``   str      one of :class:`RecordKind`
 =========  =======  ====================================================
