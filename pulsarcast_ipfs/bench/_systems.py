@@ -360,7 +360,10 @@ class PulsarcastSystem(System):
     ``--group-capacity``. ``filters`` (``pulsarcast-filtered``): every subscription
     carries its filter from the plan, and the subscriber's node delivers only the
     matching events (tree filtering, ``NodeConfig.tree_filters``, stays off: every
-    event still travels the whole tree). Every publish carries the event's attributes.
+    event still travels the whole tree). Only ``pulsarcast-filtered``'s publishes
+    carry the event's attributes: the other systems' applications filter on the
+    payload, which holds the same record, and attributes would only add bytes to
+    every descriptor (the unfiltered run sets compare bytes with gossipsub's).
     """
 
     dissemination_protocols = PULSARCAST_PROTOCOLS
@@ -560,7 +563,7 @@ class PulsarcastSystem(System):
             "payload": base64.b64encode(data).decode("ascii"),
             "inject_id": ev.inject_id,
         }
-        if ev.attributes:
+        if ev.attributes and self.filters is not None:
             body["attributes"] = dict(ev.attributes)
         try:
             await self._call(ev.node, f"/v1/topics/{self.topic_cids[ev.topic]}/publish", body)
