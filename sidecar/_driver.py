@@ -763,6 +763,7 @@ class Driver:
                         except Exception:
                             log.exception("could not save the state")
                     self.metrics.close()
+                    self.state.close()
                     log.info("stopped")
 
     async def _run_service(
