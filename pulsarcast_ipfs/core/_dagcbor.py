@@ -197,9 +197,75 @@ def _head(major: int, n: int, out: bytearray) -> None:
         raise CborError(f"integer {n} out of the 64-bit range")
 
 
+_KEY_PLANS: dict[tuple[str, ...], tuple[tuple[str, bytes], ...]] = {}
+"""Map key tuple -> its keys in DAG-CBOR order, each with its encoded head and text
+(bounded: the protocol's maps have a few fixed key sets)."""
+_KEY_PLANS_MAX: Final = 1024
+
+
+def _key_plan(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    plan = _KEY_PLANS.get(keys)
+    if plan is None:
+        items = []
+        for k in keys:
+            if not isinstance(k, str):
+                raise CborError("DAG-CBOR map keys must be strings")
+            kb = k.encode("utf-8")
+            head = bytearray()
+            _head(3, len(kb), head)
+            items.append((k, kb, bytes(head) + kb))
+        items.sort(key=lambda it: (len(it[1]), it[1]))
+        plan = tuple((k, enc) for k, _, enc in items)
+        if len(_KEY_PLANS) >= _KEY_PLANS_MAX:
+            _KEY_PLANS.clear()
+        _KEY_PLANS[keys] = plan
+    return plan
+
+
 def _enc(value: Any, out: bytearray, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise CborError("value nested too deeply")
+    # The protocol's own types first, by exact type (a bool is not an int here);
+    # anything else takes the general checks of _enc_other.
+    t = type(value)
+    if t is str:
+        raw = value.encode("utf-8")
+        n = len(raw)
+        if n < 24:
+            out.append(0x60 | n)
+        else:
+            _head(3, n, out)
+        out += raw
+    elif t is dict:
+        _head(5, len(value), out)
+        for k, enc in _key_plan(tuple(value)):
+            out += enc
+            _enc(value[k], out, depth + 1)
+    elif t is bytes:
+        _head(2, len(value), out)
+        out += value
+    elif t is int:
+        if 0 <= value < 24:
+            out.append(value)
+        elif value >= 0:
+            _head(0, value, out)
+        else:
+            _head(1, -1 - value, out)
+    elif t is _Cid:
+        raw = value.__bytes__()
+        out += b"\xd8\x2a"
+        _head(2, len(raw) + 1, out)
+        out.append(0)
+        out += raw
+    elif t is list:
+        _head(4, len(value), out)
+        for item in value:
+            _enc(item, out, depth + 1)
+    else:
+        _enc_other(value, out, depth)
+
+
+def _enc_other(value: Any, out: bytearray, depth: int) -> None:
     if value is None:
         out.append(0xF6)
     elif value is True:
