@@ -45,7 +45,6 @@ for the same (node, event) are counted once by the jobs and reported apart.
 from __future__ import annotations
 
 import enum
-import functools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -273,7 +272,8 @@ def _enc_none(_: None) -> str:
     return "null"
 
 
-_enc_json = functools.partial(json.dumps, separators=(",", ":"), sort_keys=False)
+_enc_json = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(value, separators=(",", ":"))`` without a new encoder per call."""
 
 _ENCODERS: Final[dict[type, Callable[[Any], str]]] = {
     str: encode_basestring_ascii,

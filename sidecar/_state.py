@@ -29,6 +29,8 @@ __all__ = ["PersistedState", "StateError", "StateStore"]
 STATE_FILE = "state.json"
 DELIVERY_LOG = "deliveries.ndjson"
 STATE_VERSION = 1
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(obj, separators=(",", ":"))`` without a new encoder per line."""
 
 
 class StateError(RuntimeError):
@@ -286,7 +288,7 @@ class StateStore:
         """
         seq = self.state.next_seq
         obj = {**delivery, "seq": seq}
-        line = json.dumps(obj, separators=(",", ":")) + "\n"
+        line = _COMPACT.encode(obj) + "\n"
         try:
             self._write_log(line.encode("utf-8"))
         except OSError as exc:
