@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import random
 import time
 from collections import OrderedDict, deque
@@ -177,6 +178,9 @@ class Driver:
         self.kubo_version = ""
         self._node: PulsarcastNode | None = None
         self._timer_wake = anyio.Event()
+        self._timer_at = -math.inf
+        """The deadline the timer task sleeps until (``inf``: none; ``-inf``: it is
+        not asleep): an input wakes it only if the core's next timer is earlier."""
         self._progress = anyio.Event()
         self._dispatch: OutputDispatch[None] = OutputDispatch(self)
         self._listeners: set[Listener] = set()
@@ -286,7 +290,11 @@ class Driver:
         progress, self._progress = self._progress, anyio.Event()
         progress.set()
         self._dispatch(None, self.node.take_outputs())
-        self._timer_wake.set()
+        # Waking the timer task costs a task switch and a cancel scope; most inputs
+        # (an event in, forwarded) leave the next deadline where it was.
+        t = self.node.get_timer()
+        if t is not None and t < self._timer_at:
+            self._timer_wake.set()
 
     # -- the core's outputs (one method each: core.OutputDispatch) -------------------
 
@@ -801,6 +809,7 @@ class Driver:
                         except Exception:
                             log.exception("could not save the state")
                     self.metrics.close()
+                    self.state.close()
                     log.info("stopped")
 
     async def _run_service(
@@ -902,12 +911,16 @@ class Driver:
             self._timer_wake = anyio.Event()
             t = self.node.get_timer()
             if t is None:
+                self._timer_at = math.inf
                 await self._timer_wake.wait()
+                self._timer_at = -math.inf
                 continue
             delay = t - self.clock()
             if delay > 0:
+                self._timer_at = t
                 with anyio.move_on_after(delay):
                     await self._timer_wake.wait()
+                self._timer_at = -math.inf
                 continue
             try:
                 self.call(lambda now: self.node.handle_timer(now))

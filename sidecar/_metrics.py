@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import psutil
 
-from pulsarcast_ipfs.records import MetricRecord, RecordKind
+from pulsarcast_ipfs.records import MetricRecord, RecordKind, RecordLines
 
 __all__ = ["MetricsWriter", "resource_records"]
 
@@ -42,6 +42,8 @@ class MetricsWriter:
         self._file: IO[str] | None = None
         self._path: Path | None = None
         self._size = 0
+        self._lines = RecordLines(run=run, system=system)
+        """``to_json`` of each record, validated once per shape (same bytes)."""
 
     def open(self, peer_id: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,7 @@ class MetricsWriter:
         if self._file is None:
             return
         try:
-            line = record.to_json(run=self.run, system=self.system) + "\n"
+            line = self._lines.line(record) + "\n"
         except ValueError as exc:  # a record off the schema is a bug: say so, keep going
             log.error("invalid metric record %s: %s", record, exc)
             return

@@ -331,6 +331,9 @@ async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
         def take_outputs(self) -> list[Any]:
             return []
 
+        def get_timer(self) -> float | None:
+            return None
+
     kubo = FakeRoutingKubo(table={others[0]}, connected={others[1]})
     driver = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
     node = Node()
@@ -864,6 +867,9 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
             out, self.outputs = self.outputs, []
             return out
 
+        def get_timer(self) -> float | None:
+            return None
+
     driver = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
     driver._node = Node()  # type: ignore[assignment]
     driver._pump()
@@ -952,3 +958,49 @@ def test_a_multipart_body_is_one_buffer_that_a_standard_parser_splits() -> None:
     assert all(
         p.get_param("name", header="content-disposition") == "data" for p in msg.iter_parts()
     )
+
+
+@pytest.mark.anyio
+async def test_an_input_wakes_the_timer_task_only_for_an_earlier_deadline(tmp_path: Path) -> None:
+    """The timer task sleeps until the core's next deadline; an input that brings the
+    deadline forward wakes it (a join timeout set by a subscribe, say), the others
+    (most events in and out) leave it asleep."""
+    from sidecar import Driver
+
+    class Node:
+        def __init__(self) -> None:
+            self.deadline: float | None = None
+            self.fired: list[float] = []
+            self.fired_event = anyio.Event()
+            self.timer_reads = 0
+
+        def take_outputs(self) -> list[Any]:
+            return []
+
+        def get_timer(self) -> float | None:
+            self.timer_reads += 1
+            return self.deadline
+
+        def handle_timer(self, now: float) -> None:
+            self.fired.append(now)
+            self.fired_event.set()
+            self.deadline = None
+
+    driver = Driver(load_config(env={}, flags={"state_dir": str(tmp_path)}))
+    node = Node()
+    driver._node = node  # type: ignore[assignment]
+    node.deadline = driver.clock() + 3600.0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(driver._timer_loop)
+        await anyio.sleep(0.05)
+        assert driver._timer_at == node.deadline  # asleep until then
+        reads = node.timer_reads
+        driver.call(lambda now: None)  # an input that changes no deadline
+        await anyio.sleep(0.05)
+        assert node.fired == []
+        assert node.timer_reads == reads + 1  # the driver's look; the task slept on
+        node.deadline = driver.clock() + 0.05  # an input brings it forward
+        driver.call(lambda now: None)
+        with anyio.fail_after(5):
+            await node.fired_event.wait()
+        tg.cancel_scope.cancel()
