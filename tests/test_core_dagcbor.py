@@ -90,11 +90,8 @@ def test_rejects_what_dag_cbor_forbids(data: bytes) -> None:
 
 
 def test_cids_are_built_on_public_ground() -> None:
-    """No write to a private attribute of a library object, no instance made around
-    multiformats, anywhere in the project (the fields of ``multiformats.CID``,
-    ``object.__new__``). The codec's CIDs skip only the constructor's run-time
-    argument checks: multiformats' own ``CID._new_instance`` makes and interns them
-    (``_dagcbor._instance_builder``, checked by ``tests/test_cid_build.py``)."""
+    """No write to a private attribute of a library object, no bypassed constructor,
+    anywhere in the project (the fields of ``multiformats.CID``, ``object.__new__``)."""
     root = Path(_dagcbor.__file__).parents[2]
     private = {"_base", "_version", "_codec", "_hashfun", "_digest"}
     found = []
