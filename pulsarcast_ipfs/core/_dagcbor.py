@@ -17,8 +17,8 @@ multiformats' documented errors for bad CID bytes (``ValueError``, ``KeyError``)
 translated; any other exception is a bug and escapes as itself. Depth is bounded
 (``MAX_DEPTH``) before Python's recursion limit is near. CID objects are
 memoised by their bytes (bounded LRU), so the same link decoded by many nodes
-of one process is built once; they are built the way multiformats' constructor
-builds them, without its run-time argument checks (see :func:`_instance_builder`).
+of one process is built once; they are built with multiformats' public
+constructor only (see :class:`_Cid`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import functools
 import hashlib
 import math
 import struct
-from collections.abc import Callable
 from typing import Any, Final
 
 from multiformats import CID
@@ -52,12 +51,11 @@ class _Cid(CID):
     methods return, so it is equal to, and hashes exactly like, the plain ``CID`` of
     the same bytes and the two mix freely in sets and dicts; only the cost differs.
 
-    Built by :func:`cid_for_digest` through multiformats' own ``CID._new_instance``
-    (which interns it like any CID), with the arguments the public constructor
-    ``_Cid("base32", 1, "dag-cbor", multihash)`` would pass it after its run-time
-    checks (~100-200 µs a CID, once per new event at every node): nothing of the
-    library's is written. :func:`_instance_builder` falls back to the constructor
-    if that method is gone or builds anything else.
+    Built only through the public constructor, ``_Cid("base32", 1, "dag-cbor",
+    multihash)`` (:func:`cid_for_digest`): multiformats validates and interns it like
+    any CID, and nothing of the library's is written or bypassed. The constructor
+    costs ~100 µs (run-time type checks), paid once per distinct CID thanks to the
+    memo of :func:`cid_for_digest` (benchmarks/codec_bench.py).
     """
 
     __slots__ = ("_pc_hash", "_pc_raw")
@@ -109,45 +107,6 @@ def cid_from_bytes(raw: bytes) -> CID:
     return cid  # not a link of the protocol: the plain CID (the validators refuse it)
 
 
-def _validated_cid(multihash: bytes) -> CID:
-    """The public, validating constructor (~100-200 µs: run-time type checks)."""
-    return _Cid("base32", 1, "dag-cbor", multihash)
-
-
-def _instance_builder() -> Callable[[bytes], CID] | None:
-    """What ``CID.__new__`` does once its arguments are validated, without the checks.
-
-    ``CID("base32", 1, "dag-cbor", multihash)`` validates its four arguments at run
-    time, then calls ``CID._new_instance(cls, base, 1, codec, hashfun, multihash)``,
-    which interns the instance. For this codec's CIDs the first three are constants
-    (taken from a CID the constructor built) and the multihash is ``0x12 0x20`` + 32
-    bytes, checked by :func:`cid_for_digest`: the checks cannot fail, and skipping
-    them makes a new CID ~10 times cheaper (a new event is one new CID at every
-    node). Used only if this multiformats has ``_new_instance`` and a CID built both
-    ways is the same interned object; otherwise :func:`_validated_cid`.
-    ``tests/test_cid_build.py`` checks both ways against each other.
-    """
-    new_instance = getattr(CID, "_new_instance", None)
-    if new_instance is None:
-        return None
-    ref = _validated_cid(b"\x12\x20" + hashlib.sha256(b"pulsarcast reference").digest())
-    base, codec, hashfun = ref.base, ref.codec, ref.hashfun
-
-    def build(multihash: bytes) -> CID:
-        return new_instance(_Cid, base, 1, codec, hashfun, multihash)  # type: ignore[no-any-return]
-
-    probe = b"\x12\x20" + hashlib.sha256(b"pulsarcast probe").digest()
-    try:
-        fast = build(probe)  # built here first, then asked of the constructor
-        same = fast is _validated_cid(probe) and build(ref.digest) is ref
-    except Exception:  # an API that changed: keep the public constructor
-        return None
-    return build if same and type(fast) is _Cid and bytes(fast) == b"\x01\x71" + probe else None
-
-
-_build_cid: Final[Callable[[bytes], CID]] = _instance_builder() or _validated_cid
-
-
 @functools.lru_cache(maxsize=65536)
 def cid_for_digest(digest: bytes) -> CID:
     """CIDv1 dag-cbor sha2-256 (base32) of a 32-byte sha256 digest (memoised)."""
@@ -156,7 +115,7 @@ def cid_for_digest(digest: bytes) -> CID:
     # Interned by multiformats: if a plain CID of these very fields is alive (someone
     # built CID("base32", 1, "dag-cbor", ...) first), that one is returned. It is
     # equal and hashes alike; only its hash and bytes() cost more.
-    return _build_cid(b"\x12\x20" + digest)
+    return _Cid("base32", 1, "dag-cbor", b"\x12\x20" + digest)
 
 
 def sha256_cid(data: bytes) -> CID:
