@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of events kept per subscribed topic (default 67108864: 64 MiB)",
     )
     p.add_argument(
+        "--flat-fanout",
+        type=int,
+        help="flat trees: nodes below the root's children move up to the root while it "
+        "has fewer than this many (default 64, at most 64; 0: off)",
+    )
+    p.add_argument(
         "--group-capacity",
         type=int,
         help="fast groups: peers this node sends each of its events to directly, helpers "

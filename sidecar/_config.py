@@ -98,6 +98,10 @@ class SidecarConfig:
     """... none created more than this many seconds ago ..."""
     retain_bytes: int = 64 * 1024 * 1024
     """... and at most this many bytes of encoded events."""
+    flat_fanout: int = 64
+    """Flat trees (docs/protocol-notes.md "Flat trees"): a node below a child of a
+    topic's root moves up to the root while the root's MEMBERS list names fewer than
+    this many peers (at most 64). 0: trees keep the shape the JOINs gave them."""
     group_capacity: int = 16
     """Fast groups (docs/protocol-notes.md "Fast groups"): peers this node sends each
     of its events to directly along its group of a topic (direct members and
@@ -149,6 +153,8 @@ class SidecarConfig:
                 f"delegate_ttl: 0 (off) or at least {DELEGATE_TTL_MIN:.0f} s, "
                 f"got {self.delegate_ttl}"
             )
+        if not 0 <= self.flat_fanout <= 64:
+            raise ConfigError(f"flat_fanout: between 0 and 64, got {self.flat_fanout}")
         if self.group_capacity < 0 or not 0 <= self.group_spare <= 64:
             raise ConfigError("group_capacity: must be >= 0; group_spare: between 0 and 64")
         if self.group_refresh > 1200:
@@ -218,6 +224,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "retain_bytes",
             "group_capacity",
             "group_spare",
+            "flat_fanout",
         ):
             if isinstance(value, bool):
                 raise ValueError("not an integer")

@@ -157,6 +157,7 @@ class Driver:
             fetch_timeout=config.fetch_timeout + 5.0,
             require_signatures=config.require_signatures,
             group_capacity=config.group_capacity,
+            flat_fanout=config.flat_fanout,
             group_spare=config.group_spare,
             group_refresh=config.group_refresh,
             retention=RetentionPolicy(

@@ -76,6 +76,9 @@ def test_file_env_flags_precedence(tmp_path: Path) -> None:
         ({}, {}, "not = [toml", "not valid TOML"),
         ({}, {"PULSARCAST_ANNOUNCE": "sometimes"}, None, "announce: expected one of"),
         ({}, {"PULSARCAST_SLOW_PARENT_AFTER": "0"}, None, "slow_parent_after: must be positive"),
+        ({}, {"PULSARCAST_FLAT_FANOUT": "65"}, None, "flat_fanout: between 0 and 64"),
+        ({}, {"PULSARCAST_FLAT_FANOUT": "many"}, None, "PULSARCAST_FLAT_FANOUT"),
+        ({}, {"PULSARCAST_DELEGATE_TTL": "60"}, None, "delegate_ttl: 0 (off) or at least"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(
