@@ -257,6 +257,8 @@ def summary_table(s: dict[str, Any]) -> Any:
                 f"{s['filtered_subscriptions']:,} / {s['unwanted']:,}",
             )
         )
+    if s.get("restarted"):
+        rows.append(("re-deliveries after restarts (suppressed)", f"{s['redelivered']:,}"))
     if s.get("forwards_down"):
         fp, down = s["forwards_false_positive"], s["forwards_down"]
         rows.append(("false-positive forwards", f"{fp:,} of {down:,} ({fp / down:.1%})"))

@@ -47,8 +47,11 @@ config, same records file, byte for byte.
    fetches with it); its block store survives (Kubo's repository is on disk).
    With ``restart`` the node comes back that long after with a fresh
    ``PulsarcastNode`` for the same peer ID, which re-subscribes to its topics
-   with ``since`` = its crash time (as the sidecar's persisted state would make
-   it do), so the core recovers the events created while it was down.
+   with ``since`` = the time each subscription started (as the sidecar's
+   persisted state makes it do), so the core recovers the events created while
+   it was down and those it had received but not yet delivered (waiting for a
+   parent) when it crashed; what it had delivered before is re-delivered and,
+   as the sidecar's delivery log does, not counted as a duplicate.
 
 Every :class:`~pulsarcast_ipfs.records.MetricRecord` output goes, as a JSON
 line with ``system="sim"``, to ``records.jsonl`` (or ``.jsonl.gz``) as it
@@ -306,6 +309,10 @@ class Simulation(NetDriver):
         self._done: dict[str, OperationDone] = {}
         self.tables = RoutingTables(self.peer_ids, k=c.k, rng=substream(c.seed, "k-buckets"))
         self.crashed_at = [T0] * n
+        self.sub_started: dict[tuple[int, int], float] = {}
+        """(node, topic index) -> when the node first subscribed (its creator: when it
+        created the topic): the ``since`` of its resumed subscription after a restart, as
+        the sidecar's ``state.json`` keeps it."""
         self.topic_cids: list[CID | None] = [None] * len(self.scaled.topics)
         self.topic_names = [t.name for t in self.scaled.topics]
         self._topic_pos = {t: i for i, t in enumerate(self.topic_names)}
@@ -387,6 +394,7 @@ class Simulation(NetDriver):
                     raise SimulationError(f"creating topic {t.name!r} failed: {done.error}")
                 cid = done.result
             self.topic_cids[ti] = cid
+            self.sub_started[(t.creator, ti)] = t0
         sub_rng = substream(c.seed, "subscribe")
         for i, subs in enumerate(self.scaled.subscriptions):
             for name in subs:
@@ -508,6 +516,7 @@ class Simulation(NetDriver):
         cid = self.topic_cids[ti]
         assert cid is not None, "topics are created before anyone subscribes"
         self.stats.set_subscribed(i, self.topic_names[ti], True)
+        self.sub_started.setdefault((i, ti), self.heap.now)
         before = self.stats_subscribed_records
         kw: dict[str, Any] = {}
         if since is not None:
@@ -645,12 +654,20 @@ class Simulation(NetDriver):
             self.stats.restarted += 1
             self._make_node(i, now)
             self.stats.set_alive(i, True, ())
-            since = self.crashed_at[i]
+            # The sidecar resumes each subscription with ``since`` = when it started
+            # (state.json), not the crash time: an event received before the crash but
+            # still waiting for a parent (causal order) was never delivered, and with
+            # ``since`` = the crash time it would be history, never delivered.
+            # Re-deliveries of what the application had before the crash are suppressed
+            # by the sidecar's delivery log (RunStats.redelivered).
             for ti in self.creator_topics[i]:
+                since = self.sub_started.get((i, ti), self.crashed_at[i])
                 self.nodes[i].subscribe(now, self.topic_cids[ti], since=since)
                 self._drain(i)
             for name in self.scaled.subscriptions[i]:
-                self._subscribe(i, self._topic_pos[name], since=since)
+                ti = self._topic_pos[name]
+                since = self.sub_started.get((i, ti), self.crashed_at[i])
+                self._subscribe(i, ti, since=since)
         self.heap.push(now + self.config.detection_delay, self._DETECT, back, True)
 
 

@@ -99,6 +99,10 @@ class SimSummary:
     """(tree_filters) EVENTs sent down to a child."""
     forwards_false_positive: int = 0
     """(tree_filters) ...of which into a subtree whose summary did not match."""
+    redelivered: int = 0
+    """Re-deliveries, after a restart, of events the node's application had received
+    before its crash: the restarted core cannot know them; the sidecar's delivery log
+    suppresses them (not duplicates)."""
     deliveries_by_path: dict[str, int] = field(default_factory=dict)
     """Fast subscriptions (``--fast``): deliveries by the path of the first copy,
     ``group`` (from the publisher), ``helper``, ``tree``; empty without them."""
@@ -146,6 +150,9 @@ class RunStats:
         self.published = 0
         self.deliveries = 0
         self.duplicates = 0
+        self.redelivered = 0
+        # restarted node -> calls delivered by its current incarnation
+        self._incarnation: dict[int, set[int]] = {}
         self.recovered = 0
         self.other_deliveries = 0
         self.latency_hist: dict[int, int] = {}
@@ -194,6 +201,7 @@ class RunStats:
                 self._set_bit(self._members[t], node, False)
                 self._snapshot[t] = None
         else:
+            self._incarnation[node] = set()
             for name in topics:
                 self.set_subscribed(node, name, True)
 
@@ -316,6 +324,15 @@ class RunStats:
         delivered = self.call_delivered[j]
         assert delivered is not None
         byte, bit = node >> 3, 1 << (node & 7)
+        fresh = self._incarnation.get(node)
+        if fresh is not None:
+            if j in fresh:
+                self.duplicates += 1
+                return
+            fresh.add(j)
+            if delivered[byte] & bit:
+                self.redelivered += 1  # delivered before the crash: the log suppresses it
+                return
         if delivered[byte] & bit:
             self.duplicates += 1
             return
@@ -408,6 +425,7 @@ class RunStats:
             events_published=self.published,
             deliveries=self.deliveries,
             duplicates=self.duplicates,
+            redelivered=self.redelivered,
             recovered=self.recovered,
             expected_published=exp_pub,
             delivered_published=del_pub,
