@@ -25,7 +25,8 @@ peer IDs are new keyspace positions, so new trees, and all three digests changed
 Then (issue 13) a parent's lag limit became relative to its link's shortest round
 trip: ``busy``, whose links are slowed, changed once more; and flat trees (a
 node below a child of the root moves up; JOIN's new ``up`` field is in every JOIN
-frame) changed all three.
+frame) changed all three; and a parent's LEAVE to a child it drops as
+unreachable (crashes) changed ``busy``.
 """
 
 from __future__ import annotations
@@ -166,9 +167,10 @@ SCENARIOS: dict[str, Callable[[], CoreNet]] = {
 # Made on the commit before the split, then (busy, orphan) once more when the
 # hash-seed-dependent orders were fixed, then (busy, signed) when CoreNet took the
 # driver's timer arming, then all three with the one peer-ID generator, then busy
-# with the relative lag limit, then all three with flat trees (module docstring).
+# with the relative lag limit, then all three with flat trees, then busy with the
+# LEAVE to a dropped child (module docstring).
 GOLDEN = {
-    "busy": "e6fcfef924913aa489dae3815bd3e59d93f8b3c28d47def4a5c509f8c0a357c1",
+    "busy": "be80d69e4bf79e8a9d97640a40b717962aa1e83c5f540eb68d9862260e1e6afc",
     "signed": "ba561ac0465126b7f9d61df13933894de4edc8e67161b7e8c9c1c8270fc30109",
     "orphan": "fab48353f1e55f178078b23f7a25be3f9b8e94ec9927be8b51e173f625adb763",
 }

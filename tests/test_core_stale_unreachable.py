@@ -1,7 +1,7 @@
 """A child that restarts and JOINs again before its parent hears that a send to its
 previous incarnation failed (pure core, CoreNet).
 
-Diagnosis (not fixed yet; the test is a strict xfail until it is):
+Diagnosis (found by a helper, session 8; fixed as said at the end):
 
 The simulator found it (30 nodes, seed 2, 5 % loss, ``--crash 10%@1s``,
 ``--restart 5s``, 50 calls: 2 of 1,479 live deliveries missing, node 4 on topic
@@ -21,18 +21,16 @@ subscriber is cut off for good: it misses every later event of the topic, silent
 
 A driver's failure report can always be late (a send to a previous incarnation, or a
 connection that failed while a new one was being made); the core cannot tell by the
-report alone. Possible fixes, for the lead to choose (a wire-visible change either
-way): the parent answers ``peer_unreachable`` for a child that JOINed after its last
-send with a probe instead of a drop, or a joined child re-confirms its edge now and
-then even when it has nothing to advertise (an empty HEADS/DIGEST keep-alive, which
-``_edge_tree`` already turns into a re-adoption or a LEAVE and a new JOIN).
+report alone. Fix: a parent that drops a child it is told is unreachable sends it a
+LEAVE. A child alive after all takes it as the loss of its parent and JOINs again
+(it gets everything it lacks through the new edge's HEADS); a dead one never gets
+it, and the failure of that send is reported again, a no-op then. Without the LEAVE
+this test fails (it was a strict xfail before the fix).
 """
 
 from __future__ import annotations
 
 import random
-
-import pytest
 
 from pulsarcast_ipfs.core import PulsarcastNode
 from pulsarcast_ipfs.core.testing import CoreNet
@@ -47,10 +45,6 @@ def _restart(net: CoreNet, peer: str) -> None:
     net.call(peer, "set_known_peers", [p for p in net.peers if p != peer])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a late peer_unreachable for a re-joined child cuts it off for good (docstring)",
-)
 def test_a_child_back_before_a_late_failure_report_is_not_cut_off() -> None:
     net = CoreNet(3, seed=7)  # unreachable_after: 1 s
     author, child, _ = net.peers

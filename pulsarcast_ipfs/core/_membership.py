@@ -274,6 +274,11 @@ class Membership(NodeBase):
                 del tree.children[peer]
                 tree.edges.pop(peer, None)
                 changed = True
+                # Told so: a child that is alive after all (the failure report was
+                # about a send before it restarted and JOINed again) re-joins, rather
+                # than keep a parent that no longer sends it anything. A dead one
+                # never gets it (and its failure is reported again, now a no-op).
+                self._send(now, peer, Leave(topic=tree.key), tree.name)
             if tree.parent == peer:
                 self._parent_lost(now, tree, avoid=peer)
                 continue

@@ -250,7 +250,8 @@ def _table() -> tuple[Transition, ...]:
             joining + in_tree,
             I.CHILD_LOST,
             S.NONE,
-            "drop the child; nothing wants the topic any more: as unwanted",
+            "drop the child (failed: LEAVE to it, in case the report was late and it "
+            "is back); nothing wants the topic any more: as unwanted",
         )
         + _t(_ALL, I.CHILD_LOST, None, "")
         + _t(
