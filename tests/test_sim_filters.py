@@ -73,13 +73,14 @@ def test_filters_hold_under_loss_and_crashes(workload: Workload) -> None:
     assert s.coverage_live == 1.0 and s.crashed == 3
 
 
-def test_tree_filters_count_false_positive_forwards(workload: Workload) -> None:
+def test_tree_filters_prune_and_deliver_the_same(workload: Workload) -> None:
     _, s = _run(workload, tree_filters=True)
-    assert s.unwanted == 0 and s.coverage_published == 1.0
-    assert 0 < s.forwards_false_positive < s.forwards_down
+    assert s.unwanted == 0 and s.coverage_published == 1.0 and s.duplicates == 0
+    assert s.forwards_pruned > 0 and s.forwards_false_positive < s.forwards_down
     _, plain = _run(workload)
-    assert plain.forwards_down == plain.forwards_false_positive == 0
-    assert plain.deliveries == s.deliveries  # summaries do not change what is delivered
+    assert plain.forwards_down == plain.forwards_false_positive == plain.forwards_pruned == 0
+    assert plain.deliveries == s.deliveries  # pruning does not change what is delivered
+    assert s.rpcs_total < plain.rpcs_total
 
 
 def test_a_bad_filter_is_a_spec_error() -> None:

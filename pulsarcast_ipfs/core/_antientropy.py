@@ -53,6 +53,7 @@ from multiformats import CID
 from . import _dagcbor
 from ._base import NodeBase
 from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, encode_frame
+from ._filters import matches_any
 from ._tree import Tree
 
 __all__ = ["DIGEST_REPEATS", "AntiEntropy", "fingerprint"]
@@ -87,7 +88,9 @@ class AntiEntropy(NodeBase):
     def _edge_knows(self, tree: Tree, peer: str | None, cid: CID) -> None:
         """``peer`` (if a tree neighbour) has ``cid`` or has been told of it."""
         if peer is not None and (peer in tree.children or peer == tree.parent):
-            tree.edge(peer).known.add(cid)
+            edge = tree.edge(peer)
+            edge.known.add(cid)
+            edge.skipped.discard(cid)  # pruned, but it has it after all
 
     @staticmethod
     def _window_dropped(tree: Tree, cid: CID, created: float) -> None:
@@ -96,6 +99,7 @@ class AntiEntropy(NodeBase):
             tree.dropped_max = created
         for e in tree.edges.values():
             e.known.discard(cid)
+            e.skipped.discard(cid)
 
     def _heads_bound(self, now: float, tree: Tree) -> float:
         """Events created before this are not repaired here. A node with children
@@ -146,6 +150,17 @@ class AntiEntropy(NodeBase):
         entries += [(c, ts) for c, ts in reversed(tree.older.items())]
         # And what we are fetching, as advertised to us: the child fetches it too.
         entries += [(c, ts) for c, ts in tree.fetching.items() if c not in self._seen]
+        summary = self._target_summary(tree, peer) if peer != tree.parent else None
+        if summary is not None:
+            # Tree filters: not what the child's subtree does not want (pruned).
+            wanted = []
+            for c, ts in entries:
+                entry = self._events.get(c)
+                if entry is not None and not matches_any(summary, entry[1].attributes):
+                    self._prune_edge(tree, peer, c)
+                else:
+                    wanted.append((c, ts))
+            entries = wanted
         self._send_entries(now, tree, peer, entries)
 
     def _in_step(self, tree: Tree) -> bool:
@@ -171,8 +186,10 @@ class AntiEntropy(NodeBase):
         if len(fetching) > self.config.max_pending_fetches:
             for c in [c for c in fetching if c in self._seen or c not in self._fetches]:
                 del fetching[c]
+        skipped = tree.edge(peer).skipped
         for cid, created in entries:
             known.add(cid)
+            skipped.discard(cid)
             if cid in self._seen or cid in self._fetches or created < bound:
                 continue
             self._fetch(now, cid, "event", tree.key, peer)
@@ -246,14 +263,24 @@ class AntiEntropy(NodeBase):
         return max(self._heads_bound(now, tree), tree.dropped_max, 0.0)
 
     @staticmethod
-    def _window_items(tree: Tree, lo: float, hi: float) -> list[tuple[CID, float]]:
+    def _window_items(
+        tree: Tree, lo: float, hi: float, peer: str | None = None
+    ) -> list[tuple[CID, float]]:
+        """The window ``[lo, hi]`` of the edge to ``peer``: less what we pruned for
+        it (tree filters), which it never had."""
         items = [(c, ts) for c, ts in tree.recent.items() if lo <= ts <= hi]
         items += [(c, ts) for c, ts in tree.older.items() if lo <= ts <= hi]
+        edge = tree.edges.get(peer) if peer is not None else None
+        if edge is not None and edge.skipped:
+            skipped = edge.skipped
+            items = [e for e in items if e[0] not in skipped]
         return items
 
-    def _digest_window(self, now: float, tree: Tree, lo: float) -> tuple[float, float, int, int]:
+    def _digest_window(
+        self, now: float, tree: Tree, lo: float, peer: str
+    ) -> tuple[float, float, int, int]:
         hi = max(lo, now - self.config.heads_interval / 2)
-        count, total = fingerprint(c for c, _ in self._window_items(tree, lo, hi))
+        count, total = fingerprint(c for c, _ in self._window_items(tree, lo, hi, peer))
         return lo, hi, count, total
 
     def _send_digest(
@@ -267,9 +294,12 @@ class AntiEntropy(NodeBase):
         are due, or the edge differs). ``windows``: computed per ``lo`` this round."""
         edge = tree.edge(peer)
         lo = max(self._window_lo(now, tree), edge.peer_lo)
-        window = windows.get(lo)
-        if window is None:
-            window = windows[lo] = self._digest_window(now, tree, lo)
+        cached = None if edge.skipped else windows.get(lo)  # a pruned edge: its own
+        if cached is None:
+            cached = self._digest_window(now, tree, lo, peer)
+            if not edge.skipped:
+                windows[lo] = cached
+        window = cached
         lo, hi, count, total = window
         tick = self._heads_tick
         if edge.digest_sent != (lo, count, total):
@@ -300,7 +330,9 @@ class AntiEntropy(NodeBase):
             edge.differs = True
             self._repair(now, tree, peer, rpc.have)
             listed = {c for c, _ in rpc.have}
-            lacking = [e for e in self._window_items(tree, rpc.lo, rpc.hi) if e[0] not in listed]
+            lacking = [
+                e for e in self._window_items(tree, rpc.lo, rpc.hi, peer) if e[0] not in listed
+            ]
             if lacking:
                 lacking.sort(key=lambda e: e[1], reverse=True)
                 self._send_entries(now, tree, peer, lacking)
@@ -314,7 +346,7 @@ class AntiEntropy(NodeBase):
         if lo > rpc.lo:
             # Our window starts later: it cannot compare ours, but ours fits in its.
             if lo <= rpc.hi:
-                count, total = fingerprint(c for c, _ in self._window_items(tree, lo, rpc.hi))
+                count, total = fingerprint(c for c, _ in self._window_items(tree, lo, rpc.hi, peer))
                 self._send(
                     now,
                     peer,
@@ -322,7 +354,7 @@ class AntiEntropy(NodeBase):
                     tree.name,
                 )
             return
-        items = self._window_items(tree, rpc.lo, rpc.hi)
+        items = self._window_items(tree, rpc.lo, rpc.hi, peer)
         count, total = fingerprint(c for c, _ in items)
         if (count, total) == (rpc.count, rpc.sum):
             if edge.differs:
@@ -347,7 +379,7 @@ class AntiEntropy(NodeBase):
         """The answer to our DIGEST: list our events in each range that differs."""
         uppers = [u for u, _, _ in rpc.ranges]
         mine: list[list[tuple[CID, float]]] = [[] for _ in uppers]
-        for cid, ts in self._window_items(tree, rpc.lo, rpc.hi):
+        for cid, ts in self._window_items(tree, rpc.lo, rpc.hi, peer):
             i = bisect.bisect_left(uppers, ts)
             if i < len(mine):
                 mine[i].append((cid, ts))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from multiformats import CID
@@ -127,6 +127,7 @@ class NodeBase:
     _heads_at: float
     _heads_tick: int
     _forward_counts: dict[str, int]
+    _seen_parents: LRU
     _group_at: float | None
     _paths: LRU
     _group_pending: LRU
@@ -212,7 +213,7 @@ class NodeBase:
             exclude: str | None = None,
             only: str | None = None,
             skip: frozenset[str] | set[str] = frozenset(),
-            direct: tuple[str, ...] = (),
+            direct: Mapping[str, tuple[CID, ...] | None] = ...,
             pushed: int | None = None,
         ) -> None: ...
 
@@ -339,6 +340,31 @@ class NodeBase:
         ) -> None: ...
 
         def _count_forward(self, tree: Tree, peer: str, ev: EventDescriptor) -> None: ...
+
+        def _count_received(self, tree: Tree, sender: str | None, ev: EventDescriptor) -> None: ...
+
+        # _pruning
+        def _unwanted(self, tree: Tree, ev: EventDescriptor) -> bool: ...
+
+        def _keeps(self, tree: Tree, ev: EventDescriptor) -> bool: ...
+
+        def _target_summary(self, tree: Tree, peer: str) -> tuple[Filter, ...] | None: ...
+
+        def _parents_of(self, cid: CID, ev: EventDescriptor) -> tuple[CID, ...]: ...
+
+        def _parents_for(
+            self, summary: tuple[Filter, ...], ev: EventDescriptor, *, view: bool = True
+        ) -> tuple[CID, ...] | None: ...
+
+        def _prune_edge(self, tree: Tree, peer: str, cid: CID, *, count: bool = True) -> None: ...
+
+        def _first_hop(
+            self, tree: Tree, ev: EventDescriptor
+        ) -> dict[str, tuple[CID, ...] | None] | None: ...
+
+        def _learn_seen_parents(
+            self, tree: Tree, ev: EventDescriptor, parents: tuple[CID, ...] | None
+        ) -> None: ...
 
         # _push
         def _members_changed(self, now: float, tree: Tree) -> None: ...

@@ -78,6 +78,7 @@ __all__ = [
     "MAX_HEADS",
     "MAX_MEMBERS",
     "MAX_RANGES",
+    "MAX_SEEN_PARENTS",
     "Digest",
     "Event",
     "FrameDecoder",
@@ -113,6 +114,8 @@ MAX_RANGES: Final = 16
 """Ranges in one DIGEST answer (``ranges``)."""
 MAX_SUMMARY: Final = 16
 """Filters in one summary (JOIN's ``summary``, SUMMARY's ``filters``)."""
+MAX_SEEN_PARENTS: Final = 64
+"""Most CIDs in EVENT's ``parents`` (the parents a filtered subtree sees)."""
 MAX_GROUP_ASSIGN: Final = 64
 """Members one helper may be assigned (GROUP_ASSIGN), and the largest ``spare``."""
 MAX_GROUP_TTL: Final = 3600.0
@@ -262,6 +265,12 @@ class Event(_Message):
     """Set by a publisher that sent this event straight to the members of the root's
     MEMBERS list of this epoch (and to its parent): the root does not send it to them
     again, and a member takes it from the publisher although it is no tree neighbour."""
+    parents: tuple[CID, ...] | None = None
+    """(wire 2.5, tree filters) The event's parents as the receiver's filtered subtree
+    sees them: each parent the sender did not (and will not) send there because the
+    receiver's summary does not match it is replaced by *its* parents, recursively
+    (docs/protocol-notes.md "Filters in the tree"). Left out when nothing was pruned."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"parents"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -270,6 +279,13 @@ class Event(_Message):
             _bytes(self.topic_block, "topicBlock", MAX_DESCRIPTOR_SIZE)
         if self.pushed is not None:
             _uint(self.pushed, "pushed")
+        if self.parents is not None:
+            if not isinstance(self.parents, tuple) or len(self.parents) > MAX_SEEN_PARENTS:
+                raise _bad(f"parents: expected at most {MAX_SEEN_PARENTS} CIDs")
+            for c in self.parents:
+                _cid(c, "parents[]")
+            if len(set(self.parents)) != len(self.parents):
+                raise _bad("parents: a CID is given twice")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -448,6 +464,11 @@ class Members(_Message):
     topic: CID
     epoch: int
     members: tuple[str, ...]
+    summaries: tuple[tuple[str, ...], ...] | None = None
+    """(wire 2.5, tree filters) Each member's subtree summary, in the order of
+    ``members`` (``("*",)``: everything): a publisher pushes an event only to the
+    members whose summary matches it."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"summaries"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -456,6 +477,11 @@ class Members(_Message):
             raise _bad(f"members: expected at most {MAX_MEMBERS} peer IDs")
         for peer in self.members:
             _check_peer(peer, "members[]")
+        if self.summaries is not None:
+            if not isinstance(self.summaries, tuple) or len(self.summaries) != len(self.members):
+                raise _bad("summaries: expected one summary per member")
+            for summary in self.summaries:
+                _summary(summary, "summaries[]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -656,7 +682,11 @@ _BY_OP: Final[dict[str, type[_Message]]] = {cls.op: cls for cls in _ALL}
 def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
     """The map header and, in canonical key order, each key's bytes and field name."""
     keys: list[tuple[bytes, str | None]] = [(b"op", None)]
-    keys += [(cls._wire.get(f.name, f.name).encode(), f.name) for f in fields(cls)]  # type: ignore[arg-type]
+    keys += [
+        (cls._wire.get(f.name, f.name).encode(), f.name)
+        for f in fields(cls)  # type: ignore[arg-type]
+        if f.name not in cls._optional  # left out when None: the plan is the usual shape
+    ]
     keys.sort(key=lambda kv: (len(kv[0]), kv[0]))
     head = bytearray()
     _dagcbor._head(5, len(keys), head)
@@ -711,8 +741,8 @@ def encode_rpc(rpc: Rpc) -> bytes:
     computed once; values are encoded by the dag-cbor encoder. Messages are
     validated on construction, so the values are encodable.
     """
-    if rpc._optional:
-        return _dagcbor.encode(rpc.to_ipld())  # rare messages: the general encoder
+    if rpc._optional and any(getattr(rpc, n) is not None for n in rpc._optional):
+        return _dagcbor.encode(rpc.to_ipld())  # optional fields set: the general encoder
     head, items = _PLANS[type(rpc)]
     out = bytearray(head)
     enc = _dagcbor._enc
@@ -786,10 +816,14 @@ def decode_rpc(body: bytes) -> Rpc:
             if not isinstance(value, list):
                 raise RemoteProtocolError(f"{op}: members must be a list")
             value = tuple(value)
-        elif name in ("filters", "summary"):
+        elif name in ("filters", "summary", "parents"):
             if not isinstance(value, list):
                 raise RemoteProtocolError(f"{op}: {name} must be a list")
             value = tuple(value)
+        elif name == "summaries":
+            if not isinstance(value, list) or not all(isinstance(v, list) for v in value):
+                raise RemoteProtocolError(f"{op}: summaries must be a list of lists")
+            value = tuple(tuple(v) for v in value)
         kwargs[name] = value
     try:
         rpc = cls(**kwargs)

@@ -12,6 +12,10 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
 from multiformats import CID
 
 from pulsarcast_ipfs.records import RecordKind
@@ -27,13 +31,14 @@ from ._descriptors import (
     sort_parents,
 )
 from ._errors import DescriptorError
-from ._filters import matches
+from ._filters import Filter, matches, matches_any
 from ._io import Deliver, StoreBlock, TopicUpdated
 from ._tree import Tree
 
 __all__ = ["Dissemination"]
 
 _MAX_STASH = 256
+_NO_PEERS: Mapping[str, tuple[CID, ...] | None] = MappingProxyType({})
 
 
 _MAX_TIPS = 256  # DAG heads tracked per topic for LAST_SEEN linking
@@ -81,6 +86,9 @@ class Dissemination(NodeBase):
                 self._send(now, peer, Leave(topic=tree.key), tree.name)
         if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
+        seen_parents = rpc.parents
+        if seen_parents is not None and peer != tree.parent and ev.publisher != peer:
+            seen_parents = None  # only the ones who prune for us (parent, first hop) say
         self._accept_event(
             now,
             tree,
@@ -89,6 +97,7 @@ class Dissemination(NodeBase):
             recovered=False,
             block=rpc.topic_block,
             pushed=rpc.pushed,
+            seen_parents=seen_parents,
         )
 
     def _accept_event(
@@ -102,10 +111,13 @@ class Dissemination(NodeBase):
         block: bytes | None = None,
         forward: bool = True,
         pushed: int | None = None,
+        seen_parents: tuple[CID, ...] | None = None,
     ) -> bool:
         """§5 Forward: verify, drop duplicates, store, forward, deliver.
 
-        ``forward=False``: history back-fill (kept and offered, not sent on)."""
+        ``forward=False``: history back-fill (kept and offered, not sent on).
+        ``seen_parents``: the EVENT's ``parents`` (our parent pruned some of the
+        event's: :mod:`._pruning`)."""
         cid = ev.cid
         self._edge_knows(tree, sender, cid)
         pending = self._fetches.get(cid)
@@ -145,6 +157,9 @@ class Dissemination(NodeBase):
                 return False
         self._seen.put(cid)
         self._events.put(cid, (tree.key, ev))
+        self._learn_seen_parents(tree, ev, seen_parents)
+        if not recovered:
+            self._count_received(tree, sender, ev)
         if not self._retain(now, tree, cid, ev):
             self._emit(StoreBlock(cid=cid, data=ev.encode(), own=ev.publisher == self.peer_id))
         self._note_recent(tree, cid, ev)
@@ -166,7 +181,7 @@ class Dissemination(NodeBase):
                 self._window_dropped(tree, *tree.older.popitem(last=False))
         # LAST_SEEN heads: an event seen is a head until an event seen links it.
         tips = tree.tips
-        for p in ev.parents:
+        for p in self._parents_of(cid, ev):
             tips.pop(p, None)
             self._linked.put(p)
         if cid not in self._linked:
@@ -204,11 +219,12 @@ class Dissemination(NodeBase):
         exclude: str | None = None,
         only: str | None = None,
         skip: frozenset[str] | set[str] = frozenset(),
-        direct: tuple[str, ...] = (),
+        direct: Mapping[str, tuple[CID, ...] | None] = _NO_PEERS,
         pushed: int | None = None,
     ) -> None:
         """EVENT ``cid`` to every tree neighbour (or ``only`` one) but ``exclude`` and
-        ``skip``; also to ``direct`` peers (a publisher's first hop, ``pushed``)."""
+        ``skip``, pruned by their summaries (tree filters); also to ``direct`` peers (a
+        publisher's first hop, ``pushed``), each with its ``parents`` if not None."""
         entry = self._events.get(cid)
         if entry is None:
             return
@@ -219,14 +235,42 @@ class Dissemination(NodeBase):
             block = desc.encode() if desc is not None else None
         rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed)
         targets = [only] if only is not None else tree.neighbours()
-        data = encode_frame(rpc)  # one frame for every neighbour
+        data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
         for peer in targets:
             if peer != exclude and peer not in skip:
-                self._send(now, peer, rpc, tree.name, data)
+                summary = self._target_summary(tree, peer) if peer != tree.parent else None
+                if summary is None:
+                    self._send(now, peer, rpc, tree.name, data)
+                elif not matches_any(summary, ev.attributes):
+                    self._prune_edge(tree, peer, cid)  # nobody there wants it
+                    continue
+                else:
+                    self._send_pruned(now, tree, peer, rpc, data, summary, ev)
                 tree.edge(peer).known.add(cid)
                 self._count_forward(tree, peer, ev)
-        for peer in direct:
+        for peer, parents in direct.items():
+            if parents is None:
+                self._send(now, peer, rpc, tree.name, data)
+            else:  # a pruned first hop (:meth:`_first_hop`)
+                self._send(now, peer, replace(rpc, parents=parents), tree.name)
+
+    def _send_pruned(
+        self,
+        now: float,
+        tree: Tree,
+        peer: str,
+        rpc: Event,
+        data: bytes,
+        summary: tuple[Filter, ...],
+        ev: EventDescriptor,
+    ) -> None:
+        """An EVENT to a filtered subtree: with ``parents`` as it sees them, if it
+        would not receive some of the event's own."""
+        parents = self._parents_for(summary, ev)
+        if parents is None:
             self._send(now, peer, rpc, tree.name, data)
+        else:
+            self._send(now, peer, replace(rpc, parents=parents), tree.name)
 
     def _offer(self, now: float, tree: Tree, cid: CID, recovered: bool) -> None:
         """Deliver ``cid`` once, after all its parents (causal order), or park it (gap
@@ -249,8 +293,9 @@ class Dissemination(NodeBase):
                     stack.append(item)
                 continue
             wait_on: CID | None = None
+            unwanted = self._unwanted(t, ev)  # tree filters: nobody below wants it
             if self._waiting_count < self.config.max_waiting_events:
-                for parent in ev.parents:
+                for parent in self._parents_of(cur, ev):
                     if parent in self._delivered or parent in self._gave_up:
                         continue
                     pentry = self._events.get(parent)
@@ -262,6 +307,8 @@ class Dissemination(NodeBase):
                             stack.append((key, parent, rec))
                     elif parent in self._seen:
                         continue  # seen long ago, evicted from the cache
+                    elif unwanted:
+                        continue  # its unknown parents are not ours to fetch
                     else:
                         # A live event's parent is usually on its way (concurrent
                         # publishers, another path): fetch it only if it does not come.

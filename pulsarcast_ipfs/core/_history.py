@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -290,6 +290,14 @@ class TopicHistory:
             del keys[:i]
             self._drop_missing_below()
         return out
+
+    def note_outside(self, cids: Iterable[CID]) -> None:
+        """These events are not this history's to keep (tree filters: the node's
+        subtree does not want them): not missing, and not fetched."""
+        for cid in cids:
+            if cid not in self._events:
+                self._missing.discard(cid)
+                self._note_outside(cid)
 
     def _note_outside(self, cid: CID) -> None:
         self._outside[cid] = None

@@ -66,6 +66,7 @@ signatures one part calls in another, checked by mypy):
 :mod:`._fastgroup`     fast groups: a publisher's events straight to the members
                        that asked, two hops at most (:mod:`._groupstate`)
 :mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
+:mod:`._pruning`       pruning on the summaries (forward, ``parents``, what is wanted)
 =====================  =========================================================
 """
 
@@ -108,6 +109,7 @@ from ._fastgroup import FastGroups
 from ._io import Output
 from ._liveness import Liveness
 from ._membership import Membership
+from ._pruning import Pruning
 from ._publish import Publishing
 from ._push import FirstHopPush
 from ._repair import Repair
@@ -134,6 +136,7 @@ class PulsarcastNode(
     FirstHopPush,
     FastGroups,
     Summaries,
+    Pruning,
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
 
@@ -208,7 +211,8 @@ class PulsarcastNode(
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
         self._heads_tick = 0
-        self._forward_counts = {"down": 0, "false_positive": 0}
+        self._forward_counts = {"down": 0, "false_positive": 0, "pruned": 0}
+        self._seen_parents = LRU(c.event_cache_size)  # event -> parents a pruned edge gave
         self._group_at = None  # fast groups: the next refresh and expiry round
         self._paths = LRU(c.event_cache_size)  # event -> the group path it came by first
         self._group_pending = LRU(c.event_cache_size)  # event -> tree: tree copy to forward

@@ -50,6 +50,7 @@ from multiformats import CID
 
 from ._base import NodeBase
 from ._codec import MAX_MEMBERS, Members, encode_frame
+from ._filters import MATCH_ALL, matches_any, parse_filter, render_filter
 from ._tree import Tree
 from ._treestate import ROOT_STATES, tree_state
 
@@ -76,9 +77,11 @@ class FirstHopPush(NodeBase):
         if not self._is_root(tree) or not tree.children:
             return
         members = (self.peer_id, *sorted(tree.children)[: MAX_MEMBERS - 1])
+        summaries = self._member_summaries(tree, members)
         last = tree.member_sets.get(tree.member_epoch)
-        if last is not None and last == frozenset(members):
+        if last is not None and last == frozenset(members) and summaries == tree.summaries_listed:
             return  # what the children were told already
+        tree.summaries_listed = summaries
         if not tree.member_sets:
             # A random first epoch: a list from an earlier root (failover) that is
             # still passed on below a relay cannot name one of this root's epochs.
@@ -87,10 +90,23 @@ class FirstHopPush(NodeBase):
         tree.member_sets[tree.member_epoch] = frozenset(members)
         for old in [e for e in tree.member_sets if e <= tree.member_epoch - _EPOCHS_KEPT]:
             del tree.member_sets[old]
-        rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members)
+        rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members, summaries=summaries)
         data = encode_frame(rpc)
         for peer in tree.children:
             self._send(now, peer, rpc, tree.name, data)
+
+    def _member_summaries(
+        self, tree: Tree, members: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], ...] | None:
+        """(tree filters) Each member's summary for MEMBERS (the root's own: ``*``)."""
+        if not self.config.tree_filters:
+            return None
+        everything = (render_filter(MATCH_ALL),)
+        out = []
+        for m in members:
+            summary = tree.child_summaries.get(m)
+            out.append(everything if summary is None else tuple(map(render_filter, summary)))
+        return tuple(out)
 
     def _on_members(self, now: float, peer: str, rpc: Members) -> None:
         tree = self._trees.get(rpc.topic)
@@ -99,6 +115,11 @@ class FirstHopPush(NodeBase):
         tree.members = rpc.members
         tree.members_epoch = rpc.epoch
         tree.members_from = peer
+        tree.member_summaries = {}
+        if rpc.summaries is not None and self.config.tree_filters:
+            # The codec checked the texts: canonical filters.
+            for m, texts in zip(rpc.members, rpc.summaries, strict=True):
+                tree.member_summaries[m] = tuple(parse_filter(t) for t in texts)
         # Deeper nodes push straight to the root's children too (two hops at most
         # for the rest): the list goes down the tree unchanged.
         data = encode_frame(rpc)
@@ -118,11 +139,19 @@ class FirstHopPush(NodeBase):
         if tree.members_epoch is None or tree.parent is None or tree.members_from != tree.parent:
             self._forward(now, tree, cid)
             return
-        direct = tuple(
-            m
-            for m in tree.members
-            if m != tree.parent and m not in tree.children and m != self.peer_id
-        )
+        entry = self._events.get(cid)
+        direct: dict[str, tuple[CID, ...] | None] | None
+        if tree.member_summaries and entry is not None:
+            direct = self._first_hop(tree, entry[1])  # tree filters: pruned
+            if direct is None:
+                self._forward(now, tree, cid)  # not soundly: by the tree
+                return
+        else:
+            direct = {
+                m: None
+                for m in tree.members
+                if m != tree.parent and m not in tree.children and m != self.peer_id
+            }
         self._forward(now, tree, cid, direct=direct, pushed=tree.members_epoch)
 
     def _forward_received(
@@ -137,8 +166,15 @@ class FirstHopPush(NodeBase):
             if self._is_root(tree):
                 covered = tree.member_sets.get(pushed)
                 if covered is not None:
+                    ev = self._events.get(cid)
                     for p in covered:
-                        if p in tree.children:
+                        if p in tree.children and p != sender:
+                            # The publisher sent it (or pruned it: tree filters).
+                            summary = self._target_summary(tree, p)
+                            if summary is not None and ev is not None:
+                                if not matches_any(summary, ev[1].attributes):
+                                    self._prune_edge(tree, p, cid, count=False)
+                                    continue
                             tree.edge(p).known.add(cid)
                     skip |= covered
             elif (

@@ -90,7 +90,12 @@ class Repair(NodeBase):
 
         Whether it was kept (and a ``StoreBlock`` with ``retain`` emitted)."""
         h = tree.history
-        if h is None or not h.add(cid, ev, now):
+        if h is None:
+            return False
+        if not self._keeps(tree, ev):
+            h.note_outside((cid,))  # tree filters: our subtree does not want it
+            return False
+        if not h.add(cid, ev, now):
             return False
         own = ev.publisher == self.peer_id
         self._emit(StoreBlock(cid=cid, data=ev.encode(), own=own, retain=True))
@@ -238,7 +243,10 @@ class Repair(NodeBase):
             ):
                 self._release(now, cid)
             if tree.history is not None and cid not in tree.history:
-                tree.history.add(cid, ev, now)  # outside the policy: remembered as such
+                if self._keeps(tree, ev):
+                    tree.history.add(cid, ev, now)  # outside the policy: remembered as such
+                else:
+                    tree.history.note_outside((cid,))
             self._fill_history(now, tree)
             return
         if not self._accept_event(now, tree, ev, sender=f.hint, recovered=True):

@@ -21,12 +21,11 @@ whatever the child sent (at most ``MAX_SUMMARY`` on the wire); a child without o
 (an older node, or ``tree_filters`` off) wants everything. A SUMMARY from a peer
 that is not a child is dropped (``not_child``).
 
-What it is used for so far: counting **false-positive forwards** — an EVENT sent
-down to a child whose summary does not match it: nobody in that subtree wanted it
-(:attr:`filter_forwards`). Events still go to every neighbour: pruning on the
-summaries needs causal delivery, gap repair, anti-entropy and history completeness
-to stop waiting for (and fetching) the events a subtree does not want
-(docs/protocol-notes.md "Filters in the tree" lists what is left).
+The parent prunes by the summaries (:mod:`._pruning`): an event goes down only
+into the subtrees whose summary matches it. What is counted
+(:attr:`filter_forwards`): EVENTs sent down (``down``), those into a subtree whose
+summary did not match after all (``false_positive``: a merge widened it, or the
+summary changed on the way), and the sends pruned (``pruned``).
 
 (:class:`Summaries` is a part of :class:`~._node.PulsarcastNode`: a mixin over
 :class:`~._base.NodeBase`, which declares the state and methods they share.)
@@ -59,6 +58,7 @@ class Summaries(NodeBase):
         """What this node's subtree wants: its own interest and its children's."""
         for gone in [p for p in tree.child_summaries if p not in tree.children]:
             del tree.child_summaries[gone]
+            tree.child_wants.pop(gone, None)
         filters = self._own_interest(tree)
         for child in tree.children:
             filters.extend(tree.child_summaries.get(child, (MATCH_ALL,)))
@@ -80,10 +80,9 @@ class Summaries(NodeBase):
         tree.summary_due = None
         if tree.parent is None or not tree.joined:
             return  # the next JOIN carries it
-        texts = self.subtree_summary(tree.key)
-        if texts == tree.summary_sent:
+        texts = self._note_summary_sent(tree)
+        if texts is None:
             return
-        tree.summary_sent = texts
         tree.summary_at = now
         self._send(now, tree.parent, Summary(topic=tree.key, filters=texts), tree.name)
 
@@ -91,8 +90,18 @@ class Summaries(NodeBase):
         """JOIN's ``summary`` (None: ``tree_filters`` off, the older JOIN)."""
         if not self.config.tree_filters:
             return None
-        texts = self.subtree_summary(tree.key)
+        self._note_summary_sent(tree)
+        return tree.summary_sent
+
+    def _note_summary_sent(self, tree: Tree) -> tuple[str, ...] | None:
+        """The summary the parent is now told (its texts; None: unchanged). From then
+        on the parent prunes by it, so this node wants only what it matches."""
+        filters = self._subtree_summary(tree)
+        texts = tuple(render_filter(f) for f in filters)
+        if texts == tree.summary_sent:
+            return None
         tree.summary_sent = texts
+        tree.summary_filters = filters
         return texts
 
     def _on_summary(self, now: float, peer: str, rpc: Summary) -> None:
@@ -109,24 +118,38 @@ class Summaries(NodeBase):
         kept within ``summary_bound`` filters."""
         if texts is None:
             tree.child_summaries.pop(peer, None)
+            tree.child_wants.pop(peer, None)
         else:
             # the codec checked the texts: canonical filters
             parsed = [parse_filter(t) for t in texts]
             tree.child_summaries[peer] = merge(parsed, self.config.summary_bound)
+            tree.child_wants[peer] = tuple(parsed)
         self._summary_changed(now, tree)
+        self._members_changed(now, tree)  # a root lists its children's summaries
 
     def _count_forward(self, tree: Tree, peer: str, ev: EventDescriptor) -> None:
-        """An EVENT sent to ``peer``: count it if it went down to a child, and as a
-        false positive if that child's subtree summary does not match it."""
-        if not self.config.tree_filters or peer not in tree.children:
+        """An EVENT sent to ``peer``: count it if it went down to a child."""
+        if self.config.tree_filters and peer in tree.children:
+            self._forward_counts["down"] += 1
+
+    def _count_received(self, tree: Tree, sender: str | None, ev: EventDescriptor) -> None:
+        """A new event from our parent or its publisher's first hop: a false positive
+        if nobody in this subtree wants it, by the filters as they were before any
+        merge (this node's own interest, each child's summary as it sent it)."""
+        if not self.config.tree_filters or sender is None or sender in tree.children:
             return
-        self._forward_counts["down"] += 1
-        summary = tree.child_summaries.get(peer)
-        if summary is not None and not matches_any(summary, ev.attributes):
-            self._forward_counts["false_positive"] += 1
+        if tree.summary_filters is None or MATCH_ALL in tree.summary_filters:
+            return  # we asked for everything
+        if matches_any(self._own_interest(tree), ev.attributes):
+            return
+        for summary in tree.child_wants.values():
+            if matches_any(summary, ev.attributes):
+                return
+        self._forward_counts["false_positive"] += 1
 
     @property
     def filter_forwards(self) -> dict[str, int]:
-        """(tree_filters) EVENTs sent down to children (``down``), and of those the
-        ones into a subtree whose summary did not match (``false_positive``)."""
+        """(tree_filters) EVENTs sent down to children (``down``), of those the ones
+        into a subtree whose summary did not match (``false_positive``), and the sends
+        pruned: to a child or a member whose summary did not match (``pruned``)."""
         return dict(self._forward_counts)

@@ -83,6 +83,10 @@ class EdgeSync:
     peer_lo: float = 0.0
     """Where the neighbour's window starts (from its DIGESTs): ours are sent from
     there on, so that it can compare them."""
+    skipped: set[CID] = field(default_factory=set)
+    """(tree filters) Events not sent to this child because its summary did not
+    match them (:mod:`._pruning`): in ``known``, and left out of this edge's DIGEST
+    windows on our side until the child shows it has one after all."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -146,13 +150,23 @@ class Tree:
     """(root) The member sets of the last few epochs (what a ``pushed`` event covered)."""
     members_due: float | None = None
     """(root) Send MEMBERS then (children changed)."""
+    summaries_listed: tuple[tuple[str, ...], ...] | None = None
+    """(root, tree filters) The members' summaries in the last MEMBERS sent."""
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
     child_summaries: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
     """(tree_filters) What each child's subtree wants (JOIN's summary, SUMMARY); a
     child without an entry wants everything."""
+    child_wants: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
+    """(tree_filters) Each child's summary as it sent it, before any merge here (what
+    a false-positive forward is measured by)."""
     summary_sent: tuple[str, ...] | None = None
     """(tree_filters) The summary the parent was last told (in a JOIN or SUMMARY)."""
+    summary_filters: tuple[Filter, ...] | None = None
+    """(tree_filters) ``summary_sent`` parsed: what this node's subtree wants."""
+    member_summaries: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
+    """(tree_filters, child of a root) Each member's summary from the root's MEMBERS:
+    a publisher's first hop is pruned by it (:mod:`._pruning`)."""
     summary_due: float | None = None
     """(tree_filters) Send SUMMARY then, if the summary changed."""
     summary_at: float = float("-inf")

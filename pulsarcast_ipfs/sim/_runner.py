@@ -637,6 +637,7 @@ class Simulation(NetDriver):
         if counts:
             self.stats.forwards_down += counts.get("down", 0)
             self.stats.forwards_false_positive += counts.get("false_positive", 0)
+            self.stats.forwards_pruned += counts.get("pruned", 0)
 
     def _detect(self, peers: list[int], alive: bool) -> None:
         now = self.heap.now

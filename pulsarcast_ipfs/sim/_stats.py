@@ -98,7 +98,10 @@ class SimSummary:
     forwards_down: int = 0
     """(tree_filters) EVENTs sent down to a child."""
     forwards_false_positive: int = 0
-    """(tree_filters) ...of which into a subtree whose summary did not match."""
+    """(tree_filters) Events received from a parent (or a first hop) that nobody in the
+    receiver's subtree wanted (its summary was merged wider)."""
+    forwards_pruned: int = 0
+    """(tree_filters) Sends pruned: to a child or a member whose summary did not match."""
     redelivered: int = 0
     """Re-deliveries, after a restart, of events the node's application had received
     before its crash: the restarted core cannot know them; the sidecar's delivery log
@@ -177,6 +180,7 @@ class RunStats:
         self.unwanted = 0
         self.forwards_down = 0
         self.forwards_false_positive = 0
+        self.forwards_pruned = 0
 
     # -- membership -------------------------------------------------------------------
 
@@ -458,6 +462,7 @@ class RunStats:
             unwanted=self.unwanted,
             forwards_down=self.forwards_down,
             forwards_false_positive=self.forwards_false_positive,
+            forwards_pruned=self.forwards_pruned,
         )
 
     def missing_report(self, limit: int = 20) -> list[tuple[int, int, list[int]]]:

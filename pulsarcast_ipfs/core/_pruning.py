@@ -1,0 +1,186 @@
+"""Filters in the tree, second part (issue 15 point 3): pruning on the summaries.
+
+Theory of operation
+-------------------
+With ``NodeConfig.tree_filters`` a child's subtree summary (:mod:`._summaries`) is
+a promise: nobody below it wants an event its summary does not match. So
+
+* **Forward.** An event goes down only to the children whose summary matches it
+  (a child without a summary wants everything), and up as always. A publisher's
+  first hop does the same with the summaries the root lists beside its MEMBERS.
+  An event not sent to a child is *pruned* for that edge
+  (:attr:`~._tree.EdgeSync.skipped`): the child is taken as knowing it (HEADS do
+  not advertise it) and the edge's DIGEST windows leave it out on the parent's side,
+  where the child never had it, so anti-entropy does not repair it as a gap.
+* **Causal delivery.** The events a filtered subtree receives link parents it will
+  never receive. An EVENT sent down a filtered edge therefore carries ``parents``:
+  the event's parents *as that subtree sees them*, each pruned parent replaced by
+  its own parents, recursively (a walk over what the sender holds, at most
+  ``_WALK_BUDGET`` events; what it cannot expand stays as is). The receiver waits
+  for (and repairs) those instead: the matching events still come in causal order,
+  through the unwanted ones in between, and a matching event lost on the way is
+  still found by the links of its matching descendants. The receiver keeps the
+  replacement (:attr:`_seen_parents`) for its own subtree's walks.
+* **What a filtered node wants.** An event its own summary does not match (its own
+  subtree's, a stale reference fetched anyway) is not waited for, does not make its
+  parents wanted, and is not retained in its history; the parents a received event
+  named but the sender pruned are outside its history, not missing. So the only
+  events a filtered node ever fetches are ones its subtree wants, or ones a walk
+  could not expand (then one block, and no further).
+
+A node trusts its tree parent for what it prunes: it already trusts it to forward
+at all, and anti-entropy with the same parent is what repairs a loss. A relay
+that lies about ``parents`` can hide events from its filtered subtree; docs/security.md
+says so.
+
+(:class:`Pruning` is a part of :class:`~._node.PulsarcastNode`: a mixin over
+:class:`~._base.NodeBase`, which declares the state and methods they share.)
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from multiformats import CID
+
+from ._base import NodeBase
+from ._codec import MAX_SEEN_PARENTS
+from ._descriptors import EventDescriptor, sort_parents
+from ._filters import MATCH_ALL, Filter, covers, matches_any
+from ._tree import Tree
+
+__all__ = ["Pruning"]
+
+_WALK_BUDGET: Final = 256
+"""Most events one ``parents`` walk expands (the rest are named as they are)."""
+
+
+class _PartialView(Exception):
+    """This node's view of an event's ancestry is pruned below what a target wants."""
+
+
+class Pruning(NodeBase):
+    """Pruning on subtree summaries (a part of :class:`~._node.PulsarcastNode`)."""
+
+    @staticmethod
+    def _own_filters(tree: Tree) -> tuple[Filter, ...] | None:
+        """What this node told its parent its subtree wants, when that prunes
+        anything (None: it wants everything, or tree filters are off)."""
+        own = tree.summary_filters
+        if own is None or MATCH_ALL in own:
+            return None
+        return own
+
+    def _unwanted(self, tree: Tree, ev: EventDescriptor) -> bool:
+        """Whether nobody in this node's subtree wants ``ev`` (its own summary)."""
+        own = self._own_filters(tree)
+        return own is not None and not matches_any(own, ev.attributes)
+
+    def _keeps(self, tree: Tree, ev: EventDescriptor) -> bool:
+        """Whether this node's retained history takes ``ev``: its own events, and
+        what its subtree wants."""
+        return ev.publisher == self.peer_id or not self._unwanted(tree, ev)
+
+    def _target_summary(self, tree: Tree, peer: str) -> tuple[Filter, ...] | None:
+        """The summary a send to ``peer`` is pruned by: a child's, or a member's from
+        the root's list (a publisher's first hop); None: it wants everything."""
+        if not self.config.tree_filters:
+            return None
+        summary = tree.child_summaries.get(peer)
+        if summary is None and peer not in tree.children and peer != tree.parent:
+            summary = tree.member_summaries.get(peer)
+        if summary is None or MATCH_ALL in summary:
+            return None
+        return summary
+
+    def _parents_of(self, cid: CID, ev: EventDescriptor) -> tuple[CID, ...]:
+        """``ev``'s parents as this node sees them (a pruned edge replaced some)."""
+        seen: tuple[CID, ...] | None = self._seen_parents.get(cid)
+        return ev.parents if seen is None else seen
+
+    def _parents_for(
+        self, summary: tuple[Filter, ...], ev: EventDescriptor, *, view: bool = True
+    ) -> tuple[CID, ...] | None:
+        """``ev``'s parents as a subtree with ``summary`` sees them: every parent it
+        does not want replaced by that parent's own, recursively. None: unchanged.
+
+        ``view=False``: ``summary`` may want what this node never received (a member
+        beside us, not below): expanding an event whose parents our own parent
+        rewrote would skip those, so :class:`_PartialView` is raised instead."""
+        out: set[CID] = set()
+        stack = list(self._parents_of(ev.cid, ev))
+        visited: set[CID] = set()
+        budget = _WALK_BUDGET
+        changed = False
+        while stack:
+            p = stack.pop()
+            if p in visited:
+                continue
+            visited.add(p)
+            entry = self._events.get(p)
+            if entry is None or budget <= 0 or matches_any(summary, entry[1].attributes):
+                out.add(p)  # wanted there, or not known here: named as it is
+                continue
+            budget -= 1
+            changed = True
+            seen = self._seen_parents.get(p)
+            if seen is not None and not view:
+                raise _PartialView
+            stack.extend(entry[1].parents if seen is None else seen)
+        if not changed:
+            return None
+        # The newest first when there are too many (their clocks bound the rest).
+        ranked = sorted(out, key=lambda c: self._clock_of(c), reverse=True)
+        return sort_parents(ranked[:MAX_SEEN_PARENTS])
+
+    def _clock_of(self, cid: CID) -> int:
+        entry = self._events.get(cid)
+        return -1 if entry is None else int(entry[1].clock)
+
+    def _first_hop(
+        self, tree: Tree, ev: EventDescriptor
+    ) -> dict[str, tuple[CID, ...] | None] | None:
+        """(tree filters) A publisher's first hop: for each member of the root's list
+        whose summary matches ``ev``, the ``parents`` it gets (None: unchanged); the
+        others are pruned. None when the first hop cannot be pruned soundly: a
+        member's parents would need events our own parent did not send us (the event
+        then goes by the tree, which prunes from a complete view)."""
+        out: dict[str, tuple[CID, ...] | None] = {}
+        own = self._own_filters(tree)
+        for m in tree.members:
+            if m == tree.parent or m in tree.children or m == self.peer_id:
+                continue
+            summary = self._target_summary(tree, m)
+            if summary is None:
+                out[m] = None
+                continue
+            if not matches_any(summary, ev.attributes):
+                self._forward_counts["pruned"] += 1
+                continue
+            covered = own is None or all(any(covers(o, s) for o in own) for s in summary)
+            try:
+                out[m] = self._parents_for(summary, ev, view=covered)
+            except _PartialView:
+                return None
+        return out
+
+    def _prune_edge(self, tree: Tree, peer: str, cid: CID, *, count: bool = True) -> None:
+        """``cid`` is not sent to ``peer``: its subtree does not want it (``count``:
+        a send pruned here, not one the publisher's first hop pruned)."""
+        edge = tree.edge(peer)
+        edge.known.add(cid)
+        edge.skipped.add(cid)
+        if count:
+            self._forward_counts["pruned"] += 1
+
+    def _learn_seen_parents(
+        self, tree: Tree, ev: EventDescriptor, parents: tuple[CID, ...] | None
+    ) -> None:
+        """An EVENT came with ``parents`` (our parent pruned some of ``ev``'s): keep
+        them, and the pruned ones are outside our history, not missing."""
+        if parents is None:
+            return
+        self._seen_parents.put(ev.cid, parents)
+        if tree.history is not None:
+            kept = set(parents)
+            tree.history.note_outside(p for p in ev.parents if p not in kept)
