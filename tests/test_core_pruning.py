@@ -58,15 +58,6 @@ class FetchLog(CoreNet):
 
     def on_fetch_block(self, i: int, out: FetchBlock) -> None:
         self.fetched.append((self.peers[i], out.cid))
-        f = self._nodes[i]._fetches.get(out.cid)
-        role = "?"
-        if f is not None and f.hint is not None and f.tree is not None:
-            t = self._nodes[i]._trees.get(f.tree)
-            if t is not None:
-                role = (
-                    "parent" if f.hint == t.parent else "child" if f.hint in t.children else "other"
-                )
-        self.fetch_kinds.append(f"{f.kind}:{role}" if f is not None else "?")
         super().on_fetch_block(i, out)
 
 
