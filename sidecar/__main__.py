@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of events kept per subscribed topic (default 67108864: 64 MiB)",
     )
     p.add_argument(
+        "--tree-filters",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="tell tree parents what this node's subtree wants (its subscriptions' "
+        "filters) and send events down only where they are wanted (default: on; every "
+        "node of a cluster alike)",
+    )
+    p.add_argument(
         "--flat-fanout",
         type=int,
         help="flat trees: nodes below the root's children move up to the root while it "

@@ -98,6 +98,11 @@ class SidecarConfig:
     """... none created more than this many seconds ago ..."""
     retain_bytes: int = 64 * 1024 * 1024
     """... and at most this many bytes of encoded events."""
+    tree_filters: bool = True
+    """Filters in the tree (docs/protocol-notes.md "Filters in the tree"): tell the
+    parent what this node's subtree wants and send events down only into subtrees
+    whose summary matches (``NodeConfig.tree_filters``). Off: every event goes to
+    every tree neighbour."""
     flat_fanout: int = 64
     """Flat trees (docs/protocol-notes.md "Flat trees"): a node below a child of a
     topic's root moves up to the root while the root's MEMBERS list names fewer than

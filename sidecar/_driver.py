@@ -158,6 +158,7 @@ class Driver:
             require_signatures=config.require_signatures,
             group_capacity=config.group_capacity,
             flat_fanout=config.flat_fanout,
+            tree_filters=config.tree_filters,
             group_spare=config.group_spare,
             group_refresh=config.group_refresh,
             retention=RetentionPolicy(
@@ -638,9 +639,10 @@ class Driver:
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
             "pulsarcast_filtered_subscriptions": len(self.state.state.filters),
-            # issue 15, NodeConfig.tree_filters: EVENTs sent down, and into subtrees
-            # whose summary did not match them (false positives)
+            # issue 15, NodeConfig.tree_filters: EVENTs sent down, sends pruned, and
+            # events received that nobody in this subtree wanted (false positives)
             "pulsarcast_forwards_down_total": self.node.filter_forwards["down"],
+            "pulsarcast_forwards_pruned_total": self.node.filter_forwards["pruned"],
             "pulsarcast_forwards_false_positive_total": (
                 self.node.filter_forwards["false_positive"]
             ),

@@ -4,7 +4,7 @@ With ``NodeConfig.tree_filters`` a child tells its parent what its subtree wants
 (JOIN's ``summary``, SUMMARY when it changes, rate-limited and coalesced), relays
 merge within ``summary_bound`` (never narrower), a re-join carries the summary, and
 EVENTs sent into subtrees whose summary does not match are counted as false
-positives. Off (the default) the wire is exactly as before.
+positives. Off, the wire is exactly that of 2.4.
 """
 
 from __future__ import annotations
@@ -199,8 +199,8 @@ def test_summaries_from_non_children_are_dropped_and_rate_limited() -> None:
     assert "not_child" in reasons and "rate_limited" in reasons
 
 
-def test_off_by_default_the_wire_is_unchanged() -> None:
-    net, topic, author, _ = setup(config=NodeConfig())
+def test_off_the_wire_is_that_of_2_4() -> None:
+    net, topic, author, _ = setup(config=NodeConfig(tree_filters=False))
     net.call(author, "publish", topic, b"x", attributes={"ups": 1})
     net.run_for(3)
     for p in net.peers:

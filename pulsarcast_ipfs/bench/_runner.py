@@ -221,7 +221,7 @@ async def _run_one(
                     "applied_by": (
                         "node" if system_name == "pulsarcast-filtered" else "application"
                     ),
-                    "tree_filters": False,
+                    "tree_filters": system_name == "pulsarcast-filtered",
                 }
             }
             if plan is not None

@@ -68,13 +68,14 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
 PULSARCAST_PROTOCOLS: tuple[str, ...] = (
+    "/x/pulsarcast/2.5.0",
     "/x/pulsarcast/2.4.0",
     "/x/pulsarcast/2.3.0",
     "/x/pulsarcast/2.2.0",
     "/x/pulsarcast/1.0.0",
 )
-"""The tree stream protocol (wire 2.4, issue 15: fast groups), and the earlier ones,
-for older run sets."""
+"""The tree stream protocol (wire 2.5, issue 15: filters in the tree), and the
+earlier ones, for older run sets."""
 
 
 class System(abc.ABC):
@@ -359,9 +360,10 @@ class PulsarcastSystem(System):
     every subscription asks for fast groups; each sidecar runs with
     ``--group-capacity``. ``filters`` (``pulsarcast-filtered``): every subscription
     carries its filter from the plan, and the subscriber's node delivers only the
-    matching events (tree filtering, ``NodeConfig.tree_filters``, stays off: every
-    event still travels the whole tree). Only ``pulsarcast-filtered``'s publishes
-    carry the event's attributes: the other systems' applications filter on the
+    matching events; tree filtering (``NodeConfig.tree_filters``, on by default)
+    sends each event down only into the subtrees that want it. Only
+    ``pulsarcast-filtered``'s publishes carry the event's attributes: the other
+    systems' applications filter on the
     payload, which holds the same record, and attributes would only add bytes to
     every descriptor (the unfiltered run sets compare bytes with gossipsub's).
     """

@@ -76,9 +76,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--tree-filters",
-        action="store_true",
-        help="nodes send subtree summaries of their filters; the summary counts the "
-        "false-positive forwards (docs/protocol-notes.md 'Filters in the tree')",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="nodes send subtree summaries of their filters and parents prune by them; "
+        "the summary counts pruned and false-positive forwards (default: on; "
+        "docs/protocol-notes.md 'Filters in the tree')",
     )
     p.add_argument(
         "--attributes",

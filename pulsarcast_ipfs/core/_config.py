@@ -132,12 +132,12 @@ class NodeConfig:
     delegation runs at least this much longer than the event's ``created``: a
     receiver whose clock is a little ahead still accepts it; nearer the end the node
     signs through the driver until the driver renews the delegation."""
-    tree_filters: bool = False
-    """(issue 15 point 3, first part; docs/protocol-notes.md "Filters in the tree")
+    tree_filters: bool = True
+    """(issue 15 point 3; docs/protocol-notes.md "Filters in the tree", wire 2.5)
     Tell the parent what this node's subtree wants — JOIN's ``summary`` and SUMMARY —
-    and keep the children's summaries, to count false-positive forwards. Events are
-    NOT pruned by them yet. Off: the wire is exactly as before (older nodes refuse
-    SUMMARY and JOIN's summary: turn it on on every node of a cluster at once)."""
+    and prune by the children's summaries: an event goes down only into subtrees
+    that want it (:mod:`._pruning`). Off: every event goes to every tree neighbour,
+    and the frames are those of wire 2.4."""
     summary_bound: int = 8
     """Filters kept per neighbour entry: a child's summary, or this node's subtree
     summary, merged (``core/_filters.merge``: wider, never narrower) down to this."""

@@ -263,7 +263,12 @@ class Topics(NodeBase):
     def _take_filter(self, now: float, tree: Tree) -> None:
         """Apply the filter of the subscribe call(s) that resolved to ``tree``."""
         for cid in [c for c in self._pending_filters if self._version_of.get(c) == tree.key]:
-            tree.filter = self._pending_filters.pop(cid)
+            new = self._pending_filters.pop(cid)
+            if tree.subscribed and new != tree.filter and self.config.tree_filters:
+                # Our parent pruned by the old filter: the new one applies from now on
+                # (events pruned before are not recovered; docs "Filters in the tree").
+                tree.since = max(tree.since, now)
+            tree.filter = new
             self._summary_changed(now, tree)
 
     def _subscribe_tree(self, now: float, tree: Tree) -> None:

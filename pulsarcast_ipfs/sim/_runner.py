@@ -185,7 +185,7 @@ class SimConfig:
     attributes: bool = False
     """Publish calls carry the workload's ``ups``, ``downs``, ``controversiality`` and
     ``user`` as event attributes (implied by :attr:`filters`)."""
-    tree_filters: bool = False
+    tree_filters: bool = True
     """Nodes send subtree summaries (``NodeConfig.tree_filters``): the summary counts
     EVENTs sent down the trees and the false positives among them."""
 
