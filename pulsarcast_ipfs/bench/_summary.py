@@ -187,6 +187,10 @@ class RunSummary:
     matching_latency_p50: float | None = None
     matching_latency_p95: float | None = None
     matching_latency_p99: float | None = None
+    publish_failures: dict[str, int] = field(default_factory=dict)
+    """Publish calls that failed or were refused, by reason (``run.json``'s
+    ``publish_failures``; a run set from before it has only the count of its
+    ``errors``, under ``(reason not recorded)``): events injected, never published."""
 
     @property
     def cpu_process(self) -> str:
@@ -475,8 +479,19 @@ def summarise_run(run_dir: Path) -> RunSummary:
             float(meta["max_publish_delay"]) if meta.get("max_publish_delay") is not None else None
         ),
         cpu_seconds_by_process=dict(sorted(cpu_by_process.items())),
+        publish_failures=_publish_failures(meta),
         **matching,
     )
+
+
+def _publish_failures(meta: dict[str, Any]) -> dict[str, int]:
+    """``run.json``'s publish failures by reason (see :attr:`RunSummary.publish_failures`)."""
+    found = meta.get("publish_failures")
+    if isinstance(found, dict):
+        return {str(k): int(v) for k, v in found.items()}
+    errors = meta.get("errors")
+    count = errors.get("publish", 0) if isinstance(errors, dict) else 0
+    return {"(reason not recorded)": int(count)} if count else {}
 
 
 def _load_filters(
@@ -658,6 +673,13 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
         f"{_p(s.received / s.expected_scheduled)}"
         for s in summaries
         if s.expected_scheduled and s.expected_scheduled > s.expected_injected
+    ]
+    notes += [
+        f"* {s.system} / {s.condition}: {sum(s.publish_failures.values()):,} publish "
+        "calls failed or were refused (injected, never published): "
+        + ", ".join(f"{n:,} {why}" for why, n in sorted(s.publish_failures.items()))
+        for s in summaries
+        if s.publish_failures
     ]
     notes += [
         f"* {s.system} / {s.condition}: one chain per topic — {s.chain_forks} forked "
