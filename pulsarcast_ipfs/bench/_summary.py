@@ -92,6 +92,11 @@ KNEE_CONDITION: Final = "normal"
 """The knee is measured on the runs of this network condition only."""
 
 
+def _ratio(part: float | None, whole: float) -> float | None:
+    """``part ÷ whole``; ``None`` when ``part`` is unknown or ``whole`` is 0."""
+    return None if part is None or not whole else part / whole
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicCoverage:
     topic: str
@@ -103,11 +108,11 @@ class TopicCoverage:
 
     @property
     def coverage_injected(self) -> float | None:
-        return self.received / self.expected_injected if self.expected_injected else None
+        return _ratio(self.received, self.expected_injected)
 
     @property
     def coverage_published(self) -> float | None:
-        return self.received / self.expected_published if self.expected_published else None
+        return _ratio(self.received, self.expected_published)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,30 +207,28 @@ class RunSummary:
     def cpu_us_per_delivery(self) -> float | None:
         """:attr:`cpu_process` CPU seconds, whole cluster, ÷ deliveries received, in µs."""
         cpu = self.cpu_seconds_by_process.get(self.cpu_process)
-        if cpu is None or not self.received:
-            return None
-        return 1e6 * cpu / self.received
+        return _ratio(None if cpu is None else 1e6 * cpu, self.received)
 
     @property
     def coverage_matching(self) -> float | None:
         """Matching events received ÷ expected (runs with filters)."""
-        if self.filters_applied_by is None or not self.expected_matching:
+        if self.filters_applied_by is None:
             return None
-        return self.received_matching / self.expected_matching
+        return _ratio(self.received_matching, self.expected_matching)
 
     @property
     def bytes_per_matching_delivery(self) -> float | None:
         """Total wire bytes ÷ matching deliveries: what one delivery the application
         wants costs, comparable between filtered and unfiltered systems."""
-        if self.filters_applied_by is None or self.wire_bytes is None:
+        if self.filters_applied_by is None:
             return None
-        return self.wire_bytes / self.received_matching if self.received_matching else None
+        return _ratio(self.wire_bytes, self.received_matching)
 
     @property
     def pubsub_bytes_per_matching_delivery(self) -> float | None:
-        if self.filters_applied_by is None or self.wire_bytes_pubsub is None:
+        if self.filters_applied_by is None:
             return None
-        return self.wire_bytes_pubsub / self.received_matching if self.received_matching else None
+        return _ratio(self.wire_bytes_pubsub, self.received_matching)
 
     @property
     def complete(self) -> bool:
@@ -241,23 +244,19 @@ class RunSummary:
 
     @property
     def coverage_injected(self) -> float | None:
-        return self.received / self.expected_injected if self.expected_injected else None
+        return _ratio(self.received, self.expected_injected)
 
     @property
     def coverage_published(self) -> float | None:
-        return self.received / self.expected_published if self.expected_published else None
+        return _ratio(self.received, self.expected_published)
 
     @property
     def bytes_per_delivery(self) -> float | None:
-        if self.wire_bytes is None or not self.received:
-            return None
-        return self.wire_bytes / self.received
+        return _ratio(self.wire_bytes, self.received)
 
     @property
     def pubsub_bytes_per_delivery(self) -> float | None:
-        if self.wire_bytes_pubsub is None or not self.received:
-            return None
-        return self.wire_bytes_pubsub / self.received
+        return _ratio(self.wire_bytes_pubsub, self.received)
 
 
 def _open(path: Path) -> IO[str]:
