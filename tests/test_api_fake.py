@@ -11,6 +11,7 @@ import base64
 import functools
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,13 @@ class Sidecar:
     state_dir: Path
 
 
-@pytest.fixture
-async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
+@asynccontextmanager
+async def sidecar_at(state_dir: Path, kubo: Any) -> AsyncIterator[Sidecar]:
+    """A sidecar on ``state_dir`` and the fake Kubo ``kubo`` (a restart reuses both)."""
     import time
 
-    me = make_signers(1, seed=3)[0]
-    kubo = bench.FakeKubo(me)
-    peers = bench.FakePeers(me.peer_id, kubo)
-    config = SidecarConfig(kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=tmp_path)
+    peers = bench.FakePeers(kubo.signer.peer_id, kubo)
+    config = SidecarConfig(kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir)
     driver = Driver(
         config,
         kubo=kubo.client(),
@@ -56,7 +56,13 @@ async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
         transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
     )
     async with api, bench.running(driver):
-        yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=tmp_path)
+        yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=state_dir)
+
+
+@pytest.fixture
+async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
+    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sidecar:
+        yield sidecar
 
 
 def _error(r: httpx.Response, status: int, code: str) -> str:

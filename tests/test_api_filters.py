@@ -3,22 +3,16 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
-from test_api_fake import CLOCK_OFFSET, Sidecar, _error, _topic, sc
+from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core.testing import make_signers
-from sidecar import Driver, SidecarConfig, build_app
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
 
@@ -87,24 +81,6 @@ async def test_nan_in_the_json_body_is_refused(sc: Sidecar) -> None:
 # -- filters on subscriptions ---------------------------------------------------------------
 
 
-@asynccontextmanager
-async def _sidecar_at(state_dir: Path, kubo: Any) -> AsyncIterator[Sidecar]:
-    """A sidecar on ``state_dir`` and the fake Kubo ``kubo`` (a restart reuses both)."""
-    peers = bench.FakePeers(kubo.signer.peer_id, kubo)
-    config = SidecarConfig(kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir)
-    driver = Driver(
-        config,
-        kubo=kubo.client(),
-        transport_factory=functools.partial(bench.FakeTransport, peers=peers),
-        clock=lambda: time.time() + CLOCK_OFFSET,
-    )
-    api = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
-    )
-    async with api, bench.running(driver):
-        yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=state_dir)
-
-
 REDDIT = [
     ({"ups": 12, "controversiality": 1, "user": "alice"}, True),
     ({"ups": 3, "controversiality": 1, "user": "bob"}, False),
@@ -126,7 +102,7 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
     tmp_path: Path,
 ) -> None:
     kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
-    async with _sidecar_at(tmp_path, kubo) as sc:
+    async with sidecar_at(tmp_path, kubo) as sc:
         topic = await _topic(sc)
         r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": WHERE})
         canonical = "controversiality = 1 and ups >= 10"
@@ -145,7 +121,7 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
         assert "pulsarcast_forwards_false_positive_total 0.0" in metrics
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["filters"] == {topic: canonical}
-    async with _sidecar_at(tmp_path, kubo) as sc:  # a restart: the filter is kept
+    async with sidecar_at(tmp_path, kubo) as sc:  # a restart: the filter is kept
         st = (await sc.api.get("/v1/status")).json()
         for _ in range(200):
             if st["topics"] and st["topics"][0]["subscribed"]:

@@ -34,6 +34,7 @@ class Watch(BenchProgress):
         self.combinations: list[tuple[Combination, int, int]] = []
         self.runs: list[tuple[str, str, int, int]] = []
         self.published = 0
+        self.joins: list[tuple[int, int]] = []
         self.cancel_after = cancel_after
         self.reached = anyio.Event()
 
@@ -45,6 +46,9 @@ class Watch(BenchProgress):
 
     def stage(self, text: str) -> None:
         self.stages.append(text)
+
+    def joining(self, ready: int, total: int) -> None:
+        self.joins.append((ready, total))
 
     def publishing(self, done: int, total: int) -> None:
         self.published = done
@@ -211,9 +215,23 @@ async def test_pulsarcast_run_collects_sidecar_records(tmp_path: Path) -> None:
         out=tmp_path / "b",
         run="t3",
     )
-    result = await run_bench(cfg)
+    watch = Watch()
+    result = await run_bench(cfg, progress=watch)
     assert result.ok, result.runs
     run_dir = cfg.run_dir("pulsarcast", "normal")
+    # publishing began once every subscriber and publisher had joined its trees
+    pairs = sum(
+        len(t)
+        for t in build_schedule(load_bench_workload("25k"), nodes=3, rate=5.0, events=10)
+        .participants()
+        .values()
+    )
+    assert watch.joins and watch.joins[-1] == (pairs, pairs)
+    assert all(ready < pairs for ready, _ in watch.joins[:-1])
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["join_seconds"] >= 0
+    # a failed publish call (none expected here) would be counted by reason
+    assert sum(meta["publish_failures"].values()) == meta["errors"].get("publish", 0)
     assert list((run_dir / "sidecar").glob("t3-normal-*.jsonl"))
     systems = set()
     for rec in iter_records(run_dir):

@@ -15,12 +15,12 @@ without any. Then:
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
+from _cluster_http import deliveries, ok, wait_joined
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import matches, parse_filter
@@ -52,13 +52,6 @@ async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
         yield cluster
 
 
-async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
-    async with sc.client(i, timeout=60.0) as c:
-        r = await c.request(method, path, **kw)
-    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
-    return r.json()
-
-
 @pytest.fixture(scope="module")
 async def topic(sc: LocalSidecarCluster) -> str:
     created = await ok(sc, 0, "POST", "/v1/topics", json={"name": "reddit"})
@@ -67,16 +60,7 @@ async def topic(sc: LocalSidecarCluster) -> str:
         got = await ok(sc, i, "POST", f"/v1/topics/{cid}/subscribe", json={"filter": where})
         assert got["filter"] == str(parse_filter(where))
     await ok(sc, PLAIN, "POST", f"/v1/topics/{cid}/subscribe")
-
-    async def joined() -> bool:
-        for i in (1, 2, 3):
-            status = await ok(sc, i, "GET", "/v1/status")
-            st = next((t for t in status["topics"] if t["root_cid"] == cid), None)
-            if st is None or st["parent"] is None or st["acting_root"]:
-                return False
-        return True
-
-    await wait_until(joined, deadline=30, what="every subscriber in the tree")
+    await wait_joined(sc, cid, (1, 2, 3))
     return cid
 
 
@@ -93,13 +77,6 @@ async def publish(sc: LocalSidecarCluster, topic: str, ks: range) -> dict[str, d
     return out
 
 
-async def delivered(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[str, Any]]:
-    async with sc.client(i, timeout=60.0) as c:
-        r = await c.get("/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"})
-    assert r.status_code == 200, r.text
-    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
-
-
 def wanted(sent: dict[str, dict[str, Any]], where: str) -> set[str]:
     f = parse_filter(where)
     return {cid for cid, attrs in sent.items() if matches(f, attrs)}
@@ -107,7 +84,7 @@ def wanted(sent: dict[str, dict[str, Any]], where: str) -> set[str]:
 
 async def wait_for(sc: LocalSidecarCluster, i: int, topic: str, want: set[str]) -> None:
     async def there() -> bool:
-        return want <= {d["cid"] for d in await delivered(sc, i, topic)}
+        return want <= {d["cid"] for d in await deliveries(sc, i, topic)}
 
     await wait_until(there, deadline=60, what=f"{len(want)} deliveries on node{i}", interval=0.5)
 
@@ -135,7 +112,7 @@ async def test_filtered_subscribers_get_exactly_the_matching_events(
         await wait_for(sc, i, topic, want)
     await anyio.sleep(2)  # anything else would have come by now (the plain node has all)
     for i, where in FILTERED.items():
-        got = await delivered(sc, i, topic)
+        got = await deliveries(sc, i, topic)
         assert [d["cid"] for d in got if d["cid"] in sent] == [d["cid"] for d in got], (
             f"node{i}: an event of another topic?"
         )
@@ -159,7 +136,7 @@ async def test_filtered_subscribers_get_exactly_the_matching_events(
 async def test_a_restarted_filtered_subscriber_keeps_its_filter_and_recovers_the_matches(
     sc: LocalSidecarCluster, topic: str
 ) -> None:
-    before = {d["cid"] for d in await delivered(sc, 1, topic)}
+    before = {d["cid"] for d in await deliveries(sc, 1, topic)}
     await sc.stop_sidecar(1)
     missed = await publish(sc, topic, range(100, 130))
     await sc.start_sidecar(1)
@@ -171,7 +148,7 @@ async def test_a_restarted_filtered_subscriber_keeps_its_filter_and_recovers_the
     await wait_for(sc, PLAIN, topic, set(missed) | set(more))
     await wait_for(sc, 1, topic, want)
     await anyio.sleep(2)
-    got = await delivered(sc, 1, topic)
+    got = await deliveries(sc, 1, topic)
     new = [d for d in got if d["cid"] not in before]
     assert {d["cid"] for d in new} == want
     assert len(new) == len(want), "a duplicate after the restart"

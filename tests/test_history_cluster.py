@@ -19,7 +19,6 @@ In order (one cluster for the module):
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +27,7 @@ import anyio
 import dag_cbor
 import httpx
 import pytest
+from _cluster_http import deliveries, ok, wait_joined
 from multiformats import CID
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
@@ -55,24 +55,8 @@ async def topic(sc: LocalSidecarCluster) -> str:
     cid = str(created["cid"])
     for i in SUBSCRIBERS:
         await ok(sc, i, "POST", f"/v1/topics/{cid}/subscribe")
-
-    async def joined() -> bool:
-        for i in SUBSCRIBERS:
-            status = await ok(sc, i, "GET", "/v1/status")
-            st = next((t for t in status["topics"] if t["root_cid"] == cid), None)
-            if st is None or st["parent"] is None or st["acting_root"]:
-                return False
-        return True
-
-    await wait_until(joined, deadline=30, what="every subscriber in the tree")
+    await wait_joined(sc, cid, SUBSCRIBERS)
     return cid
-
-
-async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
-    async with sc.client(i, timeout=60.0) as c:
-        r = await c.request(method, path, **kw)
-    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
-    return r.json()
 
 
 async def publish_concurrently(
@@ -111,10 +95,7 @@ async def whole_history(
 
 
 async def delivered(sc: LocalSidecarCluster, i: int, topic: str) -> list[str]:
-    async with sc.client(i, timeout=60.0) as c:
-        r = await c.get("/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"})
-    assert r.status_code == 200, r.text
-    return [json.loads(line)["cid"] for line in r.text.splitlines() if line.strip()]
+    return [d["cid"] for d in await deliveries(sc, i, topic)]
 
 
 async def wait_delivered(

@@ -208,6 +208,10 @@ class BenchConfig:
     ``pulsarcast-filtered`` in :attr:`systems` (:attr:`filtered`)."""
     selectivity: float = DEFAULT_SELECTIVITY
     """The share of a topic's events each subscription's filter should match."""
+    join_timeout: float = 120.0
+    """Seconds the runner waits, after subscribing, for every subscriber and publisher
+    to join its topics' trees before the first publication (``_ready.py``); past it
+    the run fails, naming what still waits."""
 
     def __post_init__(self) -> None:
         if not self.systems:
@@ -246,6 +250,8 @@ class BenchConfig:
             raise BenchError(f"topics must be at least 1, got {self.topics}")
         if self.grace < 0 or self.settle < 0:
             raise BenchError("grace and settle must be >= 0")
+        if not (math.isfinite(self.join_timeout) and self.join_timeout > 0):
+            raise BenchError(f"join timeout must be positive, got {self.join_timeout}")
         if self.group_capacity < 1:
             raise BenchError(f"group capacity must be at least 1, got {self.group_capacity}")
         if not (math.isfinite(self.selectivity) and 0 < self.selectivity < 1):

@@ -4,12 +4,15 @@ For each combination of node count and rate (one unless the configuration is a
 sweep), and in it for each (system, condition), back to back: start the cluster
 (Toxiproxy latency toxic for ``latency``), take a first resource sample, create
 the topics at their creator nodes, subscribe every node to its topics, wait
-``settle`` seconds, publish the events in ``internalId`` order at the aggregate
+until every subscriber and publisher has joined its topics' trees (``_ready.py``;
+at most ``join_timeout`` seconds, else the run fails naming who still waits),
+wait ``settle`` seconds, publish the events in ``internalId`` order at the aggregate
 ``rate`` (one publish in flight per node), wait ``grace`` seconds, take a last
 sample and tear everything down. ``RUN_DIR/<system>-<condition>/`` (in a sweep
 ``RUN_DIR/<system>-<condition>-n<nodes>-r<rate>/``) then holds the metric
 records (``node-<i>.jsonl``, and ``sidecar/`` for Pulsarcast) and ``run.json``
-(command, Kubo version, node count, rate, machine, condition, wall time, errors).
+(command, Kubo version, node count, rate, machine, condition, wall time, errors,
+the publish calls that failed or were refused by reason: ``publish_failures``).
 With filters (``BenchConfig.filtered``) every run of a combination gets the same
 :class:`FilterPlan`, written to ``filters.json`` in its run directory (each
 subscription's filter and each scheduled event's attributes, for the summary).
@@ -27,13 +30,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import psutil
 
 from pulsarcast_ipfs.bench._config import BenchConfig, BenchError, Combination
 from pulsarcast_ipfs.bench._filters import FilterPlan, assign_filters
+from pulsarcast_ipfs.bench._ready import wait_until_ready
 from pulsarcast_ipfs.bench._recorder import sample_node
 from pulsarcast_ipfs.bench._schedule import Schedule, build_schedule, load_bench_workload
 from pulsarcast_ipfs.bench._systems import System, make_system
@@ -59,6 +63,10 @@ class BenchProgress:
 
     def stage(self, text: str) -> None:
         """A set-up or tear-down step."""
+
+    def joining(self, ready: int, total: int) -> None:
+        """``ready`` of ``total`` (node, topic) pairs have joined their trees (called
+        after every look while the runner waits before publishing)."""
 
     def publishing(self, done: int, total: int) -> None:
         """``done`` of ``total`` publications have completed."""
@@ -86,6 +94,8 @@ class RunOutcome:
     max_publish_delay: float
     errors: dict[str, int] = field(default_factory=dict)
     first_error: str | None = None
+    publish_failures: dict[str, int] = field(default_factory=dict)
+    """Publish calls that failed or were refused, by reason (``System.publish_failures``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,6 +183,26 @@ async def _sampler(system: System, interval: float) -> None:
         await _sample_all(system)
 
 
+RUN_FAILURES: Final = (BenchError, ClusterError, OSError)
+"""What fails one run (recorded, the next run goes on) rather than the whole set."""
+
+
+def _run_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one run failure (:data:`RUN_FAILURES`) a task group wrapped, else ``None``
+    (anything else, e.g. cancellation, is not a failed run: it propagates)."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    if len(leaves) == 1 and isinstance(leaves[0], RUN_FAILURES):
+        return leaves[0]
+    return None
+
+
 async def _run_one(
     cfg: BenchConfig,
     combination: Combination,
@@ -198,6 +228,7 @@ async def _run_one(
     publish_seconds = 0.0
     max_delay = 0.0
     system: System | None = None
+    failure: str | None = None
     meta: dict[str, Any] = {
         "system": system_name,
         "condition": condition,
@@ -280,6 +311,16 @@ async def _run_one(
                 await live.create_topics(schedule)
                 progress.stage(f"subscribing ({meta['subscriptions']} subscriptions)")
                 await live.subscribe(schedule)
+                pairs = sum(len(ts) for ts in schedule.participants().values())
+                progress.stage(f"waiting until {pairs} subscriptions and publishers have joined")
+                joined = await wait_until_ready(
+                    lambda: live.waiting(schedule),
+                    total=pairs,
+                    limit=cfg.join_timeout,
+                    progress=progress.joining,
+                )
+                meta["join_seconds"] = joined
+                progress.stage(f"every subscriber and publisher joined in {joined:.1f} s")
                 await _timed_wait("settling", cfg.settle, progress)
                 progress.publishing(0, len(schedule.events))
                 t0 = time.monotonic()
@@ -306,6 +347,11 @@ async def _run_one(
     except anyio.get_cancelled_exc_class():
         status = "aborted"
         raise
+    except BaseException as exc:
+        cause = _run_failure(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if isinstance(cause, RUN_FAILURES):
+            failure = str(cause)
+        raise
     finally:
         outcome = RunOutcome(
             system=system_name,
@@ -318,7 +364,8 @@ async def _run_one(
             publications=done,
             max_publish_delay=max_delay,
             errors=dict(system.errors) if system is not None else {},
-            first_error=system.first_error if system is not None else None,
+            first_error=failure or (system.first_error if system is not None else None),
+            publish_failures=dict(system.publish_failures) if system is not None else {},
         )
         meta.update(
             status=status,
@@ -328,6 +375,7 @@ async def _run_one(
             max_publish_delay=max_delay,
             errors=outcome.errors,
             first_error=outcome.first_error,
+            publish_failures=outcome.publish_failures,
             finished_at=time.time(),
             loadavg_at_end=list(os.getloadavg()),
         )
@@ -391,19 +439,25 @@ async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) 
         for s, c in pairs:
             prog.run_started(s, c, len(outcomes), total)
             try:
-                outcomes.append(
-                    await _run_one(
-                        cfg,
-                        combination,
-                        schedules[combination],
-                        s,
-                        c,
-                        machine,
-                        prog,
-                        plans.get(combination),
+                try:
+                    outcomes.append(
+                        await _run_one(
+                            cfg,
+                            combination,
+                            schedules[combination],
+                            s,
+                            c,
+                            machine,
+                            prog,
+                            plans.get(combination),
+                        )
                     )
-                )
-            except (BenchError, ClusterError, OSError) as exc:
+                except BaseExceptionGroup as group:  # raised inside the sampler's task group
+                    failure = _run_failure(group)
+                    if failure is None:
+                        raise
+                    raise failure from None
+            except RUN_FAILURES as exc:
                 d = cfg.run_dir(s, c, combination)
                 outcomes.append(
                     RunOutcome(

@@ -91,6 +91,18 @@ class Schedule:
     def publishers(self) -> set[int]:
         return {e.node for e in self.events}
 
+    def participants(self) -> dict[int, dict[str, bool]]:
+        """Each node's topics that must be ready before the first publication: node →
+        {topic: whether the node subscribes to it}, for every topic it subscribes to
+        or publishes in (a publisher that does not subscribe is the topic's creator)."""
+        out: dict[int, dict[str, bool]] = {}
+        for i, topics in enumerate(self.subscriptions):
+            for t in topics:
+                out.setdefault(i, {})[t] = True
+        for e in self.events:
+            out.setdefault(e.node, {}).setdefault(e.topic, False)
+        return {i: dict(sorted(ts.items())) for i, ts in sorted(out.items())}
+
 
 def load_bench_workload(name: str) -> Workload:
     """A shipped workload by short name (``25k``, ``10k``) or a workload file path."""

@@ -92,6 +92,11 @@ KNEE_CONDITION: Final = "normal"
 """The knee is measured on the runs of this network condition only."""
 
 
+def _ratio(part: float | None, whole: float) -> float | None:
+    """``part ÷ whole``; ``None`` when ``part`` is unknown or ``whole`` is 0."""
+    return None if part is None or not whole else part / whole
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicCoverage:
     topic: str
@@ -103,11 +108,11 @@ class TopicCoverage:
 
     @property
     def coverage_injected(self) -> float | None:
-        return self.received / self.expected_injected if self.expected_injected else None
+        return _ratio(self.received, self.expected_injected)
 
     @property
     def coverage_published(self) -> float | None:
-        return self.received / self.expected_published if self.expected_published else None
+        return _ratio(self.received, self.expected_published)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +192,10 @@ class RunSummary:
     matching_latency_p50: float | None = None
     matching_latency_p95: float | None = None
     matching_latency_p99: float | None = None
+    publish_failures: dict[str, int] = field(default_factory=dict)
+    """Publish calls that failed or were refused, by reason (``run.json``'s
+    ``publish_failures``; a run set from before it has only the count of its
+    ``errors``, under ``(reason not recorded)``): events injected, never published."""
 
     @property
     def cpu_process(self) -> str:
@@ -198,30 +207,28 @@ class RunSummary:
     def cpu_us_per_delivery(self) -> float | None:
         """:attr:`cpu_process` CPU seconds, whole cluster, ÷ deliveries received, in µs."""
         cpu = self.cpu_seconds_by_process.get(self.cpu_process)
-        if cpu is None or not self.received:
-            return None
-        return 1e6 * cpu / self.received
+        return _ratio(None if cpu is None else 1e6 * cpu, self.received)
 
     @property
     def coverage_matching(self) -> float | None:
         """Matching events received ÷ expected (runs with filters)."""
-        if self.filters_applied_by is None or not self.expected_matching:
+        if self.filters_applied_by is None:
             return None
-        return self.received_matching / self.expected_matching
+        return _ratio(self.received_matching, self.expected_matching)
 
     @property
     def bytes_per_matching_delivery(self) -> float | None:
         """Total wire bytes ÷ matching deliveries: what one delivery the application
         wants costs, comparable between filtered and unfiltered systems."""
-        if self.filters_applied_by is None or self.wire_bytes is None:
+        if self.filters_applied_by is None:
             return None
-        return self.wire_bytes / self.received_matching if self.received_matching else None
+        return _ratio(self.wire_bytes, self.received_matching)
 
     @property
     def pubsub_bytes_per_matching_delivery(self) -> float | None:
-        if self.filters_applied_by is None or self.wire_bytes_pubsub is None:
+        if self.filters_applied_by is None:
             return None
-        return self.wire_bytes_pubsub / self.received_matching if self.received_matching else None
+        return _ratio(self.wire_bytes_pubsub, self.received_matching)
 
     @property
     def complete(self) -> bool:
@@ -237,23 +244,19 @@ class RunSummary:
 
     @property
     def coverage_injected(self) -> float | None:
-        return self.received / self.expected_injected if self.expected_injected else None
+        return _ratio(self.received, self.expected_injected)
 
     @property
     def coverage_published(self) -> float | None:
-        return self.received / self.expected_published if self.expected_published else None
+        return _ratio(self.received, self.expected_published)
 
     @property
     def bytes_per_delivery(self) -> float | None:
-        if self.wire_bytes is None or not self.received:
-            return None
-        return self.wire_bytes / self.received
+        return _ratio(self.wire_bytes, self.received)
 
     @property
     def pubsub_bytes_per_delivery(self) -> float | None:
-        if self.wire_bytes_pubsub is None or not self.received:
-            return None
-        return self.wire_bytes_pubsub / self.received
+        return _ratio(self.wire_bytes_pubsub, self.received)
 
 
 def _open(path: Path) -> IO[str]:
@@ -475,8 +478,19 @@ def summarise_run(run_dir: Path) -> RunSummary:
             float(meta["max_publish_delay"]) if meta.get("max_publish_delay") is not None else None
         ),
         cpu_seconds_by_process=dict(sorted(cpu_by_process.items())),
+        publish_failures=_publish_failures(meta),
         **matching,
     )
+
+
+def _publish_failures(meta: dict[str, Any]) -> dict[str, int]:
+    """``run.json``'s publish failures by reason (see :attr:`RunSummary.publish_failures`)."""
+    found = meta.get("publish_failures")
+    if isinstance(found, dict):
+        return {str(k): int(v) for k, v in found.items()}
+    errors = meta.get("errors")
+    count = errors.get("publish", 0) if isinstance(errors, dict) else 0
+    return {"(reason not recorded)": int(count)} if count else {}
 
 
 def _load_filters(
@@ -658,6 +672,13 @@ def markdown_table(summaries: Sequence[RunSummary]) -> str:
         f"{_p(s.received / s.expected_scheduled)}"
         for s in summaries
         if s.expected_scheduled and s.expected_scheduled > s.expected_injected
+    ]
+    notes += [
+        f"* {s.system} / {s.condition}: {sum(s.publish_failures.values()):,} publish "
+        "calls failed or were refused (injected, never published): "
+        + ", ".join(f"{n:,} {why}" for why, n in sorted(s.publish_failures.items()))
+        for s in summaries
+        if s.publish_failures
     ]
     notes += [
         f"* {s.system} / {s.condition}: one chain per topic — {s.chain_forks} forked "

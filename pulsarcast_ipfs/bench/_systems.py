@@ -33,6 +33,7 @@ from anyio.abc import TaskStatus
 
 from pulsarcast_ipfs.bench._config import BenchError, Latency
 from pulsarcast_ipfs.bench._filters import FilterPlan
+from pulsarcast_ipfs.bench._ready import topic_waiting
 from pulsarcast_ipfs.bench._recorder import RecordWriter
 from pulsarcast_ipfs.bench._schedule import (
     Schedule,
@@ -104,6 +105,10 @@ class System(abc.ABC):
         self.writers: list[RecordWriter] = []
         self.errors: dict[str, int] = {}
         self.first_error: str | None = None
+        self.publish_failures: dict[str, int] = {}
+        """Publish calls that failed or were refused, by reason (``HTTP 404
+        unknown_topic``, ``ConnectTimeout``, ``KuboError`` …): each is also an
+        ``event_dropped`` record of its node and goes into ``run.json``."""
         self._locks: list[anyio.Lock] = []
         self._stack = contextlib.AsyncExitStack()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -189,6 +194,20 @@ class System(abc.ABC):
         if self.first_error is None:
             self.first_error = f"{what}: {exc}"
 
+    def _publish_failed(self, ev: ScheduledEvent, reason: str, detail: str) -> None:
+        """Count a publish call that failed (``reason``: a short, countable cause) and
+        record it as its node's ``event_dropped``: never a silent loss."""
+        self.publish_failures[reason] = self.publish_failures.get(reason, 0) + 1
+        self._error("publish", RuntimeError(f"{ev.inject_id} at node{ev.node}: {detail}"))
+        self.writers[ev.node].write(
+            RecordKind.EVENT_DROPPED,
+            {
+                "topic": ev.topic,
+                "event": ev.inject_id,
+                "reason": f"publish failed: {reason}: {detail}"[:300],
+            },
+        )
+
     @abc.abstractmethod
     async def _start(self) -> None:
         """Start the cluster; register its teardown on ``self._stack``."""
@@ -215,6 +234,13 @@ class System(abc.ABC):
     @abc.abstractmethod
     async def subscribe(self, schedule: Schedule) -> None:
         """Subscribe every node to its topics; return once all subscriptions are open."""
+
+    async def waiting(self, schedule: Schedule) -> list[str]:
+        """What is not yet ready to take part in the schedule, one text per node and
+        topic (``_ready.py``); empty when every subscriber and publisher is. Kubo's
+        pubsub: nothing (a ``pubsub/sub`` that answered is ready)."""
+        del schedule
+        return []
 
     async def publish(self, ev: ScheduledEvent) -> None:
         """Publish one event at its node (one publish in flight per node)."""
@@ -325,11 +351,7 @@ class KuboPubsubSystem(System):
         try:
             await self._clients[ev.node].pubsub_pub(ev.topic, data)
         except KuboError as exc:
-            self._error("publish", exc)
-            w.write(
-                RecordKind.EVENT_DROPPED,
-                {"topic": ev.topic, "event": ev.inject_id, "reason": f"publish failed: {exc}"},
-            )
+            self._publish_failed(ev, type(exc).__name__, str(exc))
             return
         peer = self.cluster[ev.node].peer_id
         w.write(
@@ -494,12 +516,40 @@ class PulsarcastSystem(System):
         except Exception as exc:  # a report, never a reason to fail the run's teardown
             self.say(f"retention report failed: {exc!r}")
 
-    async def _call(self, index: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        resp = await self._http[index].post(path, json=body)
-        if resp.status_code >= 300:
-            raise BenchError(f"node{index} {path}: HTTP {resp.status_code}: {resp.text[:300]}")
-        doc: dict[str, Any] = resp.json()
-        return doc
+    async def _topic_statuses(self, index: int) -> dict[str, dict[str, Any]] | str:
+        """Node ``index``'s ``GET /v1/status`` topics by root CID, or why it failed."""
+        try:
+            resp = await self._http[index].get("/v1/status", timeout=10.0)
+            if resp.status_code != 200:
+                return f"status: HTTP {resp.status_code}"
+            topics = resp.json()["topics"]
+            return {str(t["root_cid"]): t for t in topics}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            return f"status failed: {exc!r}"
+
+    async def waiting(self, schedule: Schedule) -> list[str]:
+        """Every (node, topic) of :meth:`Schedule.participants` whose node has not
+        joined the topic's tree (:func:`topic_waiting`), from each node's status."""
+        found: dict[int, list[str]] = {}
+        limiter = anyio.CapacityLimiter(8)
+
+        async def one(index: int, topics: dict[str, bool]) -> None:
+            async with limiter:
+                statuses = await self._topic_statuses(index)
+            out = found.setdefault(index, [])
+            for name, subscriber in topics.items():
+                why = (
+                    statuses
+                    if isinstance(statuses, str)
+                    else topic_waiting(statuses.get(self.topic_cids[name]), subscriber=subscriber)
+                )
+                if why is not None:
+                    out.append(f"node{index} in {name} ({why})")
+
+        async with anyio.create_task_group() as tg:
+            for i, topics in schedule.participants().items():
+                tg.start_soon(one, i, topics)
+        return [w for i in sorted(found) for w in found[i]]
 
     async def create_topics(self, schedule: Schedule) -> None:
         from pulsarcast_ipfs.sdk import AsyncClient, ClientConfig, SdkError
@@ -567,10 +617,25 @@ class PulsarcastSystem(System):
         }
         if ev.attributes and self.filters is not None:
             body["attributes"] = dict(ev.attributes)
+        path = f"/v1/topics/{self.topic_cids[ev.topic]}/publish"
         try:
-            await self._call(ev.node, f"/v1/topics/{self.topic_cids[ev.topic]}/publish", body)
-        except (httpx.HTTPError, BenchError) as exc:
-            self._error("publish", RuntimeError(f"{ev.inject_id} at node{ev.node}: {exc!r}"))
+            resp = await self._http[ev.node].post(path, json=body)
+        except httpx.HTTPError as exc:  # never reached the sidecar, or no answer
+            self._publish_failed(ev, type(exc).__name__, repr(exc))
+            return
+        if resp.status_code >= 300:  # refused: the API's error code says why
+            self._publish_failed(
+                ev, f"HTTP {resp.status_code} {_error_code(resp)}", resp.text[:200]
+            )
+
+
+def _error_code(resp: httpx.Response) -> str:
+    """The sidecar API's error code of a refusal (docs/http-api.md), or ``?``."""
+    try:
+        code = resp.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return "?"
+    return code if isinstance(code, str) else "?"
 
 
 def make_system(

@@ -87,6 +87,13 @@ def add_parser(sub: Any) -> None:
         "--settle", type=float, default=5.0, help="seconds between subscribing and publishing (5)"
     )
     p.add_argument(
+        "--join-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait, after subscribing, until every subscriber and publisher "
+        "has joined its topics' trees; past it the run fails naming them (120)",
+    )
+    p.add_argument(
         "--latency",
         default="500ms±300ms",
         help="latency condition: MS±JITTER (default 500ms±300ms)",
@@ -177,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             topics=args.topics,
             grace=args.grace,
             settle=args.settle,
+            join_timeout=args.join_timeout,
             latency=parse_latency(args.latency),
             sample_interval=args.sample_interval,
             seed=args.seed,
@@ -196,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             self.runs: TaskID | None = None
             self.pub: TaskID | None = None
             self.wait: TaskID | None = None
+            self.join: TaskID | None = None
             self.label = ""
             self.combination = ""
 
@@ -210,13 +219,21 @@ def run(args: argparse.Namespace) -> int:
             if self.runs is None:
                 self.runs = self.p.add_task("runs", total=total)
             self.p.update(self.runs, completed=index, description=f"run {self.label}")
-            for t in (self.pub, self.wait):
+            for t in (self.pub, self.wait, self.join):
                 if t is not None:
                     self.p.remove_task(t)
-            self.pub = self.wait = None
+            self.pub = self.wait = self.join = None
 
         def stage(self, text: str) -> None:
             console.log(f"[{self.label}] {text}")
+
+        def joining(self, ready: int, total: int) -> None:
+            if self.join is None:
+                self.join = self.p.add_task("joined the trees", total=max(total, 1))
+            self.p.update(self.join, completed=ready)
+            if ready >= total:
+                self.p.remove_task(self.join)
+                self.join = None
 
         def publishing(self, done: int, total: int) -> None:
             if self.pub is None:
@@ -235,6 +252,12 @@ def run(args: argparse.Namespace) -> int:
             if self.runs is not None:
                 self.p.advance(self.runs)
             errs = ", ".join(f"{k}: {v}" for k, v in outcome.errors.items()) or "no errors"
+            if outcome.publish_failures:
+                errs += (
+                    " (publish calls failed or refused: "
+                    + ", ".join(f"{n} {why}" for why, n in outcome.publish_failures.items())
+                    + ")"
+                )
             console.log(
                 f"[{self.label}] {outcome.status} in {outcome.wall_seconds:.0f} s, "
                 f"{outcome.publications} publications, {errs}"

@@ -436,8 +436,38 @@ def _policy_from_ipld(obj: object, where: str) -> PeerPolicy:
         raise ValueError(f"{where}: {exc}") from exc
 
 
+class _Block:
+    """What both descriptors are: canonical dag-cbor bytes (``_data``, set by the
+    descriptor) and the CID of those bytes, which is also their identity."""
+
+    __slots__ = ()
+    _data: bytes
+    _cid: CID | None
+
+    def encode(self) -> bytes:
+        """Canonical dag-cbor bytes of this descriptor."""
+        return self._data
+
+    @property
+    def cid(self) -> CID:
+        """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
+        cid = self._cid
+        if cid is None:
+            cid = compute_cid(self._data)
+            object.__setattr__(self, "_cid", cid)
+        return cid
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.cid == other.cid
+
+    def __hash__(self) -> int:
+        return hash(self.cid)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class TopicDescriptor:
+class TopicDescriptor(_Block):
     """A topic descriptor (PROTOCOL.md §4). Equal when their CIDs are equal."""
 
     name: str
@@ -551,19 +581,6 @@ class TopicDescriptor:
             },
         }
 
-    def encode(self) -> bytes:
-        """Canonical dag-cbor bytes of this descriptor."""
-        return self._data
-
-    @property
-    def cid(self) -> CID:
-        """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
-        cid = self._cid
-        if cid is None:
-            cid = compute_cid(self._data)
-            object.__setattr__(self, "_cid", cid)
-        return cid
-
     @property
     def meta(self) -> CID | None:
         """The meta topic (``#.meta``), ``None`` for a meta topic itself."""
@@ -647,17 +664,9 @@ class TopicDescriptor:
             raise DescriptorError(f"invalid topic descriptor: {exc}") from exc
         return _finish_decode(desc, data, expected_cid)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TopicDescriptor):
-            return NotImplemented
-        return self.cid == other.cid
-
-    def __hash__(self) -> int:
-        return hash(self.cid)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class EventDescriptor:
+class EventDescriptor(_Block):
     """An event descriptor (PROTOCOL.md §4). Equal when their CIDs are equal."""
 
     topic: CID
@@ -788,19 +797,6 @@ class EventDescriptor:
             body["attributes"] = dict(self.attributes)
         return body
 
-    def encode(self) -> bytes:
-        """Canonical dag-cbor bytes of this descriptor."""
-        return self._data
-
-    @property
-    def cid(self) -> CID:
-        """CIDv1 dag-cbor sha2-256 of :meth:`encode` (computed, never read from the wire)."""
-        cid = self._cid
-        if cid is None:
-            cid = compute_cid(self._data)
-            object.__setattr__(self, "_cid", cid)
-        return cid
-
     @property
     def created_ts(self) -> float:
         return self._created_ts
@@ -851,14 +847,6 @@ class EventDescriptor:
         except (ValueError, LocalProtocolError) as exc:
             raise DescriptorError(f"invalid event descriptor: {exc}") from exc
         return _finish_decode(desc, data, expected_cid)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, EventDescriptor):
-            return NotImplemented
-        return self.cid == other.cid
-
-    def __hash__(self) -> int:
-        return hash(self.cid)
 
 
 def sort_parents(parents: Iterable[CID]) -> tuple[CID, ...]:

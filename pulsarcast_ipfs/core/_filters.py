@@ -176,6 +176,11 @@ def _value_key(value: AttributeValue) -> tuple[str, AttributeValue]:
     return (_kind(value), value)
 
 
+def _check_filter_name(name: object) -> None:
+    if (problem := _name_problem(name)) is not None:
+        raise InvalidAttributes(f"filter name {name!r}: {problem}")
+
+
 def _check_filter_value(value: object, where: str) -> None:
     if (problem := _value_problem(value)) is not None:
         raise InvalidAttributes(f"{where}: {problem}")
@@ -190,8 +195,7 @@ class Comparison:
     value: AttributeValue
 
     def __post_init__(self) -> None:
-        if (problem := _name_problem(self.name)) is not None:
-            raise InvalidAttributes(f"filter name {self.name!r}: {problem}")
+        _check_filter_name(self.name)
         if self.op not in _OPS:
             raise InvalidAttributes(f"unknown operator {self.op!r}")
         _check_filter_value(self.value, f"value of {self.name!r}")
@@ -208,8 +212,7 @@ class OneOf:
     values: tuple[AttributeValue, ...]
 
     def __post_init__(self) -> None:
-        if (problem := _name_problem(self.name)) is not None:
-            raise InvalidAttributes(f"filter name {self.name!r}: {problem}")
+        _check_filter_name(self.name)
         if not 1 <= len(self.values) <= MAX_IN_VALUES:
             raise InvalidAttributes(f"an 'in' list has 1 to {MAX_IN_VALUES} values")
         for v in self.values:
@@ -233,8 +236,7 @@ class Between:
     high: AttributeValue
 
     def __post_init__(self) -> None:
-        if (problem := _name_problem(self.name)) is not None:
-            raise InvalidAttributes(f"filter name {self.name!r}: {problem}")
+        _check_filter_name(self.name)
         _check_filter_value(self.low, f"lower bound of {self.name!r}")
         _check_filter_value(self.high, f"upper bound of {self.name!r}")
         if _kind(self.low) != _kind(self.high):

@@ -1,0 +1,46 @@
+"""HTTP helpers shared by the real-cluster sidecar tests (test_history_cluster.py,
+test_filters_cluster.py): a call to one node's sidecar that must succeed, its
+delivery log, and the wait until every subscriber has joined a topic's tree."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
+from pulsarcast_ipfs.testing import wait_until
+
+__all__ = ["deliveries", "ok", "wait_joined"]
+
+
+async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
+    """The JSON answer of node ``i``'s sidecar, which must be 200 or 201."""
+    async with sc.client(i, timeout=60.0) as c:
+        r = await c.request(method, path, **kw)
+    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
+    return r.json()
+
+
+async def deliveries(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[str, Any]]:
+    """Every delivery node ``i`` logged for ``topic``, oldest first."""
+    async with sc.client(i, timeout=60.0) as c:
+        r = await c.get("/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"})
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+
+async def wait_joined(sc: LocalSidecarCluster, topic: str, nodes: Iterable[int]) -> None:
+    """Wait (30 s at most) until every node of ``nodes`` has a parent in ``topic``'s
+    tree and none stands in for an unreachable root."""
+    nodes = list(nodes)
+
+    async def joined() -> bool:
+        for i in nodes:
+            status = await ok(sc, i, "GET", "/v1/status")
+            st = next((t for t in status["topics"] if t["root_cid"] == topic), None)
+            if st is None or st["parent"] is None or st["acting_root"]:
+                return False
+        return True
+
+    await wait_until(joined, deadline=30, what="every subscriber in the tree")
