@@ -21,13 +21,15 @@ the API's handlers over an in-process ASGI transport, JOIN / JOIN_ACK RPCs), so 
 node is in the state it has on a cluster. Signatures are on, as by default. Each
 scenario sends N events as fast as the node takes them:
 
-receive   a subscriber leaf: signed events (built with the descriptor helpers, each
-          linking the previous one) arrive from its parent;
+receive   a subscriber leaf: signed events (each linking the previous one) arrive
+          from its parent, signed as the author's core signs its own events with a
+          delegated key, what a sidecar sends by default (``--received kubo``: two
+          ``key/sign`` signatures, 2.1.0);
 forward   the same subscriber with K children: each event is forwarded to all of them;
 publish   the node is the topic's author with K children and publishes through
           ``Driver.call(node.publish)`` + ``Driver.complete``, what ``POST
-          /v1/topics/{cid}/publish`` does without the HTTP part (two ``key/sign``
-          calls per event).
+          /v1/topics/{cid}/publish`` does without the HTTP part (signed with the
+          delegated key; ``--delegate-ttl 0``: two ``key/sign`` calls per event).
 
 Reported per event: the process's CPU (``time.process_time``) in µs from the first
 event in until the last is written and pinned in Kubo, with the fakes' own CPU (the
@@ -77,6 +79,8 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
+    DelegateKey,
+    Delegation,
     Deliver,
     DisconnectPeer,
     Ed25519Signer,
@@ -125,6 +129,8 @@ __all__ = [
 ]
 
 SCENARIOS = ("receive", "forward", "publish")
+RECEIVED = ("delegated", "kubo")
+"""How the events a receive or forward scenario feeds are signed (``--received``)."""
 FAKE_KUBO_URL = "http://fake-kubo.invalid:5001"
 POLL = 0.005
 """How often the harness looks whether a scenario is done (seconds)."""
@@ -594,13 +600,32 @@ def _payload(i: int, size: int) -> bytes:
 
 
 def _signed_events(
-    author: Ed25519Signer, topic: CID, count: int, size: int
+    author: Ed25519Signer,
+    topic: CID,
+    count: int,
+    size: int,
+    *,
+    core: PulsarcastNode | None = None,
 ) -> tuple[list[bytes], list[str]]:
     """``count`` EVENT frames of ``author`` (publisher and author), each linking the
-    previous one (LAST_SEEN), signed as Kubo's ``key/sign`` would; and their CIDs."""
+    previous one (LAST_SEEN), and their CIDs. Signed as Kubo's ``key/sign`` would
+    (2.1.0), or, given the author's ``core``, as that core signs its own events with a
+    delegated key (what a sidecar writes by default: the code's own signing step,
+    ``_signed_event``, so the bench follows the event version the code writes)."""
     frames: list[bytes] = []
     cids: list[str] = []
     parents: tuple[CID, ...] = ()
+    if core is not None:
+        key = DelegateKey(bytes(range(32)))
+        expires = int(time.time() + DEFAULT_DELEGATE_TTL)
+        key = key.with_delegation(
+            Delegation(
+                key=key.public_key,
+                expires=expires,
+                signature=author.sign(key.statement(author.peer_id, expires)),
+            )
+        )
+        core.use_delegate(time.time(), key)
     for i in range(count):
         draft = EventDescriptor(
             topic=topic,
@@ -612,10 +637,19 @@ def _signed_events(
             created=format_created(time.time()),
             protocol_version=SIGNED_VERSION,
         )
-        ev = draft.with_signatures(
-            author=author.sign(draft.author_statement(topic)),
-            publisher=author.sign(draft.signing_bytes()),
-        )
+        if core is not None:
+            steps = core._signed_event(draft, topic)
+            try:
+                steps.send(None)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                ev = stop.value
+            else:
+                raise AssertionError("the delegated key did not sign at once")
+        else:
+            ev = draft.with_signatures(
+                author=author.sign(draft.author_statement(topic)),
+                publisher=author.sign(draft.signing_bytes()),
+            )
         frames.append(encode_frame(Event(topic=topic, event=ev.encode())))
         cids.append(cid_str(ev.cid))
         parents = (ev.cid,)
@@ -636,10 +670,17 @@ async def run_scenario(
     seed: int = 1,
     profile: cProfile.Profile | None = None,
     delegate_ttl: float = DEFAULT_DELEGATE_TTL,
+    received: str = "delegated",
 ) -> Outcome:
-    """Build the tree, then measure ``events`` events of ``scenario`` on a fresh driver."""
+    """Build the tree, then measure ``events`` events of ``scenario`` on a fresh driver.
+
+    ``received`` (receive, forward): how the incoming events are signed, ``delegated``
+    (as a sidecar signs its own, the default) or ``kubo`` (two ``key/sign``
+    signatures, 2.1.0)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}")
+    if received not in RECEIVED:
+        raise ValueError(f"unknown received signing {received!r}")
     if scenario == "receive":
         children = 0
     signers = make_signers(16, seed=seed)
@@ -680,7 +721,9 @@ async def run_scenario(
                 author=author,
                 kids=kids,
             )
-            outcome = await rig.measure(scenario, events=events, payload=payload, profile=profile)
+            outcome = await rig.measure(
+                scenario, events=events, payload=payload, profile=profile, received=received
+            )
     return outcome
 
 
@@ -722,7 +765,13 @@ class _Rig:
     kids: list[str]
 
     async def measure(
-        self, scenario: str, *, events: int, payload: int, profile: cProfile.Profile | None
+        self,
+        scenario: str,
+        *,
+        events: int,
+        payload: int,
+        profile: cProfile.Profile | None,
+        received: str = "delegated",
     ) -> Outcome:
         driver, api, kubo, peers = self.driver, self.api, self.kubo, self.peers
         transport, author, kids = self.transport, self.author, self.kids
@@ -767,7 +816,15 @@ class _Rig:
         )
         await _until(lambda: driver.store.pending == 0, "set-up blocks stored", max_wait=setup_wait)
         frames, expected = (
-            ([], []) if scenario == "publish" else _signed_events(author, topic, events, payload)
+            ([], [])
+            if scenario == "publish"
+            else _signed_events(
+                author,
+                topic,
+                events,
+                payload,
+                core=peers.cores[author.peer_id][0] if received == "delegated" else None,
+            )
         )
         await anyio.sleep(0.2)  # let the set-up's last RPCs and records settle
         listener: Listener = driver.listen()
@@ -939,6 +996,7 @@ async def _run_all(
                 seed=args.seed,
                 profile=profile,
                 delegate_ttl=args.delegate_ttl,
+                received=args.received,
             )
         )
         if profile is not None:
@@ -971,6 +1029,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="the sidecar's delegated signing key (default on; 0: every event signed "
         "through the fake Kubo's key/sign, two calls per publish)",
+    )
+    p.add_argument(
+        "--received",
+        choices=RECEIVED,
+        default="delegated",
+        help="receive/forward: the incoming events signed as the author's core signs its "
+        "own with a delegated key (default: what sidecars send), or by Kubo key/sign (2.1.0)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--profile", action="store_true", help="cProfile each scenario: top 25")
