@@ -35,7 +35,9 @@ Reported per event: the process's CPU (``time.process_time``) in µs from the fi
 event in until the last is written and pinned in Kubo, with the fakes' own CPU (the
 fake Kubo's handler, the fake peers, feeding the frames) measured apart and taken
 out; events/s until the last is delivered; frames, bytes and Kubo calls. The events are
-made before the clock starts, so they are a few seconds old when they arrive: the
+made before the clock starts (their memoised CIDs are then forgotten, so the node builds
+each event's CID as it arrives, as on a cluster; ``--warm-cids`` keeps them, as the
+figures before session 9 did), so they are a few seconds old when they arrive: the
 node sends its parent one probe PING a second (answered at once). The fake HTTP
 transport skips sockets and HTTP parsing: real Kubo calls cost the sidecar more.
 
@@ -56,6 +58,7 @@ import base64
 import contextlib
 import cProfile
 import functools
+import gc
 import io
 import json
 import logging
@@ -103,6 +106,7 @@ from pulsarcast_ipfs.core import (
     TopicDescriptor,
     TopicUpdated,
     UnknownTopic,
+    _dagcbor,
     cid_str,
     compute_cid,
     encode_frame,
@@ -671,8 +675,13 @@ async def run_scenario(
     profile: cProfile.Profile | None = None,
     delegate_ttl: float = DEFAULT_DELEGATE_TTL,
     received: str = "delegated",
+    warm_cids: bool = False,
 ) -> Outcome:
     """Build the tree, then measure ``events`` events of ``scenario`` on a fresh driver.
+
+    ``warm_cids``: keep the CIDs of the incoming events, built when they were made,
+    memoised (the figures before session 9); by default they are forgotten, so the
+    node builds each one when it arrives, as on a cluster.
 
     ``received`` (receive, forward): how the incoming events are signed, ``delegated``
     (as a sidecar signs its own, the default) or ``kubo`` (two ``key/sign``
@@ -722,7 +731,12 @@ async def run_scenario(
                 kids=kids,
             )
             outcome = await rig.measure(
-                scenario, events=events, payload=payload, profile=profile, received=received
+                scenario,
+                events=events,
+                payload=payload,
+                profile=profile,
+                received=received,
+                warm_cids=warm_cids,
             )
     return outcome
 
@@ -772,6 +786,7 @@ class _Rig:
         payload: int,
         profile: cProfile.Profile | None,
         received: str = "delegated",
+        warm_cids: bool = False,
     ) -> Outcome:
         driver, api, kubo, peers = self.driver, self.api, self.kubo, self.peers
         transport, author, kids = self.transport, self.author, self.kids
@@ -832,6 +847,12 @@ class _Rig:
         kubo.watch(expected)
         frames_before, bytes_before = transport.frames_out, transport.bytes_out
         fakes_before = kubo.cpu + peers.cpu
+        if not warm_cids:
+            # The events were made (and their CIDs built) above; a node on a cluster
+            # builds each new event's CID when it arrives: forget the memoised ones.
+            _dagcbor.cid_for_digest.cache_clear()
+            _dagcbor.cid_from_bytes.cache_clear()
+            gc.collect()  # and multiformats' interned instances of them
 
         # -- measured: from the first event in until the last is delivered, written, pinned
         began_cpu, began = time.process_time(), time.perf_counter()
@@ -997,6 +1018,7 @@ async def _run_all(
                 profile=profile,
                 delegate_ttl=args.delegate_ttl,
                 received=args.received,
+                warm_cids=args.warm_cids,
             )
         )
         if profile is not None:
@@ -1036,6 +1058,12 @@ def main(argv: list[str] | None = None) -> int:
         default="delegated",
         help="receive/forward: the incoming events signed as the author's core signs its "
         "own with a delegated key (default: what sidecars send), or by Kubo key/sign (2.1.0)",
+    )
+    p.add_argument(
+        "--warm-cids",
+        action="store_true",
+        help="receive/forward: keep the incoming events' CIDs memoised from when the bench "
+        "made them (before session 9; by default the node builds each one, as on a cluster)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--profile", action="store_true", help="cProfile each scenario: top 25")
