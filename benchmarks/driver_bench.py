@@ -21,19 +21,23 @@ the API's handlers over an in-process ASGI transport, JOIN / JOIN_ACK RPCs), so 
 node is in the state it has on a cluster. Signatures are on, as by default. Each
 scenario sends N events as fast as the node takes them:
 
-receive   a subscriber leaf: signed events (built with the descriptor helpers, each
-          linking the previous one) arrive from its parent;
+receive   a subscriber leaf: signed events (each linking the previous one) arrive
+          from its parent, signed as the author's core signs its own events with a
+          delegated key, what a sidecar sends by default (``--received kubo``: two
+          ``key/sign`` signatures, 2.1.0);
 forward   the same subscriber with K children: each event is forwarded to all of them;
 publish   the node is the topic's author with K children and publishes through
           ``Driver.call(node.publish)`` + ``Driver.complete``, what ``POST
-          /v1/topics/{cid}/publish`` does without the HTTP part (two ``key/sign``
-          calls per event).
+          /v1/topics/{cid}/publish`` does without the HTTP part (signed with the
+          delegated key; ``--delegate-ttl 0``: two ``key/sign`` calls per event).
 
 Reported per event: the process's CPU (``time.process_time``) in µs from the first
 event in until the last is written and pinned in Kubo, with the fakes' own CPU (the
 fake Kubo's handler, the fake peers, feeding the frames) measured apart and taken
 out; events/s until the last is delivered; frames, bytes and Kubo calls. The events are
-made before the clock starts, so they are a few seconds old when they arrive: the
+made before the clock starts (their memoised CIDs are then forgotten, so the node builds
+each event's CID as it arrives, as on a cluster; ``--warm-cids`` keeps them, as the
+figures before session 9 did), so they are a few seconds old when they arrive: the
 node sends its parent one probe PING a second (answered at once). The fake HTTP
 transport skips sockets and HTTP parsing: real Kubo calls cost the sidecar more.
 
@@ -54,6 +58,7 @@ import base64
 import contextlib
 import cProfile
 import functools
+import gc
 import io
 import json
 import logging
@@ -77,6 +82,8 @@ from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
+    DelegateKey,
+    Delegation,
     Deliver,
     DisconnectPeer,
     Ed25519Signer,
@@ -99,6 +106,7 @@ from pulsarcast_ipfs.core import (
     TopicDescriptor,
     TopicUpdated,
     UnknownTopic,
+    _dagcbor,
     cid_str,
     compute_cid,
     encode_frame,
@@ -125,6 +133,8 @@ __all__ = [
 ]
 
 SCENARIOS = ("receive", "forward", "publish")
+RECEIVED = ("delegated", "kubo")
+"""How the events a receive or forward scenario feeds are signed (``--received``)."""
 FAKE_KUBO_URL = "http://fake-kubo.invalid:5001"
 POLL = 0.005
 """How often the harness looks whether a scenario is done (seconds)."""
@@ -594,13 +604,32 @@ def _payload(i: int, size: int) -> bytes:
 
 
 def _signed_events(
-    author: Ed25519Signer, topic: CID, count: int, size: int
+    author: Ed25519Signer,
+    topic: CID,
+    count: int,
+    size: int,
+    *,
+    core: PulsarcastNode | None = None,
 ) -> tuple[list[bytes], list[str]]:
     """``count`` EVENT frames of ``author`` (publisher and author), each linking the
-    previous one (LAST_SEEN), signed as Kubo's ``key/sign`` would; and their CIDs."""
+    previous one (LAST_SEEN), and their CIDs. Signed as Kubo's ``key/sign`` would
+    (2.1.0), or, given the author's ``core``, as that core signs its own events with a
+    delegated key (what a sidecar writes by default: the code's own signing step,
+    ``_signed_event``, so the bench follows the event version the code writes)."""
     frames: list[bytes] = []
     cids: list[str] = []
     parents: tuple[CID, ...] = ()
+    if core is not None:
+        key = DelegateKey(bytes(range(32)))
+        expires = int(time.time() + DEFAULT_DELEGATE_TTL)
+        key = key.with_delegation(
+            Delegation(
+                key=key.public_key,
+                expires=expires,
+                signature=author.sign(key.statement(author.peer_id, expires)),
+            )
+        )
+        core.use_delegate(time.time(), key)
     for i in range(count):
         draft = EventDescriptor(
             topic=topic,
@@ -612,10 +641,19 @@ def _signed_events(
             created=format_created(time.time()),
             protocol_version=SIGNED_VERSION,
         )
-        ev = draft.with_signatures(
-            author=author.sign(draft.author_statement(topic)),
-            publisher=author.sign(draft.signing_bytes()),
-        )
+        if core is not None:
+            steps = core._signed_event(draft, topic)
+            try:
+                steps.send(None)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                ev = stop.value
+            else:
+                raise AssertionError("the delegated key did not sign at once")
+        else:
+            ev = draft.with_signatures(
+                author=author.sign(draft.author_statement(topic)),
+                publisher=author.sign(draft.signing_bytes()),
+            )
         frames.append(encode_frame(Event(topic=topic, event=ev.encode())))
         cids.append(cid_str(ev.cid))
         parents = (ev.cid,)
@@ -636,10 +674,22 @@ async def run_scenario(
     seed: int = 1,
     profile: cProfile.Profile | None = None,
     delegate_ttl: float = DEFAULT_DELEGATE_TTL,
+    received: str = "delegated",
+    warm_cids: bool = False,
 ) -> Outcome:
-    """Build the tree, then measure ``events`` events of ``scenario`` on a fresh driver."""
+    """Build the tree, then measure ``events`` events of ``scenario`` on a fresh driver.
+
+    ``warm_cids``: keep the CIDs of the incoming events, built when they were made,
+    memoised (the figures before session 9); by default they are forgotten, so the
+    node builds each one when it arrives, as on a cluster.
+
+    ``received`` (receive, forward): how the incoming events are signed, ``delegated``
+    (as a sidecar signs its own, the default) or ``kubo`` (two ``key/sign``
+    signatures, 2.1.0)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}")
+    if received not in RECEIVED:
+        raise ValueError(f"unknown received signing {received!r}")
     if scenario == "receive":
         children = 0
     signers = make_signers(16, seed=seed)
@@ -680,7 +730,14 @@ async def run_scenario(
                 author=author,
                 kids=kids,
             )
-            outcome = await rig.measure(scenario, events=events, payload=payload, profile=profile)
+            outcome = await rig.measure(
+                scenario,
+                events=events,
+                payload=payload,
+                profile=profile,
+                received=received,
+                warm_cids=warm_cids,
+            )
     return outcome
 
 
@@ -722,7 +779,14 @@ class _Rig:
     kids: list[str]
 
     async def measure(
-        self, scenario: str, *, events: int, payload: int, profile: cProfile.Profile | None
+        self,
+        scenario: str,
+        *,
+        events: int,
+        payload: int,
+        profile: cProfile.Profile | None,
+        received: str = "delegated",
+        warm_cids: bool = False,
     ) -> Outcome:
         driver, api, kubo, peers = self.driver, self.api, self.kubo, self.peers
         transport, author, kids = self.transport, self.author, self.kids
@@ -767,7 +831,15 @@ class _Rig:
         )
         await _until(lambda: driver.store.pending == 0, "set-up blocks stored", max_wait=setup_wait)
         frames, expected = (
-            ([], []) if scenario == "publish" else _signed_events(author, topic, events, payload)
+            ([], [])
+            if scenario == "publish"
+            else _signed_events(
+                author,
+                topic,
+                events,
+                payload,
+                core=peers.cores[author.peer_id][0] if received == "delegated" else None,
+            )
         )
         await anyio.sleep(0.2)  # let the set-up's last RPCs and records settle
         listener: Listener = driver.listen()
@@ -775,6 +847,12 @@ class _Rig:
         kubo.watch(expected)
         frames_before, bytes_before = transport.frames_out, transport.bytes_out
         fakes_before = kubo.cpu + peers.cpu
+        if not warm_cids:
+            # The events were made (and their CIDs built) above; a node on a cluster
+            # builds each new event's CID when it arrives: forget the memoised ones.
+            _dagcbor.cid_for_digest.cache_clear()
+            _dagcbor.cid_from_bytes.cache_clear()
+            gc.collect()  # and multiformats' interned instances of them
 
         # -- measured: from the first event in until the last is delivered, written, pinned
         began_cpu, began = time.process_time(), time.perf_counter()
@@ -939,6 +1017,8 @@ async def _run_all(
                 seed=args.seed,
                 profile=profile,
                 delegate_ttl=args.delegate_ttl,
+                received=args.received,
+                warm_cids=args.warm_cids,
             )
         )
         if profile is not None:
@@ -971,6 +1051,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="the sidecar's delegated signing key (default on; 0: every event signed "
         "through the fake Kubo's key/sign, two calls per publish)",
+    )
+    p.add_argument(
+        "--received",
+        choices=RECEIVED,
+        default="delegated",
+        help="receive/forward: the incoming events signed as the author's core signs its "
+        "own with a delegated key (default: what sidecars send), or by Kubo key/sign (2.1.0)",
+    )
+    p.add_argument(
+        "--warm-cids",
+        action="store_true",
+        help="receive/forward: keep the incoming events' CIDs memoised from when the bench "
+        "made them (before session 9; by default the node builds each one, as on a cluster)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--profile", action="store_true", help="cProfile each scenario: top 25")

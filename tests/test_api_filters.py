@@ -35,10 +35,10 @@ async def test_attributes_are_published_and_read_back(sc: Sidecar) -> None:
     cid = await _publish(sc, topic, "post", attrs)
     plain = await _publish(sc, topic, "plain", None)
     ev = (await sc.api.get(f"/v1/events/{cid}")).json()
-    # the sidecar signs its own events with its delegated key: 2.2.x (x = 1: attributes)
-    assert ev["attributes"] == attrs and ev["protocol_version"] == "2.2.1"
+    # own events: the delegated key, one signature, 2.3.x (x = 1: attributes)
+    assert ev["attributes"] == attrs and ev["protocol_version"] == "2.3.1"
     ev = (await sc.api.get(f"/v1/events/{plain}")).json()
-    assert ev["attributes"] == {} and ev["protocol_version"] == "2.2.0"
+    assert ev["attributes"] == {} and ev["protocol_version"] == "2.3.0"
     lines = (await sc.api.get("/v1/deliveries", params={"after": 0, "follow": "false"})).text
     got = {d["cid"]: d["attributes"] for d in map(json.loads, lines.split()) if d}
     assert got == {cid: attrs, plain: {}}

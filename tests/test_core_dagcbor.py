@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import random
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,18 @@ def test_fast_and_plain_cids_mix_in_either_order() -> None:
     assert bytes(fast) == bytes(other) and str(fast) == str(other.set(base="base32"))
     assert CID("base32", 1, "dag-cbor", bytes(fast)[2:]) is fast
     assert _dagcbor.decode(_dagcbor.encode([fast, other])) == [fast, fast]
+
+
+def test_the_pair_form_builds_the_same_cid() -> None:
+    """Differential: ``cid_for_digest`` (the constructor's ``(multihash name, raw
+    digest)`` form) against the multihash-bytes form it replaced and a plain
+    ``multiformats.CID``: the same object (interned), bytes, text and hash."""
+    rng = random.Random(9)
+    for _ in range(200):
+        digest = rng.randbytes(32)
+        got = _dagcbor.cid_for_digest(digest)
+        assert _dagcbor._Cid("base32", 1, "dag-cbor", b"\x12\x20" + digest) is got
+        plain = CID.decode(b"\x01\x71\x12\x20" + digest)
+        assert got == plain and hash(got) == hash(plain) and bytes(got) == bytes(plain)
+        assert str(got) == str(plain.set(base="base32")) and got.digest == plain.digest
+        assert _dagcbor.cid_from_bytes(bytes(plain)) is got

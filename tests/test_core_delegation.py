@@ -16,6 +16,7 @@ from test_core_signatures import World
 
 from pulsarcast_ipfs.core import (
     DELEGATED_VERSION,
+    ONE_SIGNATURE_VERSION,
     SIGNED_VERSION,
     DelegateKey,
     Delegation,
@@ -84,7 +85,8 @@ def test_a_delegated_key_signs_at_once_and_every_hop_accepts(world: World) -> No
         assert w.net.delivered(peer, w.restricted).count(cid) == 1, peer
     ev = decode_descriptor(w.net.store[cid])
     assert isinstance(ev, EventDescriptor)
-    assert ev.protocol_version == DELEGATED_VERSION and ev.delegation is not None
+    # One signature for both roles (2.3.0: tests/test_core_one_signature.py).
+    assert ev.protocol_version == ONE_SIGNATURE_VERSION and ev.delegation is not None
     assert verify_delegation(w.allowed, ev.delegation)
 
 

@@ -120,7 +120,7 @@ async def test_filtered_subscribers_get_exactly_the_matching_events(
         assert len(got) == len({d["cid"] for d in got}), f"node{i}: a duplicate"
         for d in got:  # the attributes travelled with the event, signed
             assert d["attributes"] == sent[d["cid"]]
-            # x.y.1 exactly with attributes (2.2.x: signed with the delegated key)
+            # x.y.1 exactly with attributes (2.3.x: one signature, the delegated key)
             assert d["protocol_version"].endswith(".1") == bool(d["attributes"])
     # history ?where=: on the filtered subscriber and on the author, the same list
     full = await ok(sc, PLAIN, "GET", f"/v1/topics/{topic}/history",

@@ -19,7 +19,7 @@ from multiformats import CID
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import (
-    DELEGATED_VERSION,
+    ONE_SIGNATURE_VERSION,
     SIGNED_VERSION,
     Deliver,
     Event,
@@ -220,8 +220,9 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
 
         await wait_until(delivered, deadline=30, what="the signed event", interval=0.2)
         (got,) = [d for d in await deliveries() if d["cid"] == good]
-        # Signed by the sidecar's delegated key (Kubo signed its delegation once).
-        assert got["protocol_version"] == DELEGATED_VERSION
+        # Signed by the sidecar's delegated key (Kubo signed its delegation once), one
+        # signature for author and publisher.
+        assert got["protocol_version"] == ONE_SIGNATURE_VERSION
 
         # The attacker: its own valid key (Kubo key/sign), straight to sidecar 1 over p2p.
         async with KuboClient(config=KuboConfig(base_url=attacker.api_url)) as kubo:
@@ -243,7 +244,7 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
                 clock=real.clock,
                 payload=b"tampered",
                 created=real.created,
-                protocol_version=DELEGATED_VERSION,
+                protocol_version=ONE_SIGNATURE_VERSION,
                 author_signature=real.author_signature,
                 publisher_signature=real.publisher_signature,
                 delegation=real.delegation,

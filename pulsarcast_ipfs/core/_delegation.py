@@ -6,12 +6,14 @@ makes an Ed25519 key of its own at start, asks Kubo to sign *once* a delegation
 statement that binds that key to the node's peer ID until ``expires``, and from then
 on signs its own events in memory (docs/security.md "Delegated signing keys").
 
-An event signed that way has ``protocolVersion`` :data:`DELEGATED_VERSION` and its
-``signatures`` map carries the :class:`Delegation` beside the two signatures. A
-verifier checks the delegation against the publisher's peer ID (once per
-delegation: cached), that the event was created before ``expires``, then both
-signatures against the delegated key. Only a node's *own* events use it (author ==
-publisher): a requester's author signature still comes from the requester's Kubo.
+An event signed that way has ``protocolVersion`` :data:`ONE_SIGNATURE_VERSION`
+(2.3.0; 2.2.0 before it, still accepted) and its ``signatures`` map carries the
+:class:`Delegation` beside one signature over ``{tree, event}`` (2.2.0: two, the
+author's and the publisher's). A verifier checks the delegation against the
+publisher's peer ID (once per delegation: cached), that the event was created
+before ``expires``, then the signature(s) against the delegated key. Only a
+node's *own* events use it (author == publisher): a requester's author signature
+still comes from the requester's Kubo.
 
 Pure: no I/O, no clock, no global random (the caller brings the key's seed).
 """

@@ -41,12 +41,16 @@ created, payload: what a requester can sign before a publisher is chosen). The C
 covers everything, signatures included. The decoders check the *shape* only; the
 node verifies the signatures (it knows the tree an event travels in).
 
-``protocolVersion`` ``"2.0.1"`` (unsigned), ``"2.1.1"`` (signed) and ``"2.2.1"``
-(delegated key) are 2.0.0, 2.1.0 and 2.2.0 with an ``"attributes"`` map (issue 15;
-rules in core/_filters.py): the patch digit 1 says "carries attributes", the minor
-digit keeps its meaning. The map is
-non-empty, at most 16 names to strings or finite numbers, covered by the CID, the
-publisher's signature and the author's statement. An event without attributes is
+``"2.2.0"`` (a delegated key, docs/security.md "Delegated signing keys") adds the
+delegation to ``signatures``; ``"2.3.0"`` ("One signature") has one signature,
+``{"publisher", "delegation"}``, over :meth:`EventDescriptor.one_statement`.
+
+``protocolVersion`` ``"2.0.1"`` (unsigned), ``"2.1.1"`` (signed), ``"2.2.1"`` and
+``"2.3.1"`` (delegated key) are 2.0.0, 2.1.0, 2.2.0 and 2.3.0 with an
+``"attributes"`` map (issue 15; rules in core/_filters.py): the patch digit 1 says
+"carries attributes", the minor digit keeps its meaning. The map is non-empty, at
+most 16 names to strings or finite numbers, covered by the CID, the publisher's
+signature and the author's statement. An event without attributes is
 written exactly as before (2.0.0/2.1.0, same bytes, same CID); a node that does not
 know 2.0.1/2.1.1 refuses only the events that carry attributes.
 
@@ -85,6 +89,8 @@ __all__ = [
     "DELEGATED_VERSION",
     "MAX_PARENTS",
     "MAX_PAYLOAD_SIZE",
+    "ONE_SIGNATURE_ATTRIBUTES_VERSION",
+    "ONE_SIGNATURE_VERSION",
     "PROTOCOL_VERSION",
     "SIGNED_ATTRIBUTES_VERSION",
     "SIGNED_VERSION",
@@ -118,18 +124,35 @@ SIGNED_ATTRIBUTES_VERSION: Final = "2.1.1"
 """A signed event with ``attributes``."""
 DELEGATED_ATTRIBUTES_VERSION: Final = "2.2.1"
 """A delegated-signed event with ``attributes`` (the patch digit 1: attributes)."""
-DELEGATED_VERSIONS: Final = frozenset({DELEGATED_VERSION, DELEGATED_ATTRIBUTES_VERSION})
+ONE_SIGNATURE_VERSION: Final = "2.3.0"
+"""A delegated-signed event (author == publisher) with *one* signature, over
+:meth:`EventDescriptor.one_statement`, standing for both the author's and the
+publisher's (docs/security.md "One signature"): ``signatures`` is ``{publisher,
+delegation}``. What the node writes for its own events with a delegated key."""
+ONE_SIGNATURE_ATTRIBUTES_VERSION: Final = "2.3.1"
+"""2.3.0 with ``attributes`` (the patch digit 1: attributes)."""
+ONE_SIGNATURE_VERSIONS: Final = frozenset({ONE_SIGNATURE_VERSION, ONE_SIGNATURE_ATTRIBUTES_VERSION})
+"""Event versions with one signature (no ``signatures.author``)."""
+DELEGATED_VERSIONS: Final = (
+    frozenset({DELEGATED_VERSION, DELEGATED_ATTRIBUTES_VERSION}) | ONE_SIGNATURE_VERSIONS
+)
 """Event versions whose ``signatures`` carry a delegation."""
 SIGNED_VERSIONS: Final = (
     frozenset({"1.1.0", SIGNED_VERSION, SIGNED_ATTRIBUTES_VERSION}) | DELEGATED_VERSIONS
 )
 """Versions whose descriptors carry signatures."""
 ATTRIBUTE_VERSIONS: Final = frozenset(
-    {ATTRIBUTES_VERSION, SIGNED_ATTRIBUTES_VERSION, DELEGATED_ATTRIBUTES_VERSION}
+    {
+        ATTRIBUTES_VERSION,
+        SIGNED_ATTRIBUTES_VERSION,
+        DELEGATED_ATTRIBUTES_VERSION,
+        ONE_SIGNATURE_ATTRIBUTES_VERSION,
+    }
 )
 """Event versions with an ``attributes`` map (and only they have one)."""
 EVENT_VERSIONS: Final = (
-    frozenset({PROTOCOL_VERSION, SIGNED_VERSION, DELEGATED_VERSION}) | ATTRIBUTE_VERSIONS
+    frozenset({PROTOCOL_VERSION, SIGNED_VERSION, DELEGATED_VERSION, ONE_SIGNATURE_VERSION})
+    | ATTRIBUTE_VERSIONS
 )
 """Event descriptors: protocol 2 only (multi-parent links and a clock)."""
 SUPPORTED_VERSIONS: Final = frozenset({PROTOCOL_VERSION, SIGNED_VERSION, "1.0.0", "1.1.0"})
@@ -383,10 +406,16 @@ def _exact_keys(obj: object, keys: set[str], where: str) -> dict[str, Any]:
     return obj
 
 
-def event_version(*, signed: bool, attributes: bool, delegated: bool = False) -> str:
-    """The ``protocolVersion`` an event is written with: signed (by a delegated key) or
-    not, with ``attributes`` or not (an event without them keeps 2.0.0/2.1.0/2.2.0
-    and its CID; with them the patch digit is 1)."""
+def event_version(
+    *, signed: bool, attributes: bool, delegated: bool = False, one_signature: bool = False
+) -> str:
+    """The ``protocolVersion`` an event is written with: signed (by a delegated key,
+    with one signature or two) or not, with ``attributes`` or not (an event without
+    them keeps 2.0.0/2.1.0/2.2.0/2.3.0 and its CID; with them the patch digit is 1)."""
+    if one_signature:
+        if not delegated:
+            raise LocalProtocolError("one signature is for delegated-signed events only")
+        return ONE_SIGNATURE_ATTRIBUTES_VERSION if attributes else ONE_SIGNATURE_VERSION
     if delegated:
         return DELEGATED_ATTRIBUTES_VERSION if attributes else DELEGATED_VERSION
     if attributes:
@@ -721,11 +750,19 @@ class EventDescriptor(_Block):
                     f"attributes are carried exactly by protocolVersion "
                     f"{sorted(ATTRIBUTE_VERSIONS)} events (this one: {self.protocol_version!r})"
                 )
-            _check_signed(
-                self.protocol_version,
-                (self.author_signature, self.publisher_signature),
-                draft=True,
-            )
+            if self.protocol_version in ONE_SIGNATURE_VERSIONS:
+                if self.author_signature is not None:
+                    raise ValueError(
+                        f"protocolVersion {self.protocol_version} carries one signature "
+                        "(signatures.publisher), no author signature"
+                    )
+                _check_signed(self.protocol_version, (self.publisher_signature,), draft=True)
+            else:
+                _check_signed(
+                    self.protocol_version,
+                    (self.author_signature, self.publisher_signature),
+                    draft=True,
+                )
             if self.protocol_version in DELEGATED_VERSIONS:
                 if self.author != self.publisher:
                     raise ValueError("a delegated signature needs author == publisher")
@@ -755,11 +792,24 @@ class EventDescriptor(_Block):
             self, author_signature=author, publisher_signature=publisher, delegation=delegation
         )
 
+    def with_one_signature(self, *, signature: bytes, delegation: Delegation) -> EventDescriptor:
+        """This :data:`ONE_SIGNATURE_VERSION` draft, signed: ``signature`` by the
+        delegated key over :meth:`one_statement`."""
+        return dataclasses.replace(self, publisher_signature=signature, delegation=delegation)
+
     def signing_bytes(self) -> bytes:
         """What the publisher signs: canonical dag-cbor without ``signatures``."""
         if self.publisher_signature is None:
             return self._data
         return _encode(self._body())
+
+    def one_statement(self, tree: CID) -> bytes:
+        """What the one signature of a :data:`ONE_SIGNATURE_VERSION` event covers: the
+        dag-cbor map ``{"tree": tree key, "event": signing bytes}`` — the whole event
+        (the publisher's part) and the tree it travels in (the author's statement
+        names it). Its key set is no descriptor's, author statement's or
+        delegation's, so no other signature passes for it."""
+        return _encode({"tree": tree, "event": self.signing_bytes()})
 
     def author_statement(self, tree: CID) -> bytes:
         """What the author signs (see :func:`author_statement`)."""
@@ -773,11 +823,10 @@ class EventDescriptor(_Block):
 
     def to_ipld(self) -> dict[str, Any]:
         body = self._body()
-        if self.author_signature is not None and self.publisher_signature is not None:
-            sigs: dict[str, Any] = {
-                "author": self.author_signature,
-                "publisher": self.publisher_signature,
-            }
+        if self.publisher_signature is not None:
+            sigs: dict[str, Any] = {"publisher": self.publisher_signature}
+            if self.author_signature is not None:  # none in the ONE_SIGNATURE_VERSIONS
+                sigs["author"] = self.author_signature
             if self.delegation is not None:
                 sigs["delegation"] = self.delegation.to_ipld()
             body["signatures"] = sigs
@@ -822,11 +871,15 @@ class EventDescriptor(_Block):
             sigs: dict[str, Any] = {"author": None, "publisher": None}
             delegation: Delegation | None = None
             if version in SIGNED_VERSIONS:
-                names = {"author", "publisher"}
+                one = version in ONE_SIGNATURE_VERSIONS
+                names = {"publisher"} if one else {"author", "publisher"}
                 if version in DELEGATED_VERSIONS:
                     names.add("delegation")
                 sigs = _exact_keys(top["signatures"], names, "signatures")
-                _signature(sigs["author"], "signatures.author")
+                if one:
+                    sigs = {**sigs, "author": None}
+                else:
+                    _signature(sigs["author"], "signatures.author")
                 _signature(sigs["publisher"], "signatures.publisher")
                 if version in DELEGATED_VERSIONS:
                     delegation = _delegation(sigs["delegation"])

@@ -22,6 +22,7 @@ from multiformats import CID
 from ._base import NodeBase
 from ._delegation import DelegateKey, verify_delegated, verify_delegation
 from ._descriptors import (
+    ONE_SIGNATURE_VERSIONS,
     PROTOCOL_VERSION,
     SIGNED_VERSION,
     SIGNED_VERSIONS,
@@ -203,13 +204,14 @@ class SigningQueue(NodeBase):
         key = self._delegate_for(draft) if author_signature is None else None
         if key is not None and key.delegation is not None:
             version = event_version(
-                signed=True, attributes=draft.attributes is not None, delegated=True
+                signed=True,
+                attributes=draft.attributes is not None,
+                delegated=True,
+                one_signature=True,
             )
             draft = dataclasses.replace(draft, protocol_version=version)
-            return draft.with_signatures(
-                author=key.sign(draft.author_statement(tree)),
-                publisher=key.sign(draft.signing_bytes()),
-                delegation=key.delegation,
+            return draft.with_one_signature(
+                signature=key.sign(draft.one_statement(tree)), delegation=key.delegation
             )
         want = {"publisher": draft.signing_bytes()}
         if author_signature is None:
@@ -234,18 +236,25 @@ class SigningQueue(NodeBase):
         """Why an event is refused: unsigned, or a signature that does not check out."""
         if ev.protocol_version not in SIGNED_VERSIONS:
             return "unsigned" if self.config.require_signatures else None
-        assert ev.publisher_signature is not None and ev.author_signature is not None
+        assert ev.publisher_signature is not None
         if ev.delegation is not None:
             d = ev.delegation
             if not verify_delegation(ev.publisher, d):
                 return "bad_signature"
             if ev.created_ts >= d.expires:
                 return "delegation_expired"
+            if ev.protocol_version in ONE_SIGNATURE_VERSIONS:
+                # author == publisher: one signature over the event and its tree.
+                if not verify_delegated(d, ev.one_statement(tree.key), ev.publisher_signature):
+                    return "bad_signature"
+                return None
+            assert ev.author_signature is not None
             if not verify_delegated(d, ev.signing_bytes(), ev.publisher_signature):
                 return "bad_signature"
             if not verify_delegated(d, ev.author_statement(tree.key), ev.author_signature):
                 return "bad_signature"
             return None
+        assert ev.author_signature is not None
         if not verify_signature(ev.publisher, ev.signing_bytes(), ev.publisher_signature):
             return "bad_signature"
         if not verify_signature(ev.author, ev.author_statement(tree.key), ev.author_signature):
