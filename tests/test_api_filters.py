@@ -12,6 +12,7 @@ import pytest
 from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
 from benchmarks import driver_bench as bench
+from pulsarcast_ipfs.bench._systems import parse_forward_counts
 from pulsarcast_ipfs.core.testing import make_signers
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
@@ -119,6 +120,8 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
         metrics = (await sc.api.get("/metrics")).text
         assert "pulsarcast_filtered_subscriptions 1.0" in metrics
         assert "pulsarcast_forwards_false_positive_total 0.0" in metrics
+        # what the benchmark reads from every sidecar (forwards.json)
+        assert parse_forward_counts(metrics) == {"down": 0, "pruned": 0, "false_positive": 0}
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["filters"] == {topic: canonical}
     async with sidecar_at(tmp_path, kubo) as sc:  # a restart: the filter is kept

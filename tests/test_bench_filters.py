@@ -21,6 +21,7 @@ from pulsarcast_ipfs.bench import (
     markdown_table,
     summarise_run,
 )
+from pulsarcast_ipfs.bench._systems import parse_forward_counts
 from pulsarcast_ipfs.core import matches, parse_filter
 from pulsarcast_ipfs.records import RecordKind
 
@@ -186,6 +187,25 @@ def test_summary_counts_matching_deliveries(tmp_path: Path, system: str) -> None
     assert "| 1,000 / 500 |" in table
     if system == "pulsarcast-filtered":
         assert "coverage of matching events" in markdown_table([s])
+
+
+def test_summary_reports_the_tree_forwards(tmp_path: Path) -> None:
+    d = tmp_path / "pulsarcast-filtered-normal"
+    _filtered_run(d, "pulsarcast-filtered")
+    assert summarise_run(d).forwards == {} and "| — |" in filter_table([summarise_run(d)])
+    (d / "forwards.json").write_text(
+        '{"nodes": 3, "down": 400, "pruned": 3600, "false_positive": 20}'
+    )
+    s = summarise_run(d)
+    assert s.forwards == {"down": 400, "pruned": 3600, "false_positive": 20}
+    assert s.false_positive_share == pytest.approx(0.05)
+    assert "| 400 / 3,600 / 20 (5.00 %) |" in filter_table([s])
+    metrics = (
+        "# TYPE x gauge\npulsarcast_forwards_down_total 4.0\n"
+        "pulsarcast_forwards_pruned_total 36.0\npulsarcast_forwards_false_positive_total 0.0\n"
+    )
+    assert parse_forward_counts(metrics) == {"down": 4, "pruned": 36, "false_positive": 0}
+    assert parse_forward_counts("pulsarcast_forwards_down_total 4.0\n") is None
 
 
 def test_summary_catches_a_missed_matching_delivery(tmp_path: Path) -> None:

@@ -192,6 +192,10 @@ class RunSummary:
     matching_latency_p50: float | None = None
     matching_latency_p95: float | None = None
     matching_latency_p99: float | None = None
+    forwards: dict[str, int] = field(default_factory=dict)
+    """Filters in the tree (``forwards.json``, Pulsarcast): EVENTs sent ``down`` tree
+    edges, sends ``pruned``, and ``false_positive`` events received that nobody in the
+    receiver's subtree wanted, summed over the nodes; empty for other systems."""
     publish_failures: dict[str, int] = field(default_factory=dict)
     """Publish calls that failed or were refused, by reason (``run.json``'s
     ``publish_failures``; a run set from before it has only the count of its
@@ -208,6 +212,13 @@ class RunSummary:
         """:attr:`cpu_process` CPU seconds, whole cluster, ÷ deliveries received, in µs."""
         cpu = self.cpu_seconds_by_process.get(self.cpu_process)
         return _ratio(None if cpu is None else 1e6 * cpu, self.received)
+
+    @property
+    def false_positive_share(self) -> float | None:
+        """False-positive forwards ÷ EVENTs sent down (tree filters)."""
+        if "down" not in self.forwards:
+            return None
+        return _ratio(self.forwards.get("false_positive", 0), self.forwards["down"])
 
     @property
     def coverage_matching(self) -> float | None:
@@ -479,8 +490,24 @@ def summarise_run(run_dir: Path) -> RunSummary:
         ),
         cpu_seconds_by_process=dict(sorted(cpu_by_process.items())),
         publish_failures=_publish_failures(meta),
+        forwards=_forwards(run_dir),
         **matching,
     )
+
+
+def _forwards(run_dir: Path) -> dict[str, int]:
+    """``forwards.json`` (see :attr:`RunSummary.forwards`); empty without it."""
+    try:
+        doc = json.loads((run_dir / "forwards.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        k: int(v)
+        for k, v in doc.items()
+        if k in ("down", "pruned", "false_positive") and isinstance(v, int)
+    }
 
 
 def _publish_failures(meta: dict[str, Any]) -> dict[str, int]:
@@ -719,8 +746,9 @@ def filter_table(summaries: Sequence[RunSummary]) -> str:
         "| system | condition | filter applied by | selectivity (schedule) "
         "| matching deliveries expected | coverage of matching events "
         "| unwanted deliveries at the application | matching latency p50 / p95 / p99 (ms) "
-        "| wire bytes per matching delivery (total / pubsub) |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| wire bytes per matching delivery (total / pubsub) "
+        "| tree: sent down / pruned / false positives (share) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = [
         f"| {s.system} | {s.condition} | {s.filters_applied_by} | {_p(s.selectivity)} "
@@ -728,10 +756,20 @@ def filter_table(summaries: Sequence[RunSummary]) -> str:
         f"| {_ms(s.matching_latency_p50)} / {_ms(s.matching_latency_p95)} "
         f"/ {_ms(s.matching_latency_p99)} "
         f"| {_num(s.bytes_per_matching_delivery)} / "
-        f"{_num(s.pubsub_bytes_per_matching_delivery)} |"
+        f"{_num(s.pubsub_bytes_per_matching_delivery)} | {_forwards_cell(s)} |"
         for s in runs
     ]
     return head + "\n".join(rows) + "\n"
+
+
+def _forwards_cell(s: RunSummary) -> str:
+    f = s.forwards
+    if "down" not in f:
+        return "—"
+    return (
+        f"{f['down']:,} / {f.get('pruned', 0):,} / {f.get('false_positive', 0):,} "
+        f"({_p(s.false_positive_share)})"
+    )
 
 
 def protocol_table(summaries: Sequence[RunSummary]) -> str:
@@ -968,6 +1006,7 @@ def _run_doc(s: RunSummary) -> dict[str, Any]:
         coverage_matching=s.coverage_matching,
         bytes_per_matching_delivery=s.bytes_per_matching_delivery,
         pubsub_bytes_per_matching_delivery=s.pubsub_bytes_per_matching_delivery,
+        false_positive_share=s.false_positive_share,
         complete=s.complete,
         shortfall=shortfall(s),
     )

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import anyio
 import httpx
@@ -481,6 +481,7 @@ class PulsarcastSystem(System):
                             }
                         )
         (self.run_dir / "retention.json").write_text(json.dumps(rows, indent=1) + "\n")
+        await self._forwards_report()
         if rows:
             sizes = sorted(r["bytes"] for r in rows)
             self.say(
@@ -488,6 +489,31 @@ class PulsarcastSystem(System):
                 f"median {sizes[len(sizes) // 2] / 1024:.1f} KiB, max {sizes[-1] / 1024:.1f} KiB, "
                 f"total {sum(sizes) / 2**20:.2f} MiB"
             )
+
+    async def _forwards_report(self) -> None:
+        """Filters in the tree (issue 15): EVENTs sent down, sends pruned and false
+        positives, summed over the nodes' ``/metrics``, into ``forwards.json``."""
+        totals = dict.fromkeys(FORWARD_COUNTS, 0)
+        nodes = 0
+        for http in self._http:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                text = (await http.get("/metrics")).text
+                found = parse_forward_counts(text)
+                if found is not None:
+                    nodes += 1
+                    for k, v in found.items():
+                        totals[k] += v
+        if not nodes:
+            return
+        (self.run_dir / "forwards.json").write_text(
+            json.dumps({"nodes": nodes, **totals}, indent=1) + "\n"
+        )
+        down = totals["down"]
+        share = f" ({totals['false_positive'] / down:.1%} of those sent down)" if down else ""
+        self.say(
+            f"tree filters: {down:,} EVENTs sent down, {totals['pruned']:,} sends pruned, "
+            f"{totals['false_positive']:,} false positives{share}"
+        )
 
     async def _start(self) -> None:
         self._stack.push_async_callback(self._teardown)
@@ -636,6 +662,21 @@ def _error_code(resp: httpx.Response) -> str:
     except (ValueError, KeyError, TypeError):
         return "?"
     return code if isinstance(code, str) else "?"
+
+
+FORWARD_COUNTS: Final = ("down", "pruned", "false_positive")
+"""The sidecar's ``pulsarcast_forwards_<name>_total`` counters (issue 15)."""
+
+
+def parse_forward_counts(metrics: str) -> dict[str, int] | None:
+    """The forward counters in a sidecar's Prometheus text (None: it has none)."""
+    out: dict[str, int] = {}
+    for line in metrics.splitlines():
+        for name in FORWARD_COUNTS:
+            key = f"pulsarcast_forwards_{name}_total "
+            if line.startswith(key):
+                out[name] = int(float(line[len(key) :]))
+    return out if len(out) == len(FORWARD_COUNTS) else None
 
 
 def make_system(
