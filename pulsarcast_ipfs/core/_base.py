@@ -362,6 +362,15 @@ class NodeBase:
             self, tree: Tree, ev: EventDescriptor
         ) -> dict[str, tuple[CID, ...] | None] | None: ...
 
+        def _late_parents(
+            self,
+            now: float,
+            tree: Tree,
+            ev: EventDescriptor,
+            parents: tuple[CID, ...],
+            recovered: bool,
+        ) -> None: ...
+
         def _learn_seen_parents(
             self, tree: Tree, ev: EventDescriptor, parents: tuple[CID, ...] | None
         ) -> None: ...

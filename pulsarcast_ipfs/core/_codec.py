@@ -549,6 +549,10 @@ class GroupJoin(_Message):
     _wire: ClassVar[dict[str, str]] = {}
     topic: CID
     spare: int
+    filter: str | None = None
+    """(wire 2.5) The member's subscription filter, canonical text: the group sends
+    it only the events that match (left out: every event)."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"filter"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -558,6 +562,8 @@ class GroupJoin(_Message):
             or not 0 <= self.spare <= MAX_GROUP_ASSIGN
         ):
             raise _bad(f"spare: expected an integer in [0, {MAX_GROUP_ASSIGN}]")
+        if self.filter is not None:
+            _summary((self.filter,), "filter")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -605,6 +611,10 @@ class GroupAssign(_Message):
     epoch: int
     members: tuple[str, ...]
     ttl: float
+    filters: tuple[str, ...] | None = None
+    """(wire 2.5) Each member's filter, canonical text, in the order of ``members``
+    (``"*"``: every event): the helper forwards it only what matches."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"filters"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -616,6 +626,11 @@ class GroupAssign(_Message):
         if len(set(self.members)) != len(self.members):
             raise _bad("members: a peer is listed twice")
         _ttl(self.ttl)
+        if self.filters is not None:
+            if not isinstance(self.filters, tuple) or len(self.filters) != len(self.members):
+                raise _bad("filters: expected one filter per member")
+            for text in self.filters:
+                _summary((text,), "filters[]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -125,6 +125,8 @@ class Dissemination(NodeBase):
             del self._fetches[cid]  # it came by itself within its grace
         if cid in self._seen:
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
+            if seen_parents is not None:
+                self._late_parents(now, tree, ev, seen_parents, recovered)
             if forward and len(self._group_pending):
                 self._group_pending_forward(now, tree, cid, sender, pushed)
             return True

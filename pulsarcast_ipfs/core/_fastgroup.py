@@ -57,6 +57,7 @@ from ._codec import (
 )
 from ._descriptors import EventDescriptor, cid_str, decode_cached
 from ._errors import DescriptorError
+from ._filters import MATCH_ALL, Filter, matches, parse_filter, render_filter
 from ._groupstate import (
     MAX_GROUP_MEMBERS,
     Assignment,
@@ -145,9 +146,12 @@ class FastGroups(NodeBase):
         if len(fs.joined) >= self.config.fast_publishers:
             return
         fs.joined[publisher] = Membership(expires=now + self._group_ttl())
-        self._send(
-            now, publisher, GroupJoin(topic=tree.key, spare=self.config.group_spare), tree.name
-        )
+        self._send(now, publisher, self._group_join_rpc(tree), tree.name)
+
+    def _group_join_rpc(self, tree: Tree) -> GroupJoin:
+        """GROUP_JOIN (and its refresh), with this subscription's filter if it has one."""
+        where = None if tree.filter is None else render_filter(tree.filter)
+        return GroupJoin(topic=tree.key, spare=self.config.group_spare, filter=where)
 
     def _fast_delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str:
         """An event of a tree with fast state was delivered: its path (for the record
@@ -203,7 +207,15 @@ class FastGroups(NodeBase):
         if not members:
             fs.assigned.pop(peer, None)
             return
-        fs.assigned[peer] = Assignment(epoch=rpc.epoch, members=members, expires=now + rpc.ttl)
+        filters: dict[str, Filter] = {}
+        if rpc.filters is not None:
+            for m, text in zip(rpc.members, rpc.filters, strict=True):
+                f = parse_filter(text)  # the codec checked it: canonical
+                if m in members and f != MATCH_ALL:
+                    filters[m] = f
+        fs.assigned[peer] = Assignment(
+            epoch=rpc.epoch, members=members, expires=now + rpc.ttl, filters=filters
+        )
 
     def _on_group_event(self, now: float, peer: str, rpc: GroupEvent) -> None:
         tree = self._trees.get(rpc.topic)
@@ -260,13 +272,20 @@ class FastGroups(NodeBase):
 
     def _group_wants(self, tree: Tree, member: str, ev: EventDescriptor) -> bool:
         """Whether ``member`` of a group (at the publisher, or at its helper) wants
-        ``ev``: the hook for a membership's filter (issue 15: "optionally with a
-        filter"). Every member wants every event for now; with subscription filters
-        (``core/_filters.py``) GROUP_JOIN would carry the member's filter, GROUP_ASSIGN
-        each assigned member's, and this would match the event against it. The
-        subscriber's own filter applies to group copies anyway: they are delivered
-        through the same ``_deliver``."""
-        return True
+        ``ev``: its filter (GROUP_JOIN's, passed on to its helper in GROUP_ASSIGN)
+        matches it, or it has none. (What it does not get along the group it does
+        not want; the tree still brings it everything it does.)"""
+        fs = tree.fast
+        if fs is None:
+            return True
+        g = fs.group
+        m = g.members.get(member) if g is not None else None
+        if m is not None:
+            f = m.filter
+        else:
+            asg = fs.assigned.get(ev.publisher)
+            f = asg.filters.get(member) if asg is not None else None
+        return f is None or matches(f, ev.attributes)
 
     @staticmethod
     def _forwards(direct: bool) -> bool:
@@ -299,15 +318,25 @@ class FastGroups(NodeBase):
         if g is None:
             g = fs.group = PublisherGroup()
         m = g.members.get(peer)
+        where = None if rpc.filter is None else parse_filter(rpc.filter)  # canonical
+        if where == MATCH_ALL:
+            where = None
         if m is None:
             if len(g.members) >= MAX_GROUP_MEMBERS or not self._placeable(g, peer, rpc.spare):
                 self._send(now, peer, GroupAck(topic=tree.key, ok=False, ttl=ttl), tree.name)
                 return
             g.seq += 1
-            g.members[peer] = GroupMember(spare=rpc.spare, expires=now + ttl, seq=g.seq)
+            g.members[peer] = GroupMember(
+                spare=rpc.spare, expires=now + ttl, seq=g.seq, filter=where
+            )
             self._regroup(now, tree, g, quiet=peer)
         else:
             m.expires = now + ttl
+            if m.filter != where:
+                m.filter = where
+                if m.helper is not None and m.helper in g.helpers:
+                    # its helper forwards by the new filter from now on
+                    self._send(now, m.helper, self._assign_rpc(tree, g, m.helper), tree.name)
             if m.spare != rpc.spare:
                 m.spare = rpc.spare
                 self._regroup(now, tree, g, quiet=peer)
@@ -320,8 +349,21 @@ class FastGroups(NodeBase):
         assigned = g.helpers.get(peer)
         if assigned:
             # A helper's refresh renews its assignment too.
-            rpc_a = GroupAssign(topic=tree.key, epoch=g.epoch, members=assigned, ttl=ttl)
-            self._send(now, peer, rpc_a, tree.name)
+            self._send(now, peer, self._assign_rpc(tree, g, peer), tree.name)
+
+    def _assign_rpc(
+        self, tree: Tree, g: PublisherGroup, helper: str, members: tuple[str, ...] | None = None
+    ) -> GroupAssign:
+        """GROUP_ASSIGN of ``helper``'s members (default: its current ones), with their
+        filters when any has one."""
+        ms = g.helpers.get(helper, ()) if members is None else members
+        wheres = [g.members[m].filter if m in g.members else None for m in ms]
+        filters = None
+        if any(w is not None for w in wheres):
+            filters = tuple(render_filter(w if w is not None else MATCH_ALL) for w in wheres)
+        return GroupAssign(
+            topic=tree.key, epoch=g.epoch, members=ms, ttl=self._group_ttl(), filters=filters
+        )
 
     def _placeable(self, g: PublisherGroup, peer: str, spare: int) -> bool:
         trial = {p: (m.spare, m.seq) for p, m in g.members.items()}
@@ -351,8 +393,7 @@ class FastGroups(NodeBase):
                 rpc = GroupAssign(topic=tree.key, epoch=g.epoch, members=(), ttl=ttl)
                 self._send(now, h, rpc, tree.name)
         for h, ms in sorted(changed.items()):
-            rpc = GroupAssign(topic=tree.key, epoch=g.epoch, members=ms, ttl=ttl)
-            self._send(now, h, rpc, tree.name)
+            self._send(now, h, self._assign_rpc(tree, g, h, ms), tree.name)
         g.helpers = helpers
         serves = {m: h for h, ms in helpers.items() for m in ms}
         for p in sorted(g.members):
@@ -388,9 +429,13 @@ class FastGroups(NodeBase):
             neighbours.update(tree.members)
         for p in sorted(g.members):
             m = g.members[p]
-            if p in g.helpers or (
-                m.helper is None and p not in neighbours and self._group_wants(tree, p, ev)
-            ):
+            if p in g.helpers:
+                # a helper gets what it or one of its members wants
+                if self._group_wants(tree, p, ev) or any(
+                    self._group_wants(tree, q, ev) for q in g.helpers[p]
+                ):
+                    self._send(now, p, rpc, tree.name, data)
+            elif m.helper is None and p not in neighbours and self._group_wants(tree, p, ev):
                 self._send(now, p, rpc, tree.name, data)
 
     # ------------------------------------------------------------ timers, failures
@@ -410,7 +455,7 @@ class FastGroups(NodeBase):
                     del fs.joined[pub]  # the publisher went silent
                     fs.refused[pub] = now + self._group_ttl()
                     continue
-                self._send(now, pub, GroupJoin(topic=tree.key, spare=c.group_spare), tree.name)
+                self._send(now, pub, self._group_join_rpc(tree), tree.name)
             for pub in [p for p, t in fs.refused.items() if t <= now]:
                 del fs.refused[pub]
             for pub in [p for p, a in fs.assigned.items() if a.expires <= now]:

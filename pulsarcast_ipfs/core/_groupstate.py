@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ._codec import MAX_GROUP_ASSIGN
+from ._filters import Filter
 
 __all__ = [
     "Assignment",
@@ -38,6 +39,8 @@ class GroupMember:
     """Join order (the placement keeps earlier members where they are)."""
     helper: str | None = None
     """The helper that forwards to it; ``None``: the publisher (or it is a helper)."""
+    filter: Filter | None = None
+    """Its subscription filter (GROUP_JOIN's ``filter``): it gets only what matches."""
 
 
 @dataclass(slots=True)
@@ -70,6 +73,8 @@ class Assignment:
     epoch: int
     members: tuple[str, ...]
     expires: float
+    filters: dict[str, Filter] = field(default_factory=dict)
+    """Members with a filter (GROUP_ASSIGN's ``filters``): forwarded only what matches."""
 
 
 @dataclass(slots=True)

@@ -108,10 +108,11 @@ class Pruning(NodeBase):
         beside us, not below): expanding an event whose parents our own parent
         rewrote would skip those, so :class:`_PartialView` is raised instead."""
         out: set[CID] = set()
-        stack = list(self._parents_of(ev.cid, ev))
+        seen = self._seen_parents.get(ev.cid)
+        stack = list(ev.parents if seen is None else seen)
         visited: set[CID] = set()
         budget = _WALK_BUDGET
-        changed = False
+        changed = seen is not None  # our own parent rewrote them already
         while stack:
             p = stack.pop()
             if p in visited:
@@ -172,6 +173,36 @@ class Pruning(NodeBase):
         edge.skipped.add(cid)
         if count:
             self._forward_counts["pruned"] += 1
+
+    def _late_parents(
+        self,
+        now: float,
+        tree: Tree,
+        ev: EventDescriptor,
+        parents: tuple[CID, ...],
+        recovered: bool,
+    ) -> None:
+        """The tree's copy of an event that came first another way (a filtered fast
+        group's copy names the event's own parents) names them as our subtree sees
+        them: if the event still waits for a parent we will never get, offer it
+        again with these, and call off the fetches (still within ``parent_grace``)
+        of the parents nothing else waits for."""
+        cid = ev.cid
+        if cid in self._delivered or self._seen_parents.get(cid) is not None:
+            return
+        self._learn_seen_parents(tree, ev, parents)
+        self._offer(now, tree, cid, recovered)
+        kept = set(parents)
+        for p in ev.parents:
+            waiting = self._waiting.get(p)
+            if p in kept or waiting is None:
+                continue
+            if all(c in self._delivered for _, c, _ in waiting):
+                del self._waiting[p]
+                self._waiting_count -= len(waiting)
+                f = self._fetches.get(p)
+                if f is not None and not f.outstanding and f.kind == "event":
+                    del self._fetches[p]
 
     def _learn_seen_parents(
         self, tree: Tree, ev: EventDescriptor, parents: tuple[CID, ...] | None
