@@ -148,6 +148,7 @@ class Pruning(NodeBase):
         then goes by the tree, which prunes from a complete view)."""
         out: dict[str, tuple[CID, ...] | None] = {}
         own = self._own_filters(tree)
+        pruned = 0
         for m in tree.members:
             if m == tree.parent or m in tree.children or m == self.peer_id:
                 continue
@@ -156,13 +157,14 @@ class Pruning(NodeBase):
                 out[m] = None
                 continue
             if not matches_any(summary, ev.attributes):
-                self._forward_counts["pruned"] += 1
+                pruned += 1
                 continue
             covered = own is None or all(any(covers(o, s) for o in own) for s in summary)
             try:
                 out[m] = self._parents_for(summary, ev, view=covered)
             except _PartialView:
                 return None
+        self._forward_counts["pruned"] += pruned
         return out
 
     def _prune_edge(self, tree: Tree, peer: str, cid: CID, *, count: bool = True) -> None:
