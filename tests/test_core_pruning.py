@@ -38,6 +38,7 @@ from pulsarcast_ipfs.core._antientropy import AntiEntropy
 from pulsarcast_ipfs.core._dissemination import Dissemination
 from pulsarcast_ipfs.core._io import FetchBlock
 from pulsarcast_ipfs.core.testing import CoreNet
+from pulsarcast_ipfs.records import RecordKind
 
 ON = NodeConfig(tree_filters=True, summary_interval=1.0, summary_bound=4, flat_fanout=0)
 FLAT = NodeConfig(tree_filters=True, summary_interval=1.0)
@@ -179,11 +180,29 @@ def pruned(net: CoreNet) -> int:
     return sum(net.nodes[p].filter_forwards["pruned"] for p in net.peers)
 
 
-def test_filtered_nodes_fetch_almost_nothing_they_do_not_want() -> None:
-    """The only unwanted fetches left: a parent the sender did not hold yet when it
-    forwarded the event (links here are not FIFO), fetched after ``parent_grace``."""
+def held_back(net: CoreNet, peers: list[str]) -> int:
+    """Deliveries that waited ``parent_grace`` or longer: for a parent that never
+    came (a filtered node does not fetch an unknown parent: it waits, then goes)."""
+    grace = NodeConfig().parent_grace
+    return sum(
+        1
+        for p in peers
+        for r in net.records(p, RecordKind.EVENT_DELIVERED)
+        if float(r.fields["latency"]) >= grace  # type: ignore[arg-type]
+    )
+
+
+def test_filtered_nodes_neither_fetch_nor_wait_for_what_they_do_not_want() -> None:
+    """A filtered node does not fetch an unknown parent (it waits ``parent_grace``
+    for it, then goes); with EVENT's ``parents`` it hardly ever waits: only for a
+    parent the sender did not hold yet when it forwarded the event (links here are
+    not FIFO). Measured: 0 unwanted fetches; 14 of 318 deliveries held back (180
+    without ``parents``, the planted test below)."""
     net, topic, subs, published = run()
-    assert len(unwanted_fetches(net, topic, published)) <= pruned(net) // 50
+    assert not unwanted_fetches(net, topic, published)
+    filtered = [p for p, w in subs.items() if w is not None]
+    deliveries = sum(len(net.delivered(p, topic)) for p in filtered)
+    assert held_back(net, filtered) <= deliveries // 10
     for p, where in subs.items():
         tree = net.nodes[p]._trees[topic]
         h = tree.history
@@ -200,15 +219,16 @@ def test_loss_is_still_repaired_without_fetching_the_unwanted() -> None:
     # (Not in causal order through the unwanted events: an event recovered by a
     # fetch after a loss names its own parents, not the ones our parent rewrote.)
     check_deliveries(net, topic, subs, published, causal=False)
-    # A recovered event's unknown parents are fetched: measured 56 for 930 sends
-    # pruned (seed 7); without loss 9 for 752 (seed 5: the non-FIFO links).
-    assert len(unwanted_fetches(net, topic, published)) <= pruned(net) // 8
+    # A lost event is found again by the DIGESTs; its unknown parents are not
+    # fetched. Measured: 4 unwanted fetches (new edges after a loss list what the
+    # parent holds no descriptor of), 1,020 sends pruned.
+    assert len(unwanted_fetches(net, topic, published)) <= pruned(net) // 50
 
 
 def test_flat_trees_prune_the_first_hop_too() -> None:
     net, topic, subs, published = run(config=FLAT, seed=3)
     check_deliveries(net, topic, subs, published)
-    assert len(unwanted_fetches(net, topic, published)) <= pruned(net) // 50
+    assert not unwanted_fetches(net, topic, published)
     author = net.peers[0]
     assert all(net.nodes[p].topic_state(topic).parent == author for p in subs)
     pushed = pruned_pushes = 0
@@ -237,15 +257,17 @@ def planted(cls: type, name: str, replacement: object) -> Iterator[None]:
 
 
 def test_planted_no_parents_rewrite_is_caught() -> None:
-    """Without EVENT's ``parents`` a filtered node waits for (and fetches) the
-    unwanted parents of what it gets."""
+    """Without EVENT's ``parents`` a filtered node waits for the unwanted parents of
+    what it gets."""
 
     def plain(self, now, tree, peer, rpc, data, summary, ev):  # type: ignore[no-untyped-def]
         self._send(now, peer, rpc, tree.name, data)
 
     with planted(Dissemination, "_send_pruned", plain):
-        net, topic, _, published = run()
-    assert len(unwanted_fetches(net, topic, published)) > pruned(net) // 50
+        net, topic, subs, _ = run()
+    filtered = [p for p, w in subs.items() if w is not None]
+    deliveries = sum(len(net.delivered(p, topic)) for p in filtered)
+    assert held_back(net, filtered) > deliveries // 10
 
 
 def test_planted_unfiltered_digest_window_is_caught() -> None:
@@ -330,8 +352,8 @@ def test_a_filtered_group_sends_only_the_matching_events() -> None:
     net, _, members, wanted, unwanted = fast_filtered()
     sent, bad = group_copies_unwanted(net, unwanted)
     assert sent >= len(wanted) and bad == 0
-    fetched_unwanted = [c for _, c in net.fetched if c in set(unwanted)]
-    assert len(fetched_unwanted) <= len(members) // 4
+    assert not [c for _, c in net.fetched if c in set(unwanted)]
+    assert held_back(net, members) == 0
 
 
 def test_planted_group_without_filters_is_caught() -> None:
@@ -352,5 +374,5 @@ def test_planted_no_late_parents_is_caught() -> None:
         return None
 
     with planted(Pruning, "_late_parents", ignore):
-        net, _, members, _, unwanted = fast_filtered()
-    assert len([c for _, c in net.fetched if c in set(unwanted)]) > len(members) // 4
+        net, _, members, _, _ = fast_filtered()
+    assert held_back(net, members) > len(members)

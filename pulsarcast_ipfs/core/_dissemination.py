@@ -311,6 +311,12 @@ class Dissemination(NodeBase):
                         continue  # seen long ago, evicted from the cache
                     elif unwanted:
                         continue  # its unknown parents are not ours to fetch
+                    elif self._own_filters(t) is not None:
+                        # Tree filters: most likely one our parent pruned for us.
+                        # Wait a moment for it, never fetch it: a matching event
+                        # lost on the way is anti-entropy's (per-edge DIGESTs).
+                        grace = self.config.parent_grace
+                        self._fetch(now, parent, "event", key, None, grace=grace, wait_only=True)
                     else:
                         # A live event's parent is usually on its way (concurrent
                         # publishers, another path): fetch it only if it does not come.

@@ -41,6 +41,8 @@ class _Fetch:
     attempts: int
     due: float
     outstanding: bool
+    wait_only: bool = False
+    """(tree filters) Not fetched at ``due``: what waited for it goes then."""
 
 
 class Repair(NodeBase):
@@ -140,10 +142,23 @@ class Repair(NodeBase):
         hint: str | None,
         *,
         grace: float = 0.0,
+        wait_only: bool = False,
     ) -> None:
         """Fetch ``cid`` (``FetchBlock``); after ``grace`` seconds if it may still
-        arrive by itself (a live event's parent, on its way along another path)."""
-        if cid in self._fetches:
+        arrive by itself (a live event's parent, on its way along another path).
+        ``wait_only``: not fetched at all; after ``grace`` what waits for it goes
+        (a filtered node's unknown parent: most likely one its parent pruned)."""
+        pending = self._fetches.get(cid)
+        if pending is not None:
+            if pending.wait_only and not wait_only:
+                # Anti-entropy or history wants it after all: a real fetch.
+                pending.wait_only = False
+                pending.kind = kind
+                pending.hint = hint or pending.hint
+                if not grace:
+                    pending.outstanding = True
+                    pending.due = now + self.config.fetch_timeout
+                    self._emit(FetchBlock(cid=cid))
             return
         if len(self._fetches) >= self.config.max_pending_fetches:
             if kind == "event":
@@ -156,6 +171,7 @@ class Repair(NodeBase):
             attempts=1,
             due=now + (grace or self.config.fetch_timeout),
             outstanding=not grace,
+            wait_only=wait_only,
         )
         if not grace:
             self._emit(FetchBlock(cid=cid))
@@ -167,6 +183,14 @@ class Repair(NodeBase):
                 continue
             if f.outstanding:
                 self._fetch_failed(now, cid, f)
+            elif f.wait_only:
+                # Not come: pruned for us (or lost: then a DIGEST finds it), so not
+                # missing from our history either.
+                del self._fetches[cid]
+                tree = self._trees.get(f.tree) if f.tree is not None else None
+                if tree is not None and tree.history is not None:
+                    tree.history.note_outside((cid,))
+                self._release(now, cid)
             else:
                 f.outstanding = True
                 f.due = now + self.config.fetch_timeout
