@@ -120,3 +120,52 @@ def test_reader_below_a_filtered_holder_gets_the_whole_history(config: NodeConfi
     have = {c for c, _ in page.events}
     assert page.complete
     assert set(cids) <= have, (len(set(cids) - have), "missing from a 'complete' history")
+
+
+@pytest.mark.parametrize("config", [ON, OFF], ids=["filters", "off"])
+def test_narrowing_a_filter_keeps_an_event_in_flight_that_both_match(
+    config: NodeConfig,
+) -> None:
+    """An event matching the old and the new filter, published just before the
+    replacement and still on its way: ``since`` moved past it, so it is dropped."""
+    net, topic = settled(config)
+    author = net.peers[0]
+    g = next(p for p in net.peers[1:] if net.nodes[p].topic_state(topic).parent != author)
+    net.call(g, "subscribe", topic, filter=parse_filter("ups >= 10"))
+    net.run_for(5)
+    op = net.call(author, "publish", topic, b"x", attributes={"ups": 30, "user": "alice"})
+    net.run_for(0.01)
+    net.call(g, "subscribe", topic, filter=parse_filter("ups >= 20"))
+    net.run_for(30)
+    assert op.event_cid in net.delivered(g, topic)
+
+
+def test_a_new_deep_child_gets_the_members_summaries() -> None:
+    """A node that joins below a non-root after the root's last MEMBERS gets the
+    list from its parent (``_members_to_new_child``) without ``summaries``: its
+    first hop is not pruned at all (an event nobody wants goes to every member)."""
+    from pulsarcast_ipfs.core import Event
+
+    cfg = NodeConfig(tree_filters=True, summary_interval=1.0, flat_fanout=0)
+    net = CoreNet(24, seed=5, config=cfg, bucket_size=2, latency=0.05)
+    author = net.peers[0]
+    topic: CID = net.call(author, "create_topic", "reddit")
+    net.run_for(0.5)
+    for p in net.peers[1:20]:
+        net.call(p, "subscribe", topic, filter=parse_filter("user = 'alice'"))
+    net.run_for(30)
+    for p in net.peers[20:23]:  # (seed 5: the third joins below a relay, late)
+        net.call(p, "subscribe", topic, filter=parse_filter("user = 'alice'"))
+        net.run_for(15)
+    late = net.peers[22]
+    t = net.nodes[late]._trees[topic]
+    assert t.parent != author and t.members_epoch is not None
+    before = len(net.logs[late].sent)
+    net.call(late, "publish", topic, b"x", attributes={"user": "bob"})
+    net.run_for(0.01)
+    pushed = [
+        s
+        for s in net.logs[late].sent[before:]
+        if isinstance(s.rpc, Event) and s.peer not in (t.parent, author)
+    ]
+    assert pushed == [], f"{len(pushed)} pushes of an event no member wants"
