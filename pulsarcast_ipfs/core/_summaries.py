@@ -124,6 +124,20 @@ class Summaries(NodeBase):
             parsed = [parse_filter(t) for t in texts]
             tree.child_summaries[peer] = merge(parsed, self.config.summary_bound)
             tree.child_wants[peer] = tuple(parsed)
+        edge = tree.edges.get(peer)
+        if edge is not None and edge.skipped:
+            # REVIEW9 sketch: what was pruned by the old summary but the new one
+            # matches is owed to the child again (HEADS delta, DIGEST windows).
+            summary = tree.child_summaries.get(peer)
+            for c in list(edge.skipped):
+                entry = self._events.get(c)
+                if (
+                    summary is None
+                    or MATCH_ALL in summary
+                    or (entry is not None and matches_any(summary, entry[1].attributes))
+                ):
+                    edge.skipped.discard(c)
+                    edge.known.discard(c)
         self._summary_changed(now, tree)
         self._members_changed(now, tree)  # a root lists its children's summaries
 
