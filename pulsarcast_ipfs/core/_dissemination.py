@@ -302,6 +302,8 @@ class Dissemination(NodeBase):
                         continue
                     pentry = self._events.get(parent)
                     if pentry is not None:
+                        if pentry[1].clock >= ev.clock:
+                            continue  # REVIEW9 sketch: not an ancestor (forged parents)
                         if pentry[0] != key or pentry[1].created_ts < t.since:
                             continue
                         if parent not in self._waiting and parent not in self._fetches:
