@@ -130,7 +130,15 @@ class FirstHopPush(NodeBase):
     def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None:
         """A new child of a non-root node gets the root's list it holds."""
         if tree.members_epoch is not None and tree.members_from == tree.parent:
-            rpc = Members(topic=tree.key, epoch=tree.members_epoch, members=tree.members)
+            summaries = None
+            if tree.member_summaries and all(m in tree.member_summaries for m in tree.members):
+                # REVIEW9 sketch: the list as the root sent it, summaries included
+                summaries = tuple(
+                    tuple(render_filter(f) for f in tree.member_summaries[m]) for m in tree.members
+                )
+            rpc = Members(
+                topic=tree.key, epoch=tree.members_epoch, members=tree.members, summaries=summaries
+            )
             self._send(now, peer, rpc, tree.name)
 
     def _push_own(self, now: float, tree: Tree, cid: CID) -> None:
