@@ -53,7 +53,7 @@ from multiformats import CID
 from . import _dagcbor
 from ._base import NodeBase
 from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, encode_frame
-from ._filters import matches_any
+from ._filters import Filter, matches_any
 from ._tree import Tree
 
 __all__ = ["DIGEST_REPEATS", "AntiEntropy", "fingerprint"]
@@ -127,9 +127,20 @@ class AntiEntropy(NodeBase):
             known.update(c for c, _ in chunk)
 
     def _send_delta(self, now: float, tree: Tree, peer: str) -> None:
-        """HEADS of the recent CIDs ``peer`` is not known to have (if any)."""
+        """HEADS of the recent CIDs ``peer`` is not known to have (if any); tree
+        filters: of those its edge carries (the others are pruned for it)."""
         known = tree.edge(peer).known
         delta = [(c, ts) for c, ts in reversed(tree.recent.items()) if c not in known]
+        summary = self._edge_summary(tree, peer) if delta and peer != tree.parent else None
+        if summary is not None:
+            wanted = []
+            for c, ts in delta:
+                entry = self._events.get(c)
+                if entry is not None and not matches_any(summary, entry[1].attributes):
+                    self._prune_edge(tree, peer, c, count=False)
+                else:
+                    wanted.append((c, ts))
+            delta = wanted
         if delta:
             self._send_entries(now, tree, peer, delta)
 
@@ -262,18 +273,40 @@ class AntiEntropy(NodeBase):
         it, and it repairs nothing below it. Finite (dag-cbor has no infinities)."""
         return max(self._heads_bound(now, tree), tree.dropped_max, 0.0)
 
-    @staticmethod
+    def _edge_summary(self, tree: Tree, peer: str | None) -> tuple[Filter, ...] | None:
+        """(tree filters) What the edge to ``peer`` carries: a child's summary as we
+        hold it, our own toward our parent; None: everything."""
+        if peer is None:
+            return None
+        if peer == tree.parent:
+            return self._own_filters(tree)
+        if peer in tree.children:
+            return self._target_summary(tree, peer)
+        return None
+
     def _window_items(
-        tree: Tree, lo: float, hi: float, peer: str | None = None
+        self, tree: Tree, lo: float, hi: float, peer: str | None = None
     ) -> list[tuple[CID, float]]:
-        """The window ``[lo, hi]`` of the edge to ``peer``: less what we pruned for
-        it (tree filters), which it never had."""
+        """The window ``[lo, hi]`` of the edge to ``peer``. Tree filters: only the
+        events that edge carries, the same on both sides (our child's summary here,
+        its own there): what we pruned for it, and what we hold but it does not
+        want (a back-fill of ours, an event of its own subtree), is no gap of its.
+        An event whose descriptor is no longer cached counts (both sides alike)."""
         items = [(c, ts) for c, ts in tree.recent.items() if lo <= ts <= hi]
         items += [(c, ts) for c, ts in tree.older.items() if lo <= ts <= hi]
         edge = tree.edges.get(peer) if peer is not None else None
         if edge is not None and edge.skipped:
             skipped = edge.skipped
             items = [e for e in items if e[0] not in skipped]
+        summary = self._edge_summary(tree, peer)
+        if summary is not None:
+            events = self._events
+            kept = []
+            for e in items:
+                entry = events.get(e[0])
+                if entry is None or matches_any(summary, entry[1].attributes):
+                    kept.append(e)
+            items = kept
         return items
 
     def _digest_window(
@@ -294,10 +327,11 @@ class AntiEntropy(NodeBase):
         are due, or the edge differs). ``windows``: computed per ``lo`` this round."""
         edge = tree.edge(peer)
         lo = max(self._window_lo(now, tree), edge.peer_lo)
-        cached = None if edge.skipped else windows.get(lo)  # a pruned edge: its own
+        own = bool(edge.skipped) or self._edge_summary(tree, peer) is not None
+        cached = None if own else windows.get(lo)  # a filtered edge: its own window
         if cached is None:
             cached = self._digest_window(now, tree, lo, peer)
-            if not edge.skipped:
+            if not own:
                 windows[lo] = cached
         window = cached
         lo, hi, count, total = window

@@ -137,7 +137,8 @@ class NodeConfig:
     Tell the parent what this node's subtree wants — JOIN's ``summary`` and SUMMARY —
     and prune by the children's summaries: an event goes down only into subtrees
     that want it (:mod:`._pruning`). Off: every event goes to every tree neighbour,
-    and the frames are those of wire 2.4."""
+    and no frame carries the tree-filter fields (JOIN's ``summary``, SUMMARY,
+    MEMBERS' ``summaries``; EVENT's ``parents`` is ignored)."""
     summary_bound: int = 8
     """Filters kept per neighbour entry: a child's summary, or this node's subtree
     summary, merged (``core/_filters.merge``: wider, never narrower) down to this."""

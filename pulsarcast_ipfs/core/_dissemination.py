@@ -87,8 +87,12 @@ class Dissemination(NodeBase):
         if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         seen_parents = rpc.parents
-        if seen_parents is not None and peer != tree.parent and ev.publisher != peer:
-            seen_parents = None  # only the ones who prune for us (parent, first hop) say
+        if seen_parents is not None and (
+            (peer != tree.parent and ev.publisher != peer) or self._own_filters(tree) is None
+        ):
+            # Only who prunes for us (our parent, a publisher's first hop) says, and
+            # only when our summary lets them prune anything.
+            seen_parents = None
         self._accept_event(
             now,
             tree,
@@ -303,7 +307,7 @@ class Dissemination(NodeBase):
                     pentry = self._events.get(parent)
                     if pentry is not None:
                         if pentry[1].clock >= ev.clock:
-                            continue  # REVIEW9 sketch: not an ancestor (forged parents)
+                            continue  # not an ancestor (a forged EVENT 'parents')
                         if pentry[0] != key or pentry[1].created_ts < t.since:
                             continue
                         if parent not in self._waiting and parent not in self._fetches:

@@ -363,6 +363,8 @@ class Membership(NodeBase):
 
     def _adopt_child(self, now: float, tree: Tree, peer: str) -> None:
         new = peer not in tree.children
+        if new:
+            self._readopted(tree, peer)
         tree.children[peer] = None
         self._last_heard[peer] = now
         self._send(now, peer, JoinAck(topic=tree.key, ok=True), tree.name)

@@ -214,6 +214,7 @@ class Pruning(NodeBase):
         if parents is None:
             return
         self._seen_parents.put(ev.cid, parents)
-        if tree.history is not None:
+        if tree.history is not None and len(parents) < MAX_SEEN_PARENTS:
+            # (A list cut at MAX_SEEN_PARENTS may have left out a wanted parent.)
             kept = set(parents)
             tree.history.note_outside(p for p in ev.parents if p not in kept)

@@ -132,7 +132,7 @@ class FirstHopPush(NodeBase):
         if tree.members_epoch is not None and tree.members_from == tree.parent:
             summaries = None
             if tree.member_summaries and all(m in tree.member_summaries for m in tree.members):
-                # REVIEW9 sketch: the list as the root sent it, summaries included
+                # the list as the root sent it, summaries included
                 summaries = tuple(
                     tuple(render_filter(f) for f in tree.member_summaries[m]) for m in tree.members
                 )

@@ -43,6 +43,9 @@ from ._tree import Tree
 
 __all__ = ["Summaries"]
 
+_FORMER_KEPT = 64
+"""Summaries of former children kept per tree (``Tree.former_summaries``)."""
+
 
 class Summaries(NodeBase):
     """Subtree summaries (a part of :class:`~._node.PulsarcastNode`)."""
@@ -57,7 +60,12 @@ class Summaries(NodeBase):
     def _subtree_summary(self, tree: Tree) -> tuple[Filter, ...]:
         """What this node's subtree wants: its own interest and its children's."""
         for gone in [p for p in tree.child_summaries if p not in tree.children]:
-            del tree.child_summaries[gone]
+            # Kept a while: a child adopted back without a JOIN (it still took us
+            # for its parent) is pruned for as before, its window not sent whole.
+            tree.former_summaries[gone] = tree.child_summaries.pop(gone)
+            tree.former_summaries.move_to_end(gone)
+            while len(tree.former_summaries) > _FORMER_KEPT:
+                tree.former_summaries.popitem(last=False)
             tree.child_wants.pop(gone, None)
         filters = self._own_interest(tree)
         for child in tree.children:
@@ -126,8 +134,10 @@ class Summaries(NodeBase):
             tree.child_wants[peer] = tuple(parsed)
         edge = tree.edges.get(peer)
         if edge is not None and edge.skipped:
-            # REVIEW9 sketch: what was pruned by the old summary but the new one
-            # matches is owed to the child again (HEADS delta, DIGEST windows).
+            # What was pruned by the old summary but the new one matches is owed
+            # to the child again (HEADS delta, DIGEST windows): a child whose
+            # subtree wants more (a new subscriber below, a wider filter, a reader
+            # below a filtered holder) would otherwise never get it.
             summary = tree.child_summaries.get(peer)
             for c in list(edge.skipped):
                 entry = self._events.get(c)
@@ -140,6 +150,14 @@ class Summaries(NodeBase):
                     edge.known.discard(c)
         self._summary_changed(now, tree)
         self._members_changed(now, tree)  # a root lists its children's summaries
+
+    def _readopted(self, tree: Tree, peer: str) -> None:
+        """``peer`` became our child again without a JOIN (no summary sent): what it
+        told us when it was our child holds until its next SUMMARY."""
+        if peer not in tree.child_summaries:
+            former = tree.former_summaries.pop(peer, None)
+            if former is not None:
+                tree.child_summaries[peer] = former
 
     def _count_forward(self, tree: Tree, peer: str, ev: EventDescriptor) -> None:
         """An EVENT sent to ``peer``: count it if it went down to a child."""

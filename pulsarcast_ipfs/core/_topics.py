@@ -27,7 +27,7 @@ from ._descriptors import (
     format_created,
 )
 from ._errors import LocalProtocolError, UnknownTopic
-from ._filters import Filter
+from ._filters import Filter, covers
 from ._history import HistoryKey, HistoryOrder
 from ._io import (
     HistoryPage,
@@ -264,9 +264,12 @@ class Topics(NodeBase):
         """Apply the filter of the subscribe call(s) that resolved to ``tree``."""
         for cid in [c for c in self._pending_filters if self._version_of.get(c) == tree.key]:
             new = self._pending_filters.pop(cid)
-            if tree.subscribed and new != tree.filter and self.config.tree_filters:
-                # Our parent pruned by the old filter: the new one applies from now on
-                # (events pruned before are not recovered; docs "Filters in the tree").
+            old = tree.filter
+            wider = new != old and old is not None and (new is None or not covers(old, new))
+            if tree.subscribed and wider and self.config.tree_filters:
+                # Our parent pruned by the old filter: the wider new one applies from
+                # now on (events pruned before are not fetched back; docs "Filters in
+                # the tree"). A narrower one changes nothing of what is on its way.
                 tree.since = max(tree.since, now)
             tree.filter = new
             self._summary_changed(now, tree)

@@ -157,6 +157,9 @@ class Tree:
     child_summaries: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
     """(tree_filters) What each child's subtree wants (JOIN's summary, SUMMARY); a
     child without an entry wants everything."""
+    former_summaries: OrderedDict[str, tuple[Filter, ...]] = field(default_factory=OrderedDict)
+    """(tree_filters) Summaries of children that went, the newest last (bounded): a
+    child adopted back without a JOIN keeps being pruned for."""
     child_wants: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
     """(tree_filters) Each child's summary as it sent it, before any merge here (what
     a false-positive forward is measured by)."""

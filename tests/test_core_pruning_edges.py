@@ -1,4 +1,10 @@
-"""Review 9: failing scenarios for tree-filter pruning (not for merge as is)."""
+"""Tree-filter pruning at its edges: summaries that change, readers below a filtered
+holder, forged EVENT ``parents``, a filter narrowed while an event is on its way, a
+deep child's MEMBERS list.
+
+Each scenario runs with tree filters on and off (the control). A review found
+them; each failed on the code before its fix (the commits say which), and passes
+with it."""
 
 from __future__ import annotations
 
