@@ -106,7 +106,8 @@ class Pruning(NodeBase):
 
         ``view=False``: ``summary`` may want what this node never received (a member
         beside us, not below): expanding an event whose parents our own parent
-        rewrote would skip those, so :class:`_PartialView` is raised instead."""
+        rewrote would skip those, and a parent we do not hold may be one it pruned
+        for us, so :class:`_PartialView` is raised instead."""
         out: set[CID] = set()
         seen = self._seen_parents.get(ev.cid)
         stack = list(ev.parents if seen is None else seen)
@@ -119,6 +120,9 @@ class Pruning(NodeBase):
                 continue
             visited.add(p)
             entry = self._events.get(p)
+            if entry is None and not view:
+                # Not known here: most likely pruned for us, maybe wanted there.
+                raise _PartialView
             if entry is None or budget <= 0 or matches_any(summary, entry[1].attributes):
                 out.add(p)  # wanted there, or not known here: named as it is
                 continue
