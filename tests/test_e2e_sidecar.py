@@ -412,17 +412,25 @@ async def test_unsubscribe_prunes_and_update_changes_behaviour(sc: LocalSidecarC
     topic = await create(sc, 2, "mutable")
     subs = [0, 1, 3, 4, 5, 6, 7]
     await subscribe_all(sc, topic, subs)
-    # A leaf (subscriber without children) unsubscribes: its parent drops it.
-    leaf = None
-    for i in subs:
-        st = await topic_status(sc, i, topic)
-        if st and not st["children"]:
-            leaf, parent = i, st["parent"]
-            break
-    assert leaf is not None
-    leaf_pid = await peer_id(sc, leaf)
-    parent_idx = next(i for i in SIDECARS if sc.cluster[i].peer_id == parent)
-    assert leaf_pid in (await topic_status(sc, parent_idx, topic) or {})["children"]
+    # A leaf (subscriber without children) unsubscribes: its parent drops it. The
+    # pair is read again until both sides agree: a leaf may still be moving up to
+    # the root (flat trees) when the subscriptions return.
+    found: list[tuple[int, int, str]] = []
+
+    async def settled_leaf() -> bool:
+        found.clear()
+        for i in subs:
+            st = await topic_status(sc, i, topic)
+            if st and not st["children"] and st["parent"]:
+                idx = next(j for j in SIDECARS if sc.cluster[j].peer_id == st["parent"])
+                pid = await peer_id(sc, i)
+                if pid in (await topic_status(sc, idx, topic) or {}).get("children", []):
+                    found.append((i, idx, pid))
+                    return True
+        return False
+
+    await wait_until(settled_leaf, deadline=15, what="a leaf its parent lists")
+    leaf, parent_idx, leaf_pid = found[0]
     await ok(sc, leaf, "POST", f"/v1/topics/{topic}/unsubscribe")
 
     async def pruned() -> bool:
