@@ -16,7 +16,8 @@ a promise: nobody below it wants an event its summary does not match. So
   never receive. An EVENT sent down a filtered edge therefore carries ``parents``:
   the event's parents *as that subtree sees them*, each pruned parent replaced by
   its own parents, recursively (a walk over what the sender holds, at most
-  ``_WALK_BUDGET`` events; what it cannot expand stays as is). The receiver waits
+  ``_WALK_BUDGET`` events expanded: an unwanted one beyond is left out, a parent
+  the sender does not hold is named as it is). The receiver waits
   for (and repairs) those instead: the matching events still come in causal order,
   through the unwanted ones in between, and a matching event lost on the way is
   still found by the links of its matching descendants. The receiver keeps the
@@ -123,8 +124,13 @@ class Pruning(NodeBase):
             if entry is None and not view:
                 # Not known here: most likely pruned for us, maybe wanted there.
                 raise _PartialView
-            if entry is None or budget <= 0 or matches_any(summary, entry[1].attributes):
+            if entry is None or matches_any(summary, entry[1].attributes):
                 out.add(p)  # wanted there, or not known here: named as it is
+                continue
+            if budget <= 0:
+                # An unwanted ancestor past the walk's reach: its link is dropped
+                # (naming it would hold the event back for one that never comes).
+                changed = True
                 continue
             budget -= 1
             changed = True
