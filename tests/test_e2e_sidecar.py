@@ -1,7 +1,10 @@
 """End-to-end acceptance of the sidecar (issue 4) on a real local cluster.
 
 Nine Kubo daemons; sidecars on nodes 0-7 (``routing_k=1``: one known peer per
-k-bucket, so that trees have relays and depth in a small cluster); node 8 is a
+k-bucket, so that trees have relays and depth in a small cluster; no flat trees,
+``--flat-fanout 0``, so that the relays stay while the scenarios use them: with the
+default a node below a child of the root moves up to the root after a while, and
+the core tests ``test_core_wan.py`` cover that); node 8 is a
 bare Kubo node used as a forger and as an independent IPFS client. One cluster is
 shared by the whole module; the scenarios that kill processes come last.
 """
@@ -40,7 +43,9 @@ BARE = 8
 
 @pytest.fixture(scope="module")
 async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
-    async with LocalSidecarCluster(nodes=9, sidecars=SIDECARS, routing_k=1, run="e2e") as cluster:
+    async with LocalSidecarCluster(
+        nodes=9, sidecars=SIDECARS, routing_k=1, run="e2e", extra_args=["--flat-fanout", "0"]
+    ) as cluster:
         yield cluster
 
 
@@ -413,8 +418,8 @@ async def test_unsubscribe_prunes_and_update_changes_behaviour(sc: LocalSidecarC
     subs = [0, 1, 3, 4, 5, 6, 7]
     await subscribe_all(sc, topic, subs)
     # A leaf (subscriber without children) unsubscribes: its parent drops it. The
-    # pair is read again until both sides agree: a leaf may still be moving up to
-    # the root (flat trees) when the subscriptions return.
+    # pair is read again until both sides agree: a JOIN may still be on its way
+    # (a leaf that took another parent) when the subscriptions return.
     found: list[tuple[int, int, str]] = []
 
     async def settled_leaf() -> bool:
