@@ -9,8 +9,10 @@ positives. Off, the wire is exactly that of 2.4.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import pytest
 from multiformats import CID
 
 from pulsarcast_ipfs.core import (
@@ -111,29 +113,38 @@ def test_every_ancestor_summary_covers_every_subscriber_below() -> None:
             assert len(entry) <= ON.summary_bound
 
 
-def test_false_positive_forwards_are_counted() -> None:
-    """With pruning (:mod:`._pruning`) an EVENT goes down only where the child's
-    summary matches; a false positive is one that reached a subtree where nobody
-    wanted it after all (a relay merged its children's filters wider)."""
-    net, topic, author, subs = setup()
-    rng = random.Random(2)
-    for _ in range(30):
-        net.call(author, "publish", topic, b"x", attributes=attrs(rng))
+# Narrow, disjoint ranges of ``ups``: with ``summary_bound=1`` a relay with two of them
+# in its subtree merges them into their hull (``ups between 3 and 55`` for 3-5 and
+# 50-55), so its parent sends it the events in the gap, which nobody below wants.
+RANGES = [f"ups between {lo} and {lo + 2}" for lo in range(0, 100, 12)]
+NARROW = dataclasses.replace(ON, summary_bound=1)
+
+
+def narrow_run(seed: int = 5) -> tuple[CoreNet, CID, dict[str, Filter | None], int]:
+    """A topic whose subscribers all have one of RANGES, 40 events of random ``ups``;
+    returns the net, the topic, the subscriptions and the false positives counted by
+    a recount from the tree: EVENTs sent to a child whose subtree has no subscriber
+    that wants them."""
+    net = CoreNet(16, seed=seed, config=NARROW, bucket_size=2)
+    author = net.peers[0]
+    topic: CID = net.call(author, "create_topic", "reddit")
+    net.run_for(0.5)
+    rng = random.Random(seed)
+    subs: dict[str, Filter | None] = {}
+    for p in net.peers[1:]:
+        subs[p] = parse_filter(rng.choice(RANGES))
+        net.call(p, "subscribe", topic, filter=subs[p])
+    net.run_for(20)
+    for _ in range(40):
+        net.call(author, "publish", topic, b"x", attributes={"ups": rng.randrange(100)})
         net.run_for(0.2)
     net.run_for(3)
-    total = {"down": 0, "false_positive": 0, "pruned": 0}
-    for p in net.peers:
-        for k, v in net.nodes[p].filter_forwards.items():
-            total[k] += v
-    assert total["pruned"] > 0 and total["down"] > 0
-    # recount them from the tree: an EVENT sent to a child where no subscriber in
-    # that child's subtree (itself included) wants the event
     state = states(net, topic)
 
     def subtree(p: str) -> list[str]:
         return [p, *(q for c in state[p].children for q in subtree(c))]
 
-    expected_fp = 0
+    unwanted_down = 0
     for p in state:
         for s in net.logs[p].sent:
             if not isinstance(s.rpc, Event) or s.rpc.topic != topic:
@@ -143,8 +154,52 @@ def test_false_positive_forwards_are_counted() -> None:
             a = EventDescriptor.decode(s.rpc.event).attributes
             below = [q for q in subtree(s.peer) if q in subs]
             if not any(subs[q] is None or matches(subs[q], a) for q in below):  # type: ignore[arg-type]
-                expected_fp += 1
-    assert total["false_positive"] <= expected_fp
+                unwanted_down += 1
+    return net, topic, subs, unwanted_down
+
+
+def counted(net: CoreNet) -> dict[str, int]:
+    total = {"down": 0, "false_positive": 0, "pruned": 0}
+    for p in net.peers:
+        for k, v in net.nodes[p].filter_forwards.items():
+            total[k] += v
+    return total
+
+
+def test_false_positive_forwards_are_counted() -> None:
+    """With pruning (:mod:`._pruning`) an EVENT goes down only where the child's
+    summary matches; a false positive is one that reached a subtree where nobody
+    wanted it after all (a relay merged its children's filters wider). The counts
+    are checked against a recount from the tree: at least one false positive
+    happens here (merged hulls have gaps), none is counted that did not happen (a
+    receiver counts by its children's summaries as they sent them, which can only
+    be wider than what their subtrees want: at most the recount)."""
+    net, _, _, unwanted_down = narrow_run()
+    total = counted(net)
+    assert total["pruned"] > 0 and total["down"] > unwanted_down > 0
+    assert 0 < total["false_positive"] <= unwanted_down
+
+
+def test_planted_false_positive_miscounts_are_caught() -> None:
+    """The test above fails when the receiver counts nothing, or counts every event
+    it gets from its parent."""
+    from pulsarcast_ipfs.core._summaries import Summaries
+
+    def nothing(self, tree, sender, ev):  # type: ignore[no-untyped-def]
+        return None
+
+    def everything(self, tree, sender, ev):  # type: ignore[no-untyped-def]
+        if sender is not None and sender not in tree.children:
+            self._forward_counts["false_positive"] += 1
+
+    for wrong in (nothing, everything):
+        old = vars(Summaries)["_count_received"]
+        Summaries._count_received = wrong  # type: ignore[method-assign]
+        try:
+            with pytest.raises(AssertionError):
+                test_false_positive_forwards_are_counted()
+        finally:
+            Summaries._count_received = old  # type: ignore[method-assign]
 
 
 def test_a_filter_change_sends_one_coalesced_summary() -> None:
