@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_core_node import _below_a_relay
 from test_core_split_identity import SCENARIOS
 
 from pulsarcast_ipfs.core import PulsarcastNode
@@ -152,8 +153,19 @@ def _lone_joiner() -> CoreNet:
     return net
 
 
+def _lagging_relay() -> CoreNet:
+    """A member below a relay (flat trees off) whose links slow down: it moves to a
+    closer peer (the split-identity scenarios no longer do: their slow node's parent
+    is the root, which nobody leaves for lag)."""
+    net, topic, _, _, child, slow = _below_a_relay()
+    net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
+    net.run_for(8)
+    assert net.nodes[child].topic_state(topic).parent not in (None, slow)
+    return net
+
+
 def test_every_transition_the_node_makes_is_in_the_table(observer: Observer) -> None:
-    for run in [*SCENARIOS.values(), _lone_joiner]:
+    for run in [*SCENARIOS.values(), _lone_joiner, _lagging_relay]:
         run()
     assert sorted(set(observer.bad)) == []
     S, I = TreeState, TreeInput  # noqa: E741
