@@ -155,8 +155,7 @@ def _lone_joiner() -> CoreNet:
 
 def _lagging_relay() -> CoreNet:
     """A member below a relay (flat trees off) whose links slow down: it moves to a
-    closer peer (the split-identity scenarios no longer do: their slow node's parent
-    is the root, which nobody leaves for lag)."""
+    closer peer (made sure of here, whatever the split-identity scenarios do)."""
     net, topic, _, _, child, slow = _below_a_relay()
     net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
     net.run_for(8)

@@ -21,7 +21,6 @@ from typing import Final
 
 from ._base import NodeBase, _in_force
 from ._codec import Ping, Pong
-from ._tree import Tree
 
 __all__ = ["Liveness"]
 
@@ -33,12 +32,6 @@ round trip): scheduling hiccups of a loaded machine are not lag."""
 _LAG_HOLD_MAX: Final = 600.0
 """Seconds a tree keeps its parent at most after a move for lag (and the quiet time
 after which its count of such moves starts again)."""
-
-
-def _is_tree_root(tree: Tree, peer: str) -> bool:
-    """Whether ``peer`` is the root of ``tree``: its author, or the acting root whose
-    MEMBERS list (which starts with the root) we hold from it."""
-    return peer == tree.author or (tree.members_from == peer and tree.members[:1] == (peer,))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -135,21 +128,21 @@ class Liveness(NodeBase):
         """§6 repair for a parent that answers too late: join a closer peer if there is
         one; the laggard stays the parent until the new one accepts (then LEAVE).
 
-        Not away from the tree's root (the author, or an acting root: its MEMBERS
-        list starts with itself): every event of the tree passes it, so a place
-        below another node only adds a hop. Not again and again: after a move for
-        lag a tree keeps its next parent, however late it answers, for
-        ``suspect_ttl`` times 1, 2, 4 ... (at most :data:`_LAG_HOLD_MAX`), the count
-        starting again after a quiet ``_LAG_HOLD_MAX``. On a machine where every
-        process waits for a core, every parent answers late; moving on each time
-        made 50-node trees churn (thousands of JOIN, LEAVE and MEMBERS) and added
-        to the load that made them late (issue 13, run set "n50" of session 10)."""
+        Not again and again: after a move for lag a tree keeps its next parent,
+        however late it answers, for ``suspect_ttl`` times 1, 2, 4 ... (at most
+        :data:`_LAG_HOLD_MAX`), the count starting again after a quiet
+        ``_LAG_HOLD_MAX``. On a machine where every process waits for a core, every
+        parent answers late now and then; moving on each time made 50-node trees
+        churn (thousands of JOIN, LEAVE and MEMBERS frames: members left the root,
+        flat trees moved them back) and added to the load that made them late
+        (issue 13, run set "n50" of session 10). The first move stays immediate: it
+        is also how a killed parent's children find another one in ~2 s."""
         self._pings.pop(peer, None)
         self._suspect[peer] = now + self.config.suspect_ttl
         for tree in list(self._trees.values()):
             if tree.parent != peer or tree.join is not None:
                 continue
-            if _is_tree_root(tree, peer) or now < tree.lag_hold_until:
+            if now < tree.lag_hold_until:
                 continue  # keep the slow parent
             hop = self._next_hop(now, tree, (peer,))
             if hop is None:
