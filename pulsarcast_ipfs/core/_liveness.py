@@ -29,11 +29,6 @@ _MIN_PROBE_WAIT: Final = 0.25
 round trip): scheduling hiccups of a loaded machine are not lag."""
 
 
-_LAG_HOLD_MAX: Final = 600.0
-"""Seconds a tree keeps its parent at most after a move for lag (and the quiet time
-after which its count of such moves starts again)."""
-
-
 @dataclass(slots=True, kw_only=True)
 class _PingWait:
     """PINGs to a parent not answered yet (lag detection, ``slow_parent_after``)."""
@@ -126,33 +121,15 @@ class Liveness(NodeBase):
 
     def _parent_lagging(self, now: float, peer: str) -> None:
         """§6 repair for a parent that answers too late: join a closer peer if there is
-        one; the laggard stays the parent until the new one accepts (then LEAVE).
-
-        Not again and again: after a move for lag a tree keeps its next parent,
-        however late it answers, for ``suspect_ttl`` times 1, 2, 4 ... (at most
-        :data:`_LAG_HOLD_MAX`), the count starting again after a quiet
-        ``_LAG_HOLD_MAX``. On a machine where every process waits for a core, every
-        parent answers late now and then; moving on each time made 50-node trees
-        churn (thousands of JOIN, LEAVE and MEMBERS frames: members left the root,
-        flat trees moved them back) and added to the load that made them late
-        (issue 13, run set "n50" of session 10). The first move stays immediate: it
-        is also how a killed parent's children find another one in ~2 s."""
+        one; the laggard stays the parent until the new one accepts (then LEAVE)."""
         self._pings.pop(peer, None)
         self._suspect[peer] = now + self.config.suspect_ttl
         for tree in list(self._trees.values()):
             if tree.parent != peer or tree.join is not None:
                 continue
-            if now < tree.lag_hold_until:
-                continue  # keep the slow parent
             hop = self._next_hop(now, tree, (peer,))
             if hop is None:
                 continue  # nobody better: keep the slow parent
-            if now - tree.lag_moved_at > _LAG_HOLD_MAX:
-                tree.lag_moves = 0
-            tree.lag_moves += 1
-            tree.lag_moved_at = now
-            hold = self.config.suspect_ttl * 2 ** min(tree.lag_moves - 1, 16)
-            tree.lag_hold_until = now + min(hold, _LAG_HOLD_MAX)
             self._send_join(now, tree, hop, {peer, hop})
 
     def _keep_alive(self, now: float) -> None:

@@ -138,11 +138,6 @@ class Tree:
     members: tuple[str, ...] = ()
     """(child of a root) The root's children, from its last MEMBERS: a publisher's
     direct first hop (:mod:`._push`)."""
-    lag_moves: int = 0
-    """Moves away from a lagging parent in a row (:mod:`._liveness`)."""
-    lag_moved_at: float = float("-inf")
-    lag_hold_until: float = float("-inf")
-    """Until then the parent is kept however late it answers (after a move for lag)."""
     members_epoch: int | None = None
     members_from: str | None = None
     """Who sent ``members``: used only while that peer is still the parent."""

@@ -234,9 +234,8 @@ def _table() -> tuple[Transition, ...]:
             (S.JOINED, S.LEAF),
             I.PARENT_LAGGING,
             S.MOVING,
-            "mark it suspect; unless a move for lag is held: a live peer closer to the "
-            "author: JOIN it, keeping the slow parent until JOIN_ACK ok (make before "
-            "break); nobody: stay",
+            "mark it suspect; a live peer closer to the author: JOIN it, keeping the slow "
+            "parent until JOIN_ACK ok (make before break); nobody: stay",
         )
         + _t((S.JOINED, S.LEAF, S.MOVING), I.PARENT_LAGGING, None, "")
         + _t(
