@@ -80,15 +80,7 @@ def main() -> None:
     ap.add_argument("--bucket-size", type=int, default=None, help="routing k (all peers)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    out = churn(
-        stall=a.stall,
-        nodes=a.nodes,
-        topics=a.topics,
-        seconds=a.seconds,
-        flat_fanout=a.flat_fanout,
-        bucket_size=a.bucket_size,
-        seed=a.seed,
-    )
+    out = churn(**vars(a))  # the flags are churn()'s keywords
     print(json.dumps({"config": vars(a), "frames_sent": out}))
 
 

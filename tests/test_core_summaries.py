@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 
 import pytest
 from multiformats import CID
@@ -44,9 +45,14 @@ FILTERS = [
 
 
 def setup(
-    n: int = 14, *, config: NodeConfig = ON, seed: int = 5
+    n: int = 14,
+    *,
+    config: NodeConfig = ON,
+    seed: int = 5,
+    pick: Callable[[random.Random], Filter | None] | None = None,
 ) -> tuple[CoreNet, CID, str, dict[str, Filter | None]]:
-    """A topic; every other node subscribes, with one of FILTERS or none."""
+    """A topic; other nodes subscribe, each with ``pick(rng)`` (by default 70 % of
+    them, with one of FILTERS or none)."""
     net = CoreNet(n, seed=seed, config=config, bucket_size=2)
     author = net.peers[0]
     topic: CID = net.call(author, "create_topic", "reddit")
@@ -54,11 +60,15 @@ def setup(
     rng = random.Random(seed)
     subs: dict[str, Filter | None] = {}
     for p in net.peers[1:]:
-        if rng.random() < 0.7:
+        if pick is not None:
+            where = pick(rng)
+        elif rng.random() < 0.7:
             text = rng.choice([*FILTERS, None])
             where = parse_filter(text) if text is not None else None
-            net.call(p, "subscribe", topic, filter=where)
-            subs[p] = where
+        else:
+            continue
+        net.call(p, "subscribe", topic, filter=where)
+        subs[p] = where
     net.run_for(20)  # the tree settles
     return net, topic, author, subs
 
@@ -125,16 +135,10 @@ def narrow_run(seed: int = 5) -> tuple[CoreNet, CID, dict[str, Filter | None], i
     returns the net, the topic, the subscriptions and the false positives counted by
     a recount from the tree: EVENTs sent to a child whose subtree has no subscriber
     that wants them."""
-    net = CoreNet(16, seed=seed, config=NARROW, bucket_size=2)
-    author = net.peers[0]
-    topic: CID = net.call(author, "create_topic", "reddit")
-    net.run_for(0.5)
+    net, topic, author, subs = setup(
+        16, config=NARROW, seed=seed, pick=lambda rng: parse_filter(rng.choice(RANGES))
+    )
     rng = random.Random(seed)
-    subs: dict[str, Filter | None] = {}
-    for p in net.peers[1:]:
-        subs[p] = parse_filter(rng.choice(RANGES))
-        net.call(p, "subscribe", topic, filter=subs[p])
-    net.run_for(20)
     for _ in range(40):
         net.call(author, "publish", topic, b"x", attributes={"ups": rng.randrange(100)})
         net.run_for(0.2)
