@@ -145,6 +145,16 @@ async def _deliveries(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[
     return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
 
+async def _deliveries_retried(
+    sc: LocalSidecarCluster, i: int, topic: str, attempts: int = 3
+) -> list[dict[str, Any]]:
+    """:func:`_deliveries`, asking again after a timeout (``attempts`` times in all)."""
+    for _ in range(attempts - 1):
+        with contextlib.suppress(httpx.TimeoutException):
+            return await _deliveries(sc, i, topic)
+    return await _deliveries(sc, i, topic)
+
+
 async def _wait(pred: Callable[[], Awaitable[bool]], deadline: float, interval: float) -> bool:
     return await poll_until(pred, deadline=deadline, interval=interval)
 
@@ -213,17 +223,21 @@ async def check_delivery(
 ) -> tuple[dict[int, list[dict[str, Any]]], dict[int, tuple[str, ...]], dict[int, dict[str, int]]]:
     """Wait until every subscriber delivered ``want`` (or the deadline), then read the
     logs once more (late duplicates) and return deliveries, missing, duplicates."""
-    got: dict[int, list[dict[str, Any]]] = {}
+    got: dict[int, list[dict[str, Any]]] = {i: [] for i in subscribers}
 
     async def done() -> bool:
+        answered = True
         for i in subscribers:
-            got[i] = await _deliveries(sc, i, topic)
-        return all({d["cid"] for d in got[i]} >= want for i in subscribers)
+            try:
+                got[i] = await _deliveries(sc, i, topic)
+            except httpx.TimeoutException:  # a slow answer on a loaded machine: not yet
+                answered = False
+        return answered and all({d["cid"] for d in got[i]} >= want for i in subscribers)
 
     await _wait(done, deadline, 0.5)
     await anyio.sleep(2.0)
     for i in subscribers:
-        got[i] = await _deliveries(sc, i, topic)
+        got[i] = await _deliveries_retried(sc, i, topic)
     missing = {i: tuple(sorted(want - {d["cid"] for d in got[i]})) for i in subscribers}
     dups: dict[int, dict[str, int]] = {}
     for i in subscribers:
