@@ -2,7 +2,7 @@
 # Kubo configuration for a Pulsarcast node in the compose network (PROTOCOL.md §2).
 #
 # The official ipfs/kubo image runs every /container-init.d/*.sh after `ipfs init`
-# (with IPFS_PROFILE=test, as the local cluster does) and before `ipfs daemon`, on
+# (with IPFS_PROFILE=test,pebbleds, as the local cluster does) and before `ipfs daemon`, on
 # every start, so this file is the single place the configuration comes from. The
 # keys and values are those of the local cluster
 # (pulsarcast_ipfs.cluster.kubo_settings); tests/test_compose.py keeps them equal.

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pulsarcast_ipfs.cluster import kubo_settings
+from pulsarcast_ipfs.cluster import INIT_PROFILES, kubo_settings
 from pulsarcast_ipfs.tools import ipfs_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_services_are_the_documented_ones(compose: dict[str, Any]) -> None:
         assert "--p2p-port" in sidecar["command"]
         assert sidecar["environment"]["PULSARCAST_API_TOKEN"].startswith("${PULSARCAST_API_TOKEN:?")
         kubo = services[f"kubo{n}"]
-        assert kubo["environment"]["IPFS_PROFILE"] == "test"
+        assert kubo["environment"]["IPFS_PROFILE"] == INIT_PROFILES
         assert kubo["environment"]["PULSARCAST_ANNOUNCE"] == f"/dns4/toxiproxy/tcp/1400{n}"
         assert "./kubo-init.sh:/container-init.d/10-pulsarcast.sh:ro" in kubo["volumes"]
 
@@ -141,7 +141,7 @@ def test_the_kubo_script_sets_the_local_cluster_configuration() -> None:
 
 @pytest.mark.kubo
 def test_the_kubo_script_configures_a_real_repo(tmp_path: Path) -> None:
-    """Run kubo-init.sh as the image does (after ``ipfs init --profile=test``)."""
+    """Run kubo-init.sh as the image does (after ``ipfs init --profile=test,pebbleds``)."""
     ipfs = ipfs_binary()
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -153,7 +153,9 @@ def test_the_kubo_script_configures_a_real_repo(tmp_path: Path) -> None:
         IPFS_TELEMETRY="off",
         PULSARCAST_ANNOUNCE="/dns4/toxiproxy/tcp/14001",
     )
-    subprocess.run([ipfs, "init", "--profile=test"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [ipfs, "init", f"--profile={INIT_PROFILES}"], env=env, check=True, capture_output=True
+    )
     sh = shutil.which("sh")
     assert sh is not None
     subprocess.run([sh, COMPOSE / "kubo-init.sh"], env=env, check=True, capture_output=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pulsarcast_ipfs.cluster._config import ClusterConfig
 from pulsarcast_ipfs.cluster._errors import ClusterError
 from pulsarcast_ipfs.cluster._faults import SCENARIOS, FaultResult, fault_cluster
-from pulsarcast_ipfs.cluster._kubo import kubo_settings
+from pulsarcast_ipfs.cluster._kubo import INIT_PROFILES, kubo_settings
 from pulsarcast_ipfs.cluster._node import ClusterNode
 from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster, SidecarProcess
 from pulsarcast_ipfs.cluster._state import default_state_dir
@@ -25,6 +25,7 @@ from pulsarcast_ipfs.cluster._supervisor import LocalCluster
 from pulsarcast_ipfs.cluster._toxiproxy import ToxiproxyAPI, ToxiproxyError
 
 __all__ = [
+    "INIT_PROFILES",
     "SCENARIOS",
     "ClusterConfig",
     "ClusterError",

@@ -1,6 +1,7 @@
 """The Kubo side of a cluster node: its repo, its configuration, its daemon command.
 
-A node is ``ipfs init --profile=test --empty-repo`` plus :func:`kubo_settings`
+A node is ``ipfs init --profile=test,pebbleds --empty-repo`` (:data:`INIT_PROFILES`)
+plus :func:`kubo_settings`
 (PROTOCOL.md §2), written into the repo's ``config`` file before the daemon starts
 (compose/kubo-init.sh applies the same keys; tests/test_compose.py keeps them equal).
 """
@@ -17,13 +18,22 @@ import anyio
 from pulsarcast_ipfs.cluster._errors import ClusterError
 from pulsarcast_ipfs.cluster._process import child_env
 
-__all__ = ["configure_repo", "daemon_command", "init_repo", "kubo_settings"]
+__all__ = ["INIT_PROFILES", "configure_repo", "daemon_command", "init_repo", "kubo_settings"]
+
+INIT_PROFILES = "test,pebbleds"
+"""``ipfs init --profile=…`` of every node. ``pebbleds``: Kubo's Pebble datastore
+for blocks, pins and the rest, instead of the default flatfs (one file per block) +
+LevelDB. Every Pulsarcast subscriber stores and pins each event it keeps (PROTOCOL.md
+§5); with flatfs Kubo's block store was 65-70 % of Kubo's CPU at 20 events/s
+(BENCHMARKS.md "Issue 13, session 10"), and a ``block/put`` cost 395-540 µs of
+Kubo CPU against 70-130 µs with Pebble (``benchmarks/kubo_store.py``). The
+pub-sub baselines store nothing, so the datastore does not change their figures."""
 
 
 def kubo_settings(
     *, stream_mounting: bool, pubsub_router: str | None, announce: Sequence[str]
 ) -> dict[str, Any]:
-    """The configuration keys a cluster node gets on top of ``--profile=test`` (§2)."""
+    """The configuration keys a cluster node gets on top of :data:`INIT_PROFILES` (§2)."""
     return {
         "Addresses.API": "/ip4/127.0.0.1/tcp/0",
         "Addresses.Gateway": [],
@@ -60,9 +70,10 @@ def kubo_settings(
 
 
 async def init_repo(ipfs: Path, repo: Path, *, name: str) -> None:
-    """``ipfs init --profile=test --empty-repo`` in ``repo``; :class:`ClusterError` if it fails."""
+    """``ipfs init --profile=test,pebbleds --empty-repo`` in ``repo``; :class:`ClusterError`
+    if it fails."""
     result = await anyio.run_process(
-        [str(ipfs), "init", "--profile=test", "--empty-repo"],
+        [str(ipfs), "init", f"--profile={INIT_PROFILES}", "--empty-repo"],
         env=child_env(repo),
         check=False,
     )

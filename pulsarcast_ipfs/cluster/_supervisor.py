@@ -1,7 +1,7 @@
 """A local cluster of real Kubo daemons on loopback, optionally behind Toxiproxy.
 
 Each node is a stock Kubo daemon with its own repo, configured as PROTOCOL.md §2
-asks for a private cluster on loopback: ``ipfs init --profile=test``, a DHT server
+asks for a private cluster on loopback: ``ipfs init --profile=test,pebbleds``, a DHT server
 (``Routing.Type=dhtserver``) with ``Routing.LoopbackAddressesOnLanDHT=true``, no
 bootstrap peers, ``Experimental.Libp2pStreamMounting=true``,
 ``Provide.DHT.SweepEnabled=false``, ``Provide.Strategy=pinned`` (a block is
