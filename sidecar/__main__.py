@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of events kept per subscribed topic (default 67108864: 64 MiB)",
     )
     p.add_argument(
+        "--retain-pin",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pin the retained events (default: on); --no-retain-pin keeps them in Kubo's "
+        "blockstore unpinned: about half of Kubo's CPU per event, but Kubo's garbage "
+        "collection may remove them",
+    )
+    p.add_argument(
         "--tree-filters",
         action=argparse.BooleanOptionalAction,
         default=None,

@@ -147,7 +147,9 @@ class Driver:
         )
         self.state = StateStore(config.state_path, log_max=config.delivery_log_max)
         self.metrics = MetricsWriter(config.metrics_path, run=config.run, system=config.system)
-        self.store = BlockStore(kubo=self.kubo, fetch_timeout=config.fetch_timeout)
+        self.store = BlockStore(
+            kubo=self.kubo, fetch_timeout=config.fetch_timeout, retain_pin=config.retain_pin
+        )
         self.store.on_topic_announced = self._topic_announced
         self.node_config = NodeConfig(
             ping_interval=config.ping_interval,

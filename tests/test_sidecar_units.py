@@ -127,6 +127,12 @@ def test_retention_policy_from_flags_environment_and_file(tmp_path: Path) -> Non
     for bad in ({"retain_events": "0"}, {"retain_bytes": "-1"}, {"retain_age": "0"}):
         with pytest.raises(ConfigError, match="must be positive"):
             load_config(env={}, flags=bad)
+    assert default.store.retain_pin is True
+    assert config_from_args(["--no-retain-pin"]).retain_pin is False
+    cfg = load_config(env={"PULSARCAST_RETAIN_PIN": "false"}, flags={"state_dir": str(tmp_path)})
+    assert Driver(cfg).store.retain_pin is False
+    with pytest.raises(ConfigError, match="PULSARCAST_RETAIN_PIN"):
+        load_config(env={"PULSARCAST_RETAIN_PIN": "sometimes"})
 
 
 def test_announce_setting_from_flags_and_environment() -> None:
@@ -525,7 +531,7 @@ async def _with_store(
     provide_once: bool = True,
     put_linger: float = 0.0,
     pin_linger: float = 0.0,
-    **options: int,
+    **options: Any,
 ) -> tuple[FakeKubo, BlockStore]:
     kubo = FakeKubo()
     async with kubo.client() as client:
@@ -674,6 +680,32 @@ async def test_retained_events_are_pinned_in_batches_and_never_announced() -> No
     assert kubo.pinned == {cid for cid, _ in blocks}
     assert kubo.of("provide") == [] and kubo.of("pin_own") == []
     assert (store.pin_calls, store.pins_added, store.retained_pinned) == (3, 250, 250)
+
+
+@pytest.mark.anyio
+async def test_without_retain_pin_retained_events_are_kept_unpinned() -> None:
+    """``retain_pin=False`` (``--no-retain-pin``): retained events are put, never
+    pinned nor unpinned on release; own events and subscribed topics still are."""
+    kept, own = _blocks(120, "kept"), _blocks(30, "own")
+    ((topic, topic_data),) = _blocks(1, "topic")
+    pinned_before_release: set[Any] = set()
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.pin_topic(topic, topic_data)
+        for cid, data in kept:
+            store.store(cid, data, own=False, retain=True)
+        for cid, data in own:
+            store.store(cid, data, own=True, retain=True)
+        await anyio.wait_all_tasks_blocked()
+        assert store.pending == 0
+        pinned_before_release.update(kubo.pinned)
+        store.release([cid for cid, _ in kept + own])
+
+    kubo, store = await _with_store(steps, retain_pin=False)
+    assert len(kubo.of("put")) == 151
+    assert pinned_before_release == kubo.pinned == {cid for cid, _ in own} | {topic}
+    assert kubo.of("unpin") == [] and store.retained_pinned == 0
+    assert (store.pins_added, store.own_pins_added) == (1, 30)  # the topic; own events
 
 
 @pytest.mark.anyio
