@@ -137,13 +137,15 @@ def test_fast_and_plain_cids_mix_in_either_order() -> None:
 
 def test_the_pair_form_builds_the_same_cid() -> None:
     """Differential: ``cid_for_digest`` (the constructor's ``(multihash name, raw
-    digest)`` form) against the multihash-bytes form it replaced and a plain
-    ``multiformats.CID``: the same object (interned), bytes, text and hash."""
+    digest in hex)`` form) against the multihash-bytes and raw-bytes forms it
+    replaced and a plain ``multiformats.CID``: the same object (interned), bytes,
+    text and hash."""
     rng = random.Random(9)
     for _ in range(200):
         digest = rng.randbytes(32)
         got = _dagcbor.cid_for_digest(digest)
         assert _dagcbor._Cid("base32", 1, "dag-cbor", b"\x12\x20" + digest) is got
+        assert _dagcbor._Cid("base32", 1, "dag-cbor", ("sha2-256", digest)) is got
         plain = CID.decode(b"\x01\x71\x12\x20" + digest)
         assert got == plain and hash(got) == hash(plain) and bytes(got) == bytes(plain)
         assert str(got) == str(plain.set(base="base32")) and got.digest == plain.digest
