@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         "them) or pinning plus provide/once; auto (default) reads Kubo's Provide.Strategy",
     )
     p.add_argument(
+        "--topic-announcers",
+        type=int,
+        help="subscribers per topic, besides its author, that announce it in the DHT: "
+        "those closest to the topic among its tree's members (default 8; 0: all)",
+    )
+    p.add_argument(
         "--retain-events",
         type=int,
         help="events kept (pinned) per subscribed topic, newest first (default 10000)",

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
+from ._announce import TOPIC_ANNOUNCERS
+
 __all__ = ["ConfigError", "SidecarConfig", "load_config", "parse_hostport"]
 
 ENV_PREFIX = "PULSARCAST_"
@@ -82,6 +84,10 @@ class SidecarConfig:
     ``provide-once``: pin them and also call ``provide/once`` (for strategies that
     would not announce a pin, such as ``mfs``); ``auto``: read Kubo's
     ``Provide.Strategy`` at start and choose (``provide-once`` if it cannot be read)."""
+    topic_announcers: int = TOPIC_ANNOUNCERS
+    """Subscribers per topic, besides its author, that announce it in the DHT: the
+    ones whose peer IDs are closest to the topic among the members its root lists
+    (docs/sidecar.md "Providing", ``sidecar._announce``). 0: every subscriber."""
     delivery_log_max: int = 100_000
     """Deliveries kept in the persisted log (older ones are rotated out)."""
     ping_interval: float = 5.0
@@ -163,6 +169,8 @@ class SidecarConfig:
                 f"delegate_ttl: 0 (off) or at least {DELEGATE_TTL_MIN:.0f} s, "
                 f"got {self.delegate_ttl}"
             )
+        if not 0 <= self.topic_announcers <= 64:
+            raise ConfigError(f"topic_announcers: between 0 and 64, got {self.topic_announcers}")
         if not 0 <= self.flat_fanout <= 64:
             raise ConfigError(f"flat_fanout: between 0 and 64, got {self.flat_fanout}")
         if self.group_capacity < 0 or not 0 <= self.group_spare <= 64:
@@ -235,6 +243,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "group_capacity",
             "group_spare",
             "flat_fanout",
+            "topic_announcers",
         ):
             if isinstance(value, bool):
                 raise ValueError("not an integer")

@@ -61,6 +61,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
+from ._announce import MEMBERS_WAIT, should_announce
 from ._config import SidecarConfig
 from ._delegate import DelegateKeeper
 from ._metrics import MetricsWriter, resource_records
@@ -213,6 +214,10 @@ class Driver:
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
         self._announced: dict[CID, float] = {}
         """Subscribed topics (first versions) announced, with when (:attr:`clock`)."""
+        self._announce_wait: dict[CID, float] = {}
+        """Subscribed topics whose root's member list this node waits for, since when."""
+        self._not_announcing: dict[CID, float] = {}
+        """Subscribed topics this node leaves to closer announcers (since when)."""
         self.reading = Readers(self)
         """History reads of topics this node keeps no history of (:mod:`._readers`)."""
 
@@ -631,6 +636,7 @@ class Driver:
             "pulsarcast_pin_failed_total": store.pin_failed,
             "pulsarcast_pin_calls_total": store.pin_calls,
             "pulsarcast_topics_announced_total": store.topics_announced,
+            "pulsarcast_topics_left_to_announcers": len(self._not_announcing),
             "pulsarcast_history_reads_total": self.reading.reads,
             "pulsarcast_history_read_providers_total": self.reading.providers,
             "pulsarcast_history_read_connected_total": self.reading.connected,
@@ -665,7 +671,8 @@ class Driver:
     def announce_topics(self) -> None:
         """Announce each subscribed topic once (pin its first version, ``provide/once``),
         again every :data:`TOPIC_REANNOUNCE`: one provider record per topic per node,
-        never one per event, so that a non-member can find who holds its history."""
+        never one per event, so that a non-member can find who holds its history; and
+        only if this node is among the topic's announcers (:mod:`._announce`)."""
         if self._tg is None:
             return
         now = self.clock()
@@ -674,24 +681,60 @@ class Driver:
                 root = cid_from_str(root_s)
             except ValueError:
                 continue
-            if self.known_root(root) != root:
+            st = self._topic_state(root)
+            if st is None or st.topic_cid != root:
                 continue  # not resolved yet (a resumed subscription)
             last = self._announced.get(root)
-            if last is None:
-                self._announced[root] = now
+            if last is not None and now - last < TOPIC_REANNOUNCE:
+                continue
+            if not self._announces(now, st):
+                continue
+            self._announced[root] = now
+            if last is not None and self.store.has_topic(root):
+                self.store.announce_topic(root)
+            else:  # the first time, or its descriptor could not be read last time
                 self._tg.start_soon(self._pin_topic, root)
-            elif now - last >= TOPIC_REANNOUNCE:
-                self._announced[root] = now
-                if self.store.has_topic(root):
-                    self.store.announce_topic(root)
-                else:  # its descriptor could not be read last time
-                    self._tg.start_soon(self._pin_topic, root)
         for root in list(self._announced):
             if cid_str(root) not in self.state.state.subscriptions:
                 del self._announced[root]
                 if cid_str(root) not in self.state.state.created:
                     self.store.unpin_topic(root)
+        for waits in (self._announce_wait, self._not_announcing):
+            for root in list(waits):
+                if cid_str(root) not in self.state.state.subscriptions:
+                    del waits[root]
         self.reading.expire(now, self.node_config.reader_ttl)
+
+    def _announces(self, now: float, st: TopicState) -> bool:
+        """Whether this node announces the topic of ``st`` now (:mod:`._announce`)."""
+        root = st.topic_cid
+        decided = should_announce(
+            topic=root,
+            me=self.peer_id,
+            author=st.author,
+            members=st.members,
+            k=self.config.topic_announcers,
+        )
+        if decided is None:  # no member list yet: wait for one, not for ever
+            since = self._announce_wait.setdefault(root, now)
+            if now - since < MEMBERS_WAIT:
+                return False
+            log.info(
+                "topic %s: no member list after %.0f s, announcing", cid_str(root), now - since
+            )
+            decided = True
+        self._announce_wait.pop(root, None)
+        if decided:
+            self._not_announcing.pop(root, None)
+            return True
+        if root not in self._not_announcing:
+            log.info(
+                "topic %s: not announcing it, the %d members closest to it do",
+                cid_str(root),
+                self.config.topic_announcers,
+            )
+            self._not_announcing[root] = now
+        return False
 
     def _topic_announced(self, root: CID, ok: bool) -> None:
         if not ok and root in self._announced:  # try again soon, not in 12 h

@@ -212,6 +212,10 @@ class TopicState:
     """Events of the topic this node keeps (its retention policy; 0: it keeps none)."""
     retained_bytes: int = 0
     """Their encoded size (the bytes pinned for the topic's events)."""
+    members: tuple[str, ...] = ()
+    """The root's member list (MEMBERS: the root and its children) as this node holds
+    it: the root's own current list, a node below it the last list its parent passed
+    on; empty while unknown."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -72,11 +72,23 @@ class FirstHopPush(NodeBase):
         if self._is_root(tree) and tree.children and tree.members_due is None:
             tree.members_due = now + self.config.members_interval
 
+    def _root_list(self, tree: Tree) -> tuple[str, ...]:
+        """(root) The member list it sends: itself and its first children."""
+        return (self.peer_id, *sorted(tree.children)[: MAX_MEMBERS - 1])
+
+    def _members_known(self, tree: Tree) -> tuple[str, ...]:
+        """The root's member list as this node holds it (``TopicState.members``)."""
+        if self._is_root(tree):
+            return self._root_list(tree)
+        if tree.members_epoch is not None and tree.members_from == tree.parent:
+            return tree.members
+        return ()
+
     def _send_members(self, now: float, tree: Tree) -> None:
         tree.members_due = None
         if not self._is_root(tree) or not tree.children:
             return
-        members = (self.peer_id, *sorted(tree.children)[: MAX_MEMBERS - 1])
+        members = self._root_list(tree)
         summaries = self._member_summaries(tree, members)
         last = tree.member_sets.get(tree.member_epoch)
         if last is not None and last == frozenset(members) and summaries == tree.summaries_listed:

@@ -477,4 +477,5 @@ class Topics(NodeBase):
             synced=tree.joined and (tree.parent is None or tree.parent in tree.heads_from),
             retained=len(tree.history) if tree.history is not None else 0,
             retained_bytes=tree.history.bytes if tree.history is not None else 0,
+            members=self._members_known(tree),
         )

@@ -1,0 +1,61 @@
+"""Which subscribers announce a topic (docs/sidecar.md "Providing").
+
+A subscriber makes itself findable as a holder of a topic's history with one
+provider record per topic (``provide/once`` of the topic's first version), never
+one per event (PROTOCOL.md §5). Every subscriber doing so made a topic's DHT cost
+grow with its audience: in a 20-node cluster each announcement moved ~30 KB of
+LAN-DHT traffic, and the 265 subscriptions of the benchmark workload ~8 MB, about
+half of Pulsarcast's bytes in a run. A reader looks up at most
+:data:`~sidecar._readers.FINDPROVS_NUM` (8) holders anyway.
+
+So a topic is announced by its author, and by the ``k`` subscribers whose peer IDs
+are closest to the topic among the members its tree's root lists (MEMBERS: the root
+and its children, ``TopicState.members``), each node deciding alone from the same
+list: ``sha256(peer ID)`` XOR ``sha256`` digest of the topic's first version,
+smallest first, the author left out (it announces anyway). A node outside the list
+(below a relay of a topic whose root has many children) ranks itself among the
+listed ones. While a node holds no list yet (not joined, or its parent has not
+passed one on) it waits, at most :data:`MEMBERS_WAIT` seconds after it first
+wanted to announce, then announces: not knowing is no reason to stay unfindable.
+Membership changes are followed: a node that moves into the ``k`` closest announces
+at the next housekeeping tick, one that moves out lets its record expire (it does not
+refresh it every :data:`~sidecar._driver.TOPIC_REANNOUNCE`). ``k = 0``: every
+subscriber announces, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from multiformats import CID
+
+__all__ = ["MEMBERS_WAIT", "TOPIC_ANNOUNCERS", "announcers", "should_announce"]
+
+TOPIC_ANNOUNCERS = 8
+"""Subscribers per topic that announce it besides its author (the default ``k``)."""
+MEMBERS_WAIT = 30.0
+"""Seconds a subscriber without the root's member list waits before it announces."""
+
+
+def _distance(topic_digest: int, peer: str) -> int:
+    return topic_digest ^ int.from_bytes(hashlib.sha256(peer.encode()).digest(), "big")
+
+
+def announcers(topic: CID, members: Iterable[str], author: str, k: int) -> list[str]:
+    """The ``k`` peers of ``members`` (the author left out) closest to ``topic``."""
+    digest = int.from_bytes(topic.raw_digest, "big")
+    ranked = sorted(set(members) - {author}, key=lambda p: (_distance(digest, p), p))
+    return ranked[:k]
+
+
+def should_announce(
+    *, topic: CID, me: str, author: str, members: Iterable[str], k: int
+) -> bool | None:
+    """Whether node ``me`` announces ``topic``; ``None``: it cannot tell yet (no list)."""
+    if k == 0 or me == author:
+        return True
+    listed = set(members)
+    if not listed:
+        return None
+    return me in announcers(topic, listed | {me}, author, k)
