@@ -27,6 +27,7 @@ from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
     Event,
     EventDescriptor,
+    cid_from_str,
     compute_cid,
     encode_frame,
     format_created,
@@ -534,8 +535,9 @@ async def test_relay_killed_mid_stream(sc: LocalSidecarCluster) -> None:
 async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
     """Issue 12 durability: the publisher's node gone for good and ``repo gc`` run on
     every remaining node; a node that never subscribed finds the topic's holders (one
-    provider record per subscriber), joins as a reader and pages through the whole
-    retained history, with the bytes from the subscribers' pins."""
+    provider record per announcing subscriber, both here; announcing never holds up
+    anything, so the test waits until the DHT lists them), joins as a reader and pages
+    through the whole retained history, with the bytes from the subscribers' pins."""
     topic = await create(sc, 6, "orphan")
     subs = [1, 2]
     await subscribe_all(sc, topic, subs)
@@ -554,6 +556,13 @@ async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
         return True
 
     await wait_until(pinned, deadline=30, what="the subscribers' pins", interval=0.3)
+
+    async def findable() -> bool:  # their topic announcements reached the DHT
+        async with sc.cluster[0].client(routing_timeout=10.0) as kubo:
+            found = {p.peer_id for p in await kubo.find_providers(cid_from_str(topic), count=20)}
+        return {sc.cluster[i].peer_id for i in subs} <= found
+
+    await wait_until(findable, deadline=40, what="the subscribers as providers", interval=1)
     await sc.kill_node(6)  # the publisher's node gone for good: Kubo and sidecar
     gone = sc.cluster[6].peer_id
 
