@@ -342,6 +342,9 @@ class FakeTransport(Transport):
         self.bytes_out += len(data)
         self.fake_peers.receive(peer, data)
 
+    def connect(self, peer: str) -> bool:
+        return False  # no connections to open: frames go straight to the fake peers
+
     def feed(self, peer: str, data: bytes) -> None:
         """``data`` arrives from ``peer`` on its incoming connection (opened on first use);
         lost, as on a network, once the node has closed its connections (stopping)."""

@@ -253,6 +253,19 @@ class Transport:
         conn.queue.append(data)
         conn.wake.set()
 
+    def connect(self, peer: str) -> bool:
+        """Open the connection to ``peer`` ahead of its first frame (never blocks);
+        whether a new one was started. The first frame then finds the ``p2p forward``
+        made and the libp2p stream open, as every later frame does."""
+        if self._closing or self._tg is None or peer in self._conns:
+            return False
+        if self._banned and self.is_banned(peer):
+            return False
+        conn = _Conn(peer=peer)
+        self._conns[peer] = conn
+        self._tg.start_soon(self._run_conn, conn, name=f"conn-{peer[-8:]}")
+        return True
+
     def forget(self, peer: str) -> None:
         """Close the connection to ``peer`` (it was dropped from every tree)."""
         conn = self._conns.pop(peer, None)

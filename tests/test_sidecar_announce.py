@@ -4,6 +4,7 @@ The choice is checked on its own (every member computing it from the same list,
 k of them say yes) and in the driver's housekeeping (``Driver.announce_topics``)
 with the core's view replaced by a crafted ``TopicState``: what it announces, when
 it waits for a member list, and that it follows the list as members come and go.
+The same list is what ``Driver.warm_members`` connects to ahead of need (last test).
 """
 
 from __future__ import annotations
@@ -158,3 +159,46 @@ def test_topic_announcers_is_configurable_and_checked(tmp_path: Path) -> None:
     assert load_config(env={"PULSARCAST_TOPIC_ANNOUNCERS": "3"}).topic_announcers == 3
     with pytest.raises(ConfigError, match="topic_announcers: between 0 and 64"):
         load_config(env={"PULSARCAST_TOPIC_ANNOUNCERS": "65"})
+
+
+class _Connections:
+    """Stands in for the transport: which peers the driver connects to."""
+
+    def __init__(self, open_already: list[str]) -> None:
+        self.open = list(open_already)
+
+    @property
+    def neighbours(self) -> list[str]:
+        return list(self.open)
+
+    def connect(self, peer: str) -> bool:
+        if peer in self.open:
+            return False
+        self.open.append(peer)
+        return True
+
+
+def test_the_driver_connects_to_the_root_list_ahead_of_need_within_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Driver.warm_members``: every member of each topic's root list but itself,
+    once, and no more than ``WARM_MAX`` connections in all."""
+    from sidecar._driver import WARM_MAX
+
+    members = [AUTHOR, *_peers(9, seed=5)]
+    d, _, _ = _driver(tmp_path, members)
+    conns = _Connections([AUTHOR])  # the tree parent: connected already
+    d.transport = conns  # type: ignore[assignment]
+    monkeypatch.setattr(d, "topic_states", lambda: [_state(members), _state([])])
+    d.warm_members()
+    assert sorted(conns.open) == sorted(p for p in members if p != d.peer_id)
+    d.warm_members()  # nothing new
+    assert len(conns.open) == len(members) - 1
+
+    big = [AUTHOR, *_peers(80, seed=6)]
+    d2, _, _ = _driver(tmp_path / "2", big)
+    conns2 = _Connections([])
+    d2.transport = conns2  # type: ignore[assignment]
+    monkeypatch.setattr(d2, "topic_states", lambda: [_state(big)])
+    d2.warm_members()
+    assert len(conns2.open) == WARM_MAX and d2.peer_id not in conns2.open
