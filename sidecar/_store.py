@@ -29,8 +29,10 @@ time, so that only the bad block is dropped. What is pinned and what is announce
   announced. ``ReleaseBlocks`` (fell out of the policy, topic left) unpins them in
   batches (``pin/rm``); own blocks stay pinned. With ``retain_pin=False`` they are
   put and not pinned (nothing to unpin): Kubo keeps them until a garbage
-  collection, and the pins, ~40 % of Kubo's CPU at 20 events/s, are saved;
-* a topic this node subscribes to is announced once (:meth:`BlockStore.pin_topic`):
+  collection, and the pins, about half of Kubo's CPU while publishing at 20
+  events/s, are saved;
+* a topic this node subscribes to and announces (the driver decides who does,
+  ``sidecar._announce``) is announced once (:meth:`BlockStore.pin_topic`):
   its first-version descriptor is pinned directly and announced with
   ``provide/once``: one provider record per topic per node, never one per event;
 * any other block (received while forwarding, relaying or repairing a gap) is put
