@@ -152,6 +152,28 @@ def test_a_direct_push_from_a_non_publisher_is_a_stale_edge() -> None:
     assert net.delivered(receiver, topic) == [cid]
 
 
+def test_a_stale_edge_gets_one_leave_per_ping_interval() -> None:
+    """Every frame on an edge the receiver no longer has comes back to it until its
+    LEAVE lands; it answers the first, and again only after ``ping_interval``."""
+    net, topic, _author, members = star(4)
+    net.call(members[0], "publish", topic, b"x")
+    net.run_for(1)
+    ev = next(rpc for _, rpc in events_sent(net, members[0]))
+    outsider, receiver = members[2], members[1]
+    stale = Event(topic=topic, event=ev.event)  # not a push: a tree edge's frame
+
+    def leaves_after(n: int) -> list[str]:
+        net.logs[receiver].sent.clear()
+        for _ in range(n):
+            net.inject(outsider, receiver, stale)
+            net.run_for(0.1)
+        return [s.peer for s in net.logs[receiver].sent if isinstance(s.rpc, Leave)]
+
+    assert leaves_after(5) == [outsider]  # five frames within 0.5 s: one LEAVE
+    net.run_for(net.nodes[receiver].config.ping_interval)
+    assert leaves_after(3) == [outsider]  # the window passed: told again
+
+
 def test_heads_rounds_send_nothing_when_events_crossed_the_edges() -> None:
     net, topic, _author, members = star(5)
     for i in range(10):

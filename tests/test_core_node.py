@@ -595,6 +595,45 @@ def test_lagging_parent_is_kept_when_nobody_is_closer() -> None:
         assert res.event_cid in net.delivered(p), p
 
 
+def _joins_sent(net: CoreNet, into: list[tuple[str, str]]) -> None:
+    """Record every JOIN (sender, receiver) the network carries; drop nothing."""
+
+    def spy(a: str, b: str, rpc: object) -> bool:
+        if type(rpc).__name__ == "Join":
+            into.append((a, b))
+        return False
+
+    net.drop_if = spy
+
+
+def test_a_lag_move_is_one_try() -> None:
+    # The peer a child of a lagging relay turns to never answers: the child stays with
+    # its slow parent rather than trying peer after peer (a JOIN storm under overload),
+    # and tries the same best peer again only after the next lag check.
+    net, topic, author, _, child, slow = _below_a_relay()
+    joins: list[tuple[str, str]] = []
+
+    def mute_joins_from_child(a: str, b: str, rpc: object) -> bool:
+        if type(rpc).__name__ == "Join" and a == child:
+            joins.append((a, b))
+            return True
+        return False
+
+    net.drop_if = mute_joins_from_child
+    net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
+    net.run_for(6)  # lag detections (a PING overran, then its probe), one try each
+    assert joins and {b for _, b in joins} == {joins[0][1]}, joins  # never the next peer
+    # one try per detection: a JOIN waits 2 s, the next PING overruns 0.5 s later
+    assert len(joins) <= 4
+    assert net.nodes[child].topic_state(topic).parent == slow  # kept: nobody took it
+    net.drop_if = None
+    net.run_for(8)  # the next lag check moves it
+    assert net.nodes[child].topic_state(topic).parent not in (None, slow)
+    res = net.call(author, "publish", topic, b"after the move")
+    net.run_for(1)
+    assert res.event_cid in net.delivered(child)
+
+
 def test_s8_root_failover_and_reconvergence() -> None:
     cfg = NodeConfig(ping_interval=1.0, suspect_ttl=5.0, root_recheck_interval=2.0)
     net, topic, author, members = setup(30, bucket_size=2, config=cfg)

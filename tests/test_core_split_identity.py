@@ -31,7 +31,9 @@ default: every JOIN carries its summary, MEMBERS the members' summaries, so all
 three changed; with ``tree_filters`` off the code of that commit still gives the
 previous three. Then the MEMBERS list a node passes to a new child of its own
 carried the members' summaries too: ``busy`` and ``orphan`` changed (with that
-one change taken out, the code gave the previous two).
+one change taken out, the code gave the previous two). Then (issue 13) a move away
+from a lagging parent became one try, and a stale edge gets one LEAVE per
+``ping_interval``: ``busy`` changed.
 """
 
 from __future__ import annotations
@@ -174,10 +176,10 @@ SCENARIOS: dict[str, Callable[[], CoreNet]] = {
 # driver's timer arming, then all three with the one peer-ID generator, then busy
 # with the relative lag limit, then all three with flat trees, then busy with the
 # LEAVE to a dropped child, then all three with tree filters on by default, then
-# busy and orphan when a deep child's MEMBERS list carried the summaries
-# (module docstring).
+# busy and orphan when a deep child's MEMBERS list carried the summaries, then
+# busy with one-try lag moves and damped stale-edge LEAVEs (module docstring).
 GOLDEN = {
-    "busy": "e0ed9292ac9551037a9a995af64ebaa35560e498fbc490538a8842b368d7aa9d",
+    "busy": "07973ef3dd1d41ea5f821a43c286d7dfc1e1a811d6e8e1f352219c151d95aafe",
     "signed": "1a0c3bf48aa5fb418bdc7d01c1306371c0b482e37a8c157cf922e8af1d2395d9",
     "orphan": "14e2a4bff3a636ef7319cd749709a3d8a798848bc144d934f2640ce3e4d35d61",
 }

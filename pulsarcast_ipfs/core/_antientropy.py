@@ -52,7 +52,7 @@ from multiformats import CID
 
 from . import _dagcbor
 from ._base import NodeBase
-from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, encode_frame
+from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, encode_frame
 from ._filters import Filter, matches_any
 from ._tree import Tree
 
@@ -212,7 +212,7 @@ class AntiEntropy(NodeBase):
         there (a peer that still takes us for its parent is adopted back)."""
         tree = self._trees.get(topic)
         if tree is None:
-            self._send(now, peer, Leave(topic=topic), None)
+            self._stale_edge(now, peer, topic, None)
             return None
         if peer not in tree.children and peer != tree.parent:
             if tree.join is not None and tree.join.peer == peer:
@@ -220,7 +220,7 @@ class AntiEntropy(NodeBase):
             elif tree.joined and self._dist(peer, tree) > self._my_dist(tree):
                 self._adopt_child(now, tree, peer)  # it still takes us for its parent
             else:
-                self._send(now, peer, Leave(topic=tree.key), tree.name)
+                self._stale_edge(now, peer, tree.key, tree.name)
                 return None
         return tree
 

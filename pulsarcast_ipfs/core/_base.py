@@ -113,6 +113,7 @@ class NodeBase:
     _lag_at: float | None
     _buckets: LRU
     _strikes: LRU
+    _stale_told: LRU
     _banned: dict[str, float]
     _limits: dict[str, tuple[float, float]]
     _verified: LRU
@@ -164,6 +165,7 @@ class NodeBase:
             *,
             leaf: bool = False,
             single: bool = False,
+            up: bool = False,
         ) -> None: ...
 
         def _join_timed_out(self, now: float, tree: Tree) -> None: ...
@@ -171,6 +173,8 @@ class NodeBase:
         def _recheck_root(self, now: float, tree: Tree) -> None: ...
 
         def _maybe_leave(self, now: float, tree: Tree) -> None: ...
+
+        def _stale_edge(self, now: float, peer: str, topic: CID, name: str | None) -> None: ...
 
         def _peer_failed(self, now: float, peer: str) -> None: ...
 

@@ -21,7 +21,7 @@ from multiformats import CID
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import _MAX_VERSIONS, NodeBase
-from ._codec import Event, Leave, encode_frame
+from ._codec import Event, encode_frame
 from ._descriptors import (
     MAX_PARENTS,
     EventDescriptor,
@@ -72,7 +72,7 @@ class Dissemination(NodeBase):
         tree = self._trees.get(rpc.topic)
         if tree is None:
             self._drop(now, "unknown_topic", peer=peer)
-            self._send(now, peer, Leave(topic=rpc.topic), None)
+            self._stale_edge(now, peer, rpc.topic, None)
             return
         try:
             ev = decode_cached(EventDescriptor, rpc.event)
@@ -83,7 +83,7 @@ class Dissemination(NodeBase):
             if rpc.pushed is None or ev.publisher != peer:
                 # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
                 # (A publisher's direct first hop is no edge: docs "First hop".)
-                self._send(now, peer, Leave(topic=tree.key), tree.name)
+                self._stale_edge(now, peer, tree.key, tree.name)
         if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         seen_parents = rpc.parents

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from multiformats import CID
+
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
@@ -182,9 +184,12 @@ class Membership(NodeBase):
         *,
         leaf: bool = False,
         single: bool = False,
+        up: bool = False,
     ) -> None:
         """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails; a
-        ``single`` try (a joined node moving up) is given up instead."""
+        ``single`` try (a joined node moving: up to the root, or away from a lagging
+        parent) is given up instead. ``up``: the move up of a flat tree (the root
+        refuses it when its list is full)."""
         tree.join = JoinAttempt(
             peer=hop,
             deadline=now + self.config.join_timeout,
@@ -196,7 +201,7 @@ class Membership(NodeBase):
             topic=tree.key,
             descriptor=tree.root.encode(),
             leaf=leaf,
-            up=single,
+            up=up,
             summary=self._join_summary(tree),
         )
         self._send(now, hop, rpc, tree.name)
@@ -221,7 +226,7 @@ class Membership(NodeBase):
         ):
             return
         tree.flattened_at = tree.members_epoch
-        self._send_join(now, tree, root, {root}, single=True)
+        self._send_join(now, tree, root, {root}, single=True, up=True)
 
     def _join_timed_out(self, now: float, tree: Tree) -> None:
         assert tree.join is not None
@@ -249,6 +254,18 @@ class Membership(NodeBase):
             self._drop_tree(tree)
             return
         self._join_next(now, tree, {avoid} if avoid else set())
+
+    def _stale_edge(self, now: float, peer: str, topic: CID, name: str | None) -> None:
+        """``peer`` sent a tree message (EVENT, HEADS, DIGEST) over an edge this node
+        does not have (it moved, or left the topic): LEAVE tells it, at most once per
+        ``ping_interval`` per peer and topic. Until the LEAVE lands every frame on the
+        edge comes back here, and answering each was most of the LEAVEs of a loaded
+        50-node cluster (``benchmarks/lag_churn.py``: 2,003 of 4,270)."""
+        told = self._stale_told.get((peer, topic))
+        if told is not None and now - told < self.config.ping_interval:
+            return
+        self._stale_told.put((peer, topic), now)
+        self._send(now, peer, Leave(topic=topic), name)
 
     def _maybe_leave(self, now: float, tree: Tree) -> None:
         """§5 Unsubscribe: an empty relay leaves its parent, which may leave in turn."""
@@ -365,6 +382,7 @@ class Membership(NodeBase):
         new = peer not in tree.children
         if new:
             self._readopted(tree, peer)
+            self._stale_told.pop((peer, tree.key))
         tree.children[peer] = None
         self._last_heard[peer] = now
         self._send(now, peer, JoinAck(topic=tree.key, ok=True), tree.name)
@@ -386,6 +404,7 @@ class Membership(NodeBase):
             self._join_next(now, tree, tree.join.tried)
             return
         old_parent = tree.parent
+        self._stale_told.pop((peer, tree.key))
         tree.leaf = tree.join.leaf
         tree.join = None
         tree.parent = peer

@@ -194,6 +194,7 @@ class PulsarcastNode(
         self._lag_at = None  # when the next _PingWait falls due (or earlier)
         self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
         self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
+        self._stale_told = LRU(c.rate_limit_peers)  # (peer, topic) -> LEAVE sent at
         self._banned = {}  # peer -> until
         self._limits = {
             "join": (c.join_rate, c.join_burst),

@@ -59,8 +59,9 @@ class JoinAttempt:
     """A reader's JOIN to a holder of the history, whatever its distance (it takes
     no children while it hangs there: docs/protocol-notes.md "Readers")."""
     single: bool = False
-    """A joined node's one try to move up to the root (flat trees): refused or timed
-    out, it stays with its parent instead of trying the next peer."""
+    """A joined node's one try to move, up to the root (flat trees) or away from a
+    lagging parent: refused or timed out, it stays with its parent instead of trying
+    the next peer (under overload, trying peer after peer was a JOIN storm)."""
 
 
 @dataclass(slots=True)

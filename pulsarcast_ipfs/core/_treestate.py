@@ -155,7 +155,8 @@ def _retry(inp: TreeInput, what: str) -> list[Transition]:
             S.MOVING,
             inp,
             (S.MOVING, S.JOINED, S.LEAF),
-            f"{what}: {_RETRY}; none left (or a move up to the root): stay with the parent",
+            f"{what}: {_RETRY}; none left, or a move (up to the root, away from a "
+            "lagging parent): stay with the parent",
         )
         + _t(
             S.CONVERGING,
@@ -234,8 +235,8 @@ def _table() -> tuple[Transition, ...]:
             (S.JOINED, S.LEAF),
             I.PARENT_LAGGING,
             S.MOVING,
-            "mark it suspect; a live peer closer to the author: JOIN it, keeping the slow "
-            "parent until JOIN_ACK ok (make before break); nobody: stay",
+            "mark it suspect; a live peer closer to the author: JOIN it (one try), keeping "
+            "the slow parent until JOIN_ACK ok (make before break); nobody: stay",
         )
         + _t((S.JOINED, S.LEAF, S.MOVING), I.PARENT_LAGGING, None, "")
         + _t(
