@@ -634,6 +634,34 @@ def test_a_lag_move_is_one_try() -> None:
     assert res.event_cid in net.delivered(child)
 
 
+def test_a_lag_move_goes_on_when_the_parent_went_silent() -> None:
+    # The parent goes silent (a black hole: PINGs unanswered, so "lagging", and no
+    # transport error either) and the first peer the child turns to never answers:
+    # the parent has not been heard from since the move began, so it may be dead,
+    # not slow, and the child tries the next peers at once instead of waiting for the
+    # next lag check (which would pick the same silent peer) or ``dead_after``.
+    net, topic, author, _, child, slow = _below_a_relay()
+    first: list[str] = []
+
+    def silent_parent_and_first_candidate(a: str, b: str, rpc: object) -> bool:
+        if a == slow:
+            return True
+        if type(rpc).__name__ == "Join" and a == child:
+            if not first:
+                first.append(b)
+            return b == first[0]
+        return False
+
+    net.drop_if = silent_parent_and_first_candidate
+    net.run_for(5)  # lag verdict ~1 s, the muted JOIN times out 2 s later, the next one
+    assert first and first[0] != slow
+    st = net.nodes[child].topic_state(topic)
+    assert st.joined and st.parent not in (None, slow, first[0]), st.parent
+    res = net.call(author, "publish", topic, b"after the parent went silent")
+    net.run_for(1)
+    assert res.event_cid in net.delivered(child)
+
+
 def test_s8_root_failover_and_reconvergence() -> None:
     cfg = NodeConfig(ping_interval=1.0, suspect_ttl=5.0, root_recheck_interval=2.0)
     net, topic, author, members = setup(30, bucket_size=2, config=cfg)

@@ -166,6 +166,7 @@ class NodeBase:
             leaf: bool = False,
             single: bool = False,
             up: bool = False,
+            away: bool = False,
         ) -> None: ...
 
         def _join_timed_out(self, now: float, tree: Tree) -> None: ...

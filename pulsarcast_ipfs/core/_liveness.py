@@ -121,11 +121,12 @@ class Liveness(NodeBase):
 
     def _parent_lagging(self, now: float, peer: str) -> None:
         """§6 repair for a parent that answers too late: join a closer peer if there is
-        one, once; the laggard stays the parent until the new one accepts (then LEAVE),
-        and stays it if the new one refuses or does not answer in time (the next lag
-        check may try again). Trying peer after peer, as a lost parent does, made a
-        JOIN storm where every peer lags (50 nodes on 2 cores: BENCHMARKS.md, session
-        12; ``benchmarks/lag_churn.py``)."""
+        one; the laggard stays the parent until the new one accepts (then LEAVE), and
+        stays it if the new one refuses or does not answer in time while the laggard
+        still answers (the next lag check may try again). Trying peer after peer, as
+        a lost parent does, made a JOIN storm where every peer lags (50 nodes on 2
+        cores: BENCHMARKS.md, session 12; ``benchmarks/lag_churn.py``); a laggard
+        silent all along may be dead, and then the next peers are tried."""
         self._pings.pop(peer, None)
         self._suspect[peer] = now + self.config.suspect_ttl
         for tree in list(self._trees.values()):
@@ -134,7 +135,7 @@ class Liveness(NodeBase):
             hop = self._next_hop(now, tree, (peer,))
             if hop is None:
                 continue  # nobody better: keep the slow parent
-            self._send_join(now, tree, hop, {peer, hop}, single=True)
+            self._send_join(now, tree, hop, {peer, hop}, away=True)
 
     def _keep_alive(self, now: float) -> None:
         """§6 keep-alive: children PING parents; silence means the neighbour is dead."""

@@ -148,9 +148,14 @@ class Membership(NodeBase):
         return None
 
     def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None:
-        if tree.join is not None and tree.join.single and tree.parent is not None:
-            tree.join = None  # a move up that did not happen: stay with the parent
-            return
+        move = tree.join
+        if move is not None and move.single and tree.parent is not None:
+            heard = self._last_heard.get(tree.parent)
+            if move.away_since is None or (heard is not None and heard >= move.away_since):
+                tree.join = None  # a move that did not happen: stay with the parent
+                return
+            # Away from a lagging parent that has been silent since: it may be dead
+            # (not just slow), so go on to the next peers as a lost parent would.
         leaf = self._leaf_hop(now, tree, tried)
         if leaf is not None:
             tried.add(leaf)
@@ -185,17 +190,20 @@ class Membership(NodeBase):
         leaf: bool = False,
         single: bool = False,
         up: bool = False,
+        away: bool = False,
     ) -> None:
         """JOIN ``hop``; ``tried`` (which includes it) is skipped if it fails; a
         ``single`` try (a joined node moving: up to the root, or away from a lagging
         parent) is given up instead. ``up``: the move up of a flat tree (the root
-        refuses it when its list is full)."""
+        refuses it when its list is full). ``away``: a move away from a lagging parent
+        (:attr:`JoinAttempt.away_since`)."""
         tree.join = JoinAttempt(
             peer=hop,
             deadline=now + self.config.join_timeout,
             tried=tried,
             leaf=leaf,
-            single=single,
+            single=single or away,
+            away_since=now if away else None,
         )
         rpc = Join(
             topic=tree.key,

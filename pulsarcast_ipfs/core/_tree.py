@@ -62,6 +62,10 @@ class JoinAttempt:
     """A joined node's one try to move, up to the root (flat trees) or away from a
     lagging parent: refused or timed out, it stays with its parent instead of trying
     the next peer (under overload, trying peer after peer was a JOIN storm)."""
+    away_since: float | None = None
+    """A move away from a lagging parent: when it began. Refused or timed out while
+    that parent has not been heard from since, the parent may be gone rather than
+    slow (a killed root): the next peers are tried as for a lost parent."""
 
 
 @dataclass(slots=True)

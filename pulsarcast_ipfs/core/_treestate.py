@@ -155,8 +155,8 @@ def _retry(inp: TreeInput, what: str) -> list[Transition]:
             S.MOVING,
             inp,
             (S.MOVING, S.JOINED, S.LEAF),
-            f"{what}: {_RETRY}; none left, or a move (up to the root, away from a "
-            "lagging parent): stay with the parent",
+            f"{what}: {_RETRY}; none left, or a move up to the root, or away from a "
+            "lagging parent heard from since: stay with the parent",
         )
         + _t(
             S.CONVERGING,
