@@ -52,7 +52,13 @@ from pulsarcast_ipfs.cluster._process import (
 )
 from pulsarcast_ipfs.cluster._supervisor import LocalCluster
 
-__all__ = ["LocalSidecarCluster", "SidecarProcess"]
+__all__ = ["START_CONCURRENCY", "LocalSidecarCluster", "SidecarProcess"]
+
+START_CONCURRENCY = 16
+"""Sidecars started at once, each until its ``/health`` answers. All 100 of a
+100-node cluster at once on 2 cores: 64 had not even logged a line after
+``start_timeout`` (60 s), their imports starved by each other and by 100 Kubo
+daemons (BENCHMARKS.md, session 12)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -145,9 +151,15 @@ class LocalSidecarCluster:
                     p2p_port=free_port(),
                     log_path=self.base_dir / f"sidecar{i}.log",
                 )
+            limiter = anyio.CapacityLimiter(START_CONCURRENCY)
+
+            async def start_one(i: int) -> None:
+                async with limiter:
+                    await self.start_sidecar(i)
+
             async with anyio.create_task_group() as tg:
                 for i in self.sidecars:
-                    tg.start_soon(self.start_sidecar, i)
+                    tg.start_soon(start_one, i)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.stop()
