@@ -267,8 +267,8 @@ class Membership(NodeBase):
         """``peer`` sent a tree message (EVENT, HEADS, DIGEST) over an edge this node
         does not have (it moved, or left the topic): LEAVE tells it, at most once per
         ``ping_interval`` per peer and topic. Until the LEAVE lands every frame on the
-        edge comes back here, and answering each was most of the LEAVEs of a loaded
-        50-node cluster (``benchmarks/lag_churn.py``: 2,003 of 4,270)."""
+        edge comes back here, and answering each was about half of the LEAVEs of an
+        overloaded 50-node network (``benchmarks/lag_churn.py``: 2,003 of 4,270)."""
         told = self._stale_told.get((peer, topic))
         if told is not None and now - told < self.config.ping_interval:
             return
