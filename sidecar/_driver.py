@@ -684,12 +684,12 @@ class Driver:
                 root = cid_from_str(root_s)
             except ValueError:
                 continue
+            last = self._announced.get(root)
+            if last is not None and now - last < TOPIC_REANNOUNCE:
+                continue  # before building its state: warm_members builds them all
             st = self._topic_state(root)
             if st is None or st.topic_cid != root:
                 continue  # not resolved yet (a resumed subscription)
-            last = self._announced.get(root)
-            if last is not None and now - last < TOPIC_REANNOUNCE:
-                continue
             if not self._announces(now, st):
                 continue
             self._announced[root] = now
