@@ -425,7 +425,9 @@ class BlockStore:
         """One ``block/put`` of ``batch`` (the head of the queue); dequeue the blocks
         and queue their pins once Kubo has them all."""
         self.put_calls += 1
-        await self.kubo.block_put_many([data for _, data, _ in batch])
+        await self.kubo.block_put_many(
+            [data for _, data, _ in batch], cids=[cid for cid, _, _ in batch]
+        )
         self.kubo_down = False
         for cid, data, kind in batch:
             self._puts.popleft()

@@ -131,6 +131,27 @@ async def test_block_put_checks_the_returned_cid() -> None:
             await kubo.block_put(data)
 
 
+async def test_block_put_many_takes_the_callers_cids_and_still_checks_them() -> None:
+    """``cids=``: the store's own CIDs of the bytes, not computed again; Kubo's answer
+    is still checked against them, and a count that does not match is refused."""
+    blocks = [b"\xa1aa\x01", b"\xa1aa\x02"]
+    right = [dag_cbor_cid(b) for b in blocks]
+
+    def answer(keys: list[str]) -> Handler:
+        def handler(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, text="".join(json.dumps({"Key": k}) + "\n" for k in keys))
+
+        return handler
+
+    async with _client(answer([str(c) for c in right])) as kubo:
+        assert await kubo.block_put_many(blocks, cids=right) == tuple(right)
+        with pytest.raises(ValueError, match="1 CIDs for 2 blocks"):
+            await kubo.block_put_many(blocks, cids=right[:1])
+    async with _client(answer([str(c) for c in right])) as kubo:
+        with pytest.raises(BlockCIDMismatch):  # the caller's CIDs are what Kubo must answer
+            await kubo.block_put_many(blocks, cids=right[::-1])
+
+
 async def test_block_put_many_sends_one_request_and_checks_every_cid() -> None:
     blocks = [b"\xa1aa\x01", b"\xa1aa\x02", b"\xa1aa\x03"]
     seen: list[httpx.Request] = []
