@@ -120,6 +120,7 @@ from pulsarcast_ipfs.records import MetricRecord
 from sidecar import Driver, SidecarConfig, build_app
 from sidecar._config import DEFAULT_DELEGATE_TTL
 from sidecar._driver import Listener
+from sidecar._retainindex import decode_bucket, decode_root
 from sidecar._transport import Transport
 
 __all__ = [
@@ -185,6 +186,8 @@ class FakeKubo:
         """Reported as connected (``swarm/peers``): the driver's known peers."""
         self.blocks: dict[str, bytes] = {}
         self.pinned: set[str] = set()
+        """Pinned directly, or linked from a pinned retention index."""
+        self.by_hash: dict[bytes, str] = {}
         self.ever_pinned: set[str] = set()
         self.watched: set[str] = set()
         self.watched_stored = 0
@@ -214,6 +217,13 @@ class FakeKubo:
                 self.watched_stored += cid in self.blocks
                 self.watched_pinned += cid in self.ever_pinned
 
+    def _indexed(self, root: str) -> list[str]:
+        """The events a retention index root links (``sidecar._retainindex``)."""
+        out: list[str] = []
+        for bucket in decode_root(self.blocks[root]):
+            out += [self.by_hash[mh] for mh in decode_bucket(self.blocks[cid_str(bucket)])]
+        return out
+
     def _pin(self, cids: Sequence[str]) -> None:
         for cid in cids:
             if cid not in self.ever_pinned:
@@ -236,7 +246,9 @@ class FakeKubo:
         if endpoint == "block/put":
             lines = []
             for part in multipart_files(request):
-                cid = cid_str(compute_cid(part))
+                made = compute_cid(part)
+                cid = cid_str(made)
+                self.by_hash[bytes(made)[2:]] = cid
                 if cid not in self.blocks and cid in self.watched:
                     self.watched_stored += 1
                 self.blocks[cid] = part
@@ -250,6 +262,14 @@ class FakeKubo:
             if data is None:
                 return _kubo_error("block was not found locally (offline)")
             return httpx.Response(200, content=data)
+        if endpoint == "pin/add" and params.get("recursive") == "true":  # retention index
+            self._pin(self._indexed(args[0]))
+            return _json_response({"Pins": args})
+        if endpoint == "pin/update":  # the retention index, replaced
+            self._pin(self._indexed(args[1]))
+            return _json_response({"Pins": args})
+        if endpoint == "pin/ls":  # no index pinned before the run
+            return _json_response({"Keys": {}})
         if endpoint == "pin/add":
             self._pin(args)
             return _json_response({"Pins": args})

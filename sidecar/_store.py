@@ -25,12 +25,13 @@ time, so that only the bad block is dropped. What is pinned and what is announce
   and tree neighbours always are;
 * an event of a history this node retains (``retain=True``, from
   ``StoreBlock.retain``: a subscriber's, author's or reader's topic, within the
-  retention policy) is put, then pinned directly in the same kind of batches, not
-  announced. ``ReleaseBlocks`` (fell out of the policy, topic left) unpins them in
-  batches (``pin/rm``); own blocks stay pinned. With ``retain_pin=False`` they are
-  put and not pinned (nothing to unpin): Kubo keeps them until a garbage
-  collection, and the pins, about half of Kubo's CPU while publishing at 20
-  events/s, are saved;
+  retention policy) is put, then linked from the retention index
+  (``sidecar._retainindex``), which is pinned recursively and replaced with
+  ``pin/update`` at most every :data:`INDEX_LINGER` seconds while it changes; not
+  announced. ``ReleaseBlocks`` (fell out of the policy, topic left) unlinks them;
+  own blocks stay pinned. With ``retain_pin=False`` they are put and not linked:
+  Kubo keeps them until a garbage collection. (Direct pins of retained events were
+  about half of Kubo's CPU while publishing at 20 events/s.)
 * a topic this node subscribes to and announces (the driver decides who does,
   ``sidecar._announce``) is announced once (:meth:`BlockStore.pin_topic`):
   its first-version descriptor is pinned directly and announced with
@@ -54,7 +55,16 @@ import anyio
 import anyio.abc
 from multiformats import CID
 
+from pulsarcast_ipfs.core import cid_from_str
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboNotFound, KuboUnavailable
+from sidecar._retainindex import (
+    INDEX_PIN_NAME,
+    IndexBuild,
+    NotAnIndex,
+    RetainIndex,
+    decode_bucket,
+    decode_root,
+)
 
 __all__ = [
     "PIN_BATCH",
@@ -83,6 +93,11 @@ request costs the sidecar ~1-3 ms of CPU on a loaded machine (httpx, a profile o
 event's block is fetched only after ``parent_grace`` (1 s) or a DIGEST round.
 Nothing waits for a put (§8; the API reads the driver's block cache first), and a
 block asked for over bitswap meanwhile is sent once Kubo has it."""
+INDEX_LINGER: Final = 5.0
+"""Seconds the retention index waits at most, once changed, before it is put and
+pinned again: each update leaves its replaced bucket and root (~10 KB) to the next
+``repo gc``; a retained event is unprotected from a ``repo gc`` until then, as any
+block is between its put and its pin."""
 PIN_LINGER: Final = 1.0
 """Seconds a block put waits at most for its ``pin/add`` (and a released event for
 its ``pin/rm``) while fewer than :data:`PIN_BATCH` are due: without it the pins went
@@ -136,6 +151,7 @@ class BlockStore:
         put_batch_bytes: int = PUT_BATCH_BYTES,
         put_linger: float = PUT_LINGER,
         pin_linger: float = PIN_LINGER,
+        index_linger: float = INDEX_LINGER,
         retain_pin: bool = True,
     ) -> None:
         self.kubo = kubo
@@ -153,6 +169,16 @@ class BlockStore:
         self.put_batch_bytes = put_batch_bytes
         self.put_linger = put_linger
         self.pin_linger = pin_linger
+        self.index_linger = index_linger
+        self.index = RetainIndex()
+        """The retained events, pinned as one recursive pin (``sidecar._retainindex``)."""
+        self._index_since: float | None = None
+        """When the index first changed since it was last pinned."""
+        self._stale_roots: list[CID] = []
+        """Indexes pinned under :data:`INDEX_PIN_NAME` besides the one loaded at start:
+        unpinned once the index is pinned again (their events are in it)."""
+        self.index_updates = 0
+        """Times the retention index was pinned anew (``pin/add`` or ``pin/update``)."""
         self._pins_since: float | None = None
         """When the writer first saw pins due that it has not made yet."""
         self._puts: deque[tuple[CID, bytes, _Kind]] = deque()
@@ -167,9 +193,9 @@ class BlockStore:
         self._topics: set[CID] = set()
         """Topic descriptors pinned and announced for this node's subscriptions."""
         self._pinned: set[CID] = set()
-        """Retained events and topics this store pinned in Kubo (not own blocks)."""
+        """Topics this store pinned in Kubo directly."""
         self._pin_due: dict[CID, None] = {}
-        """Retained events and topics put, to be pinned in batches."""
+        """Topics put, to be pinned in batches."""
         self._unpin_due: dict[CID, None] = {}
         self._own_due: dict[CID, None] = {}
         """Own events put, to be pinned in batches (never unpinned, never announced)."""
@@ -187,13 +213,14 @@ class BlockStore:
         self.store_failed = 0
         """Blocks Kubo refused to store (dropped)."""
         self.pins_added = 0
-        """Retained events and topics pinned (each CID once per pin)."""
+        """Retained events linked from the retention index, topics pinned."""
         self.own_pins_added = 0
         """Own blocks pinned: events (in batches) and topic versions."""
         self.pins_removed = 0
         self.pin_failed = 0
         self.pin_calls = 0
-        """``pin/add`` + ``pin/rm`` calls for retained and own events (batches)."""
+        """``pin/add`` + ``pin/rm`` + ``pin/update`` calls for own events, topics and
+        the retention index (batches)."""
         self.topics_announced = 0
         self.on_topic_announced: Callable[[CID, bool], None] | None = None
         """Told whether each topic announcement (``provide/once``) succeeded."""
@@ -214,6 +241,8 @@ class BlockStore:
         self._tg = tg
         for i in range(self.provide_workers):
             tg.start_soon(self._provide_loop, name=f"provide-{i}")
+        if self.retain_pin:
+            await self._load_index()
         task_status.started()
         try:
             await self._put_loop()
@@ -229,12 +258,14 @@ class BlockStore:
             + len(self._unpin_due)
             + len(self._own_due)
             + len(self._announce_due)
+            + self.index.changed
         )
 
     @property
     def retained_pinned(self) -> int:
-        """Events of retained histories pinned by this store now (own ones excluded)."""
-        return len(self._pinned) - len(self._topics & self._pinned)
+        """Events of retained histories the pinned retention index links now (own
+        ones excluded)."""
+        return self.index.pinned_size
 
     def _queue(self, cid: CID, data: bytes, kind: _Kind) -> None:
         self._stored.add(cid)
@@ -269,8 +300,6 @@ class BlockStore:
             self._unpin_due.pop(cid, None)
             if own and cid in self._stored:
                 return  # already pinned (or queued to be) as this node's own block
-            if not own and cid in self._pinned:
-                return  # released, then retained again before the unpin ran
             # Put again even if stored before: an unpinned copy may have been
             # collected, and a direct pin of a missing block would wait for the network.
             self._queue(cid, data, kind)
@@ -282,13 +311,11 @@ class BlockStore:
     def release(self, cids: Iterable[CID]) -> None:
         """``ReleaseBlocks``: unpin these retained events (own blocks stay pinned)."""
         for cid in cids:
-            own = self._retained.pop(cid, None)
-            if own is None or own:
-                continue
-            self._pin_due.pop(cid, None)
-            if cid in self._pinned:
-                self._unpin_due[cid] = None
-        if self._unpin_due:
+            if self._retained.pop(cid, None):
+                continue  # an own event: stays pinned
+            if self.index.remove(cid):  # also one retained before a restart
+                self.pins_removed += 1
+        if self.index.changed:
             self._put_wake.set()
 
     def pin_topic(self, cid: CID, data: bytes) -> None:
@@ -346,6 +373,15 @@ class BlockStore:
             dues = (self._pin_due, self._unpin_due, self._own_due)
             self._pins_since = anyio.current_time() if any(dues) else None
 
+    def _index_due(self, now: float) -> float:
+        """Seconds until the changed retention index is to be pinned (0: now)."""
+        if not self.index.changed:
+            self._index_since = None
+            return float("inf")
+        if self._index_since is None:
+            self._index_since = now
+        return max(0.0, self._index_since + self.index_linger - now)
+
     def _pins_urgent(self) -> bool:
         """An own topic version to pin (and announce), or a full batch of pins."""
         dues = (self._pin_due, self._unpin_due, self._own_due)
@@ -354,14 +390,15 @@ class BlockStore:
     def _pins_wait(self, now: float) -> float:
         """How long the pins due may wait for more (0: make them now): not at all if
         urgent, else up to ``pin_linger`` since the writer first saw them."""
+        index = self._index_due(now)
         if not any((self._pin_due, self._unpin_due, self._own_due)):
             self._pins_since = None
-            return 0.0
+            return 0.0 if index == float("inf") else index
         if self._pins_urgent():
             return 0.0
         if self._pins_since is None:
             self._pins_since = now
-        return max(0.0, self._pins_since + self.pin_linger - now)
+        return min(index, max(0.0, self._pins_since + self.pin_linger - now))
 
     async def _drain(self) -> None:
         """Put what is queued and make every pin due, without waiting for fuller
@@ -372,6 +409,8 @@ class BlockStore:
         while self._pin_due or self._unpin_due or self._own_due or self._announce_due:
             if not await self._flush_pins():
                 return
+        if self.index.changed:
+            await self._flush_index()
 
     async def _linger(self) -> None:
         """Wait up to ``put_linger`` for more blocks unless a batch is full already."""
@@ -458,8 +497,8 @@ class BlockStore:
         elif kind == "announce":
             self._announce_due[cid] = None
         elif kind == "retain":
-            if self.retain_pin and self._retained.get(cid) is False and cid not in self._pinned:
-                self._pin_due[cid] = None
+            if self.retain_pin and self._retained.get(cid) is False and self.index.add(cid):
+                self.pins_added += 1
         elif kind == "topic":
             if cid in self._topics:
                 if cid not in self._pinned:
@@ -499,7 +538,86 @@ class BlockStore:
             except KuboUnavailable:
                 due.update(dict.fromkeys(cids))
                 return False
+        if self._index_due(anyio.current_time()) == 0.0:
+            return await self._flush_index()
         return True
+
+    async def _flush_index(self) -> bool:
+        """Put the retention index's changed blocks and pin its new root in place of
+        the old one (``pin/update``: one pin operation, however many events changed);
+        False: Kubo is down (still changed, tried again)."""
+        build = self.index.build()
+        try:
+            await self.kubo.block_put_many(
+                [data for _, data in build.blocks], cids=[cid for cid, _ in build.blocks]
+            )
+            await self._pin_index(build)
+        except KuboUnavailable:
+            return False
+        except KuboError as exc:
+            self.pin_failed += 1
+            log.warning("retention index %s not pinned: %s", build.root, exc)
+            self._index_since = anyio.current_time()  # tried again after index_linger
+            return True
+        self.index.commit(build)
+        self.index_updates += 1
+        self._index_since = None
+        while self._stale_roots:
+            old = self._stale_roots.pop()
+            try:
+                await self.kubo.pin_rm_many([old], recursive=True)
+            except KuboError as exc:
+                log.info("older retention index %s not unpinned: %s", old, exc)
+        return True
+
+    async def _pin_index(self, build: IndexBuild) -> None:
+        old = self.index.root
+        self.pin_calls += 1
+        if old is None:
+            await self.kubo.pin_add_many([build.root], recursive=True, name=INDEX_PIN_NAME)
+            return
+        if old == build.root:
+            return
+        try:
+            await self.kubo.pin_update(old, build.root, unpin=True)
+        except KuboUnavailable:
+            raise
+        except KuboError as exc:
+            # The old root is no longer pinned (unpinned by hand), or the new one is
+            # pinned already: pin the new one, drop the old one if it is still there.
+            log.info("pin/update of the retention index failed (%s): pinning it anew", exc)
+            await self.kubo.pin_add_many([build.root], recursive=True, name=INDEX_PIN_NAME)
+            self._stale_roots.append(old)
+
+    async def _load_index(self) -> None:
+        """Go on from the retention index a previous run pinned (its events stay
+        retained until the core releases them); an unreadable one is left pinned."""
+        try:
+            pins = await self.kubo.pin_names(pin_type="recursive")
+        except KuboError as exc:
+            log.warning("cannot list Kubo's pins (%s): a new retention index is started", exc)
+            return
+        for text, name in sorted(pins.items()):
+            if name != INDEX_PIN_NAME:
+                continue
+            try:
+                root = cid_from_str(text)
+                links = decode_root(await self.kubo.block_get(root, max_wait=10.0))
+                buckets = [
+                    decode_bucket(await self.kubo.block_get(b, max_wait=10.0)) for b in links
+                ]
+            except (KuboError, NotAnIndex, ValueError) as exc:
+                log.warning(
+                    "pin %s named %s is no retention index we can read (%s): left as it is",
+                    text,
+                    INDEX_PIN_NAME,
+                    exc,
+                )
+                continue
+            if self.index.root is not None:
+                self._stale_roots.append(root)
+            self.index.load(root, buckets)
+            log.info("retention index %s: %d events retained before", root, len(self.index))
 
     def _wanted(self, cid: CID) -> bool:
         return self._retained.get(cid) is False or cid in self._topics

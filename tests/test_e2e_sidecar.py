@@ -547,11 +547,16 @@ async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
     ]
     await wait_deliveries(sc, subs, topic, set(cids))
 
-    async def pinned() -> bool:  # retained: direct pins, the topic too
+    # Retained: the topic pinned directly, the events linked (as raw CIDs of the same
+    # multihash) from the recursively pinned retention index.
+    raw = {str(cid_from_str(c).set(codec="raw")) for c in cids}
+
+    async def pinned() -> bool:
         for i in subs:
             async with sc.cluster[i].client() as kubo:
-                pins = await kubo.pin_ls(pin_type="direct")
-            if not {topic, *cids} <= set(pins):
+                direct = await kubo.pin_ls(pin_type="direct")
+                indirect = await kubo.pin_ls(pin_type="indirect")
+            if topic not in direct or not raw <= set(indirect):
                 return False
         return True
 

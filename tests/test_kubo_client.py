@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 import anyio
 import dag_cbor
@@ -328,3 +329,63 @@ async def test_disabled_features_then_daemon_down() -> None:
     async with KuboClient(config=KuboConfig(base_url=node.api_url, connect_timeout=2)) as kubo:
         with pytest.raises(KuboUnavailable, match="cannot reach"):
             await kubo.id()
+
+
+async def test_the_retention_index_keeps_retained_events_through_gc(
+    kubo_pair: LocalCluster,
+) -> None:
+    """One recursive pin of raw links keeps the dag-cbor event blocks through a real
+    ``repo gc`` (Kubo's collector matches by multihash) without walking into their
+    parents, which this node does not have; released events and relayed copies go;
+    a store started again goes on from the pinned index (docs/sidecar.md "Retention")."""
+    from sidecar._retainindex import INDEX_PIN_NAME
+    from sidecar._store import BlockStore
+
+    missing_parent = dag_cbor_cid(_event_bytes(b"never stored here"))
+    events = [_event_bytes(os.urandom(8), missing_parent) for _ in range(300)]
+    cids = [dag_cbor_cid(e) for e in events]
+    relayed = _event_bytes(b"relayed")
+    async with kubo_pair[0].client() as kubo:
+
+        async def run_store(steps: Any) -> BlockStore:
+            store = BlockStore(kubo=kubo, fetch_timeout=5.0, put_linger=0.0, index_linger=0.2)
+            async with anyio.create_task_group() as tg:
+                await tg.start(store.run, tg)
+                await steps(store)
+                with anyio.fail_after(30):
+                    while store.pending:  # noqa: ASYNC110 (the writer's own pace)
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+            return store
+
+        async def first(store: BlockStore) -> None:
+            for cid, data in zip(cids, events, strict=True):
+                store.store(cid, data, own=False, retain=True)
+            store.store(dag_cbor_cid(relayed), relayed, own=False)
+            await anyio.sleep(0.5)
+            store.release(cids[:100])
+
+        store = await run_store(first)
+        assert store.retained_pinned == 200 and store.index_updates >= 1
+        names = await kubo.pin_names(pin_type="recursive")
+        assert list(names.values()).count(INDEX_PIN_NAME) == 1
+        assert not set(await kubo.pin_ls(pin_type="direct")) & {str(c) for c in cids}
+        await kubo.repo_gc()
+        for cid in cids[100:]:
+            assert await kubo.block_get(cid, max_wait=1)
+        for cid in [cids[0], cids[99], dag_cbor_cid(relayed)]:
+            with pytest.raises(KuboTimeout):
+                await kubo.block_get(cid, max_wait=0.5)
+
+        async def again(store: BlockStore) -> None:
+            assert store.retained_pinned == 200  # read back from the pinned index
+            store.release(cids[100:150])
+
+        store = await run_store(again)
+        assert store.retained_pinned == 150
+        names = await kubo.pin_names(pin_type="recursive")
+        assert list(names.values()).count(INDEX_PIN_NAME) == 1
+        await kubo.repo_gc()
+        assert await kubo.block_get(cids[150], max_wait=1)
+        with pytest.raises(KuboTimeout):
+            await kubo.block_get(cids[100], max_wait=0.5)

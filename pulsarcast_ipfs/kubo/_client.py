@@ -487,11 +487,13 @@ class KuboClient:
         *,
         recursive: bool = False,
         fast_provide_root: bool = False,
+        name: str | None = None,
     ) -> tuple[str, ...]:
         """``pin/add`` of several CIDs in one call (one ``arg=`` each).
 
         ``fast_provide_root=False`` (Kubo 0.39+): do not announce the pinned roots at
         once (Kubo's default announces each of them). Direct pins by default.
+        ``name``: the pins' name (``pin ls --names``; ``pin/update`` keeps it).
         """
         if not cids:
             return ()
@@ -500,6 +502,8 @@ class KuboClient:
             ("recursive", "true" if recursive else "false"),
             ("fast-provide-root", "true" if fast_provide_root else "false"),
         ]
+        if name is not None:
+            params.append(("name", name))
         docs = await self._ndjson("pin/add", params, max_wait=self.config.routing_timeout)
         pins: list[str] = []
         for doc in docs:
@@ -521,6 +525,21 @@ class KuboClient:
         params.append(("recursive", "true" if recursive else "false"))
         doc = await self._json("pin/rm", params)
         return tuple(doc.get("Pins") or ())
+
+    async def pin_update(self, old: str | CID, new: str | CID, *, unpin: bool = True) -> None:
+        """``pin/update``: replace recursive pin ``old`` by ``new`` (keeping its name),
+        fetching only what ``new`` links and ``old`` does not; ``unpin``: drop ``old``."""
+        params = [("arg", _check_cid(old, "pin/update")), ("arg", _check_cid(new, "pin/update"))]
+        params.append(("unpin", "true" if unpin else "false"))
+        await self._json("pin/update", params, max_wait=self.config.routing_timeout)
+
+    async def pin_names(self, *, pin_type: str = "recursive") -> dict[str, str]:
+        """``pin/ls --names``: pinned CIDs of ``pin_type`` and their names (``""``: none)."""
+        doc = await self._json("pin/ls", [("type", pin_type), ("names", "true")])
+        keys = doc.get("Keys") or {}
+        if not isinstance(keys, dict):
+            raise KuboProtocolError(f"unexpected answer {doc!r}", endpoint="pin/ls")
+        return {str(k): str((v or {}).get("Name") or "") for k, v in keys.items()}
 
     async def pin_ls(self, *, pin_type: str = "all") -> dict[str, str]:
         """``pin/ls``: pinned CIDs and their pin type (``direct``, ``recursive``, …)."""
