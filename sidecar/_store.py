@@ -56,8 +56,10 @@ import anyio.abc
 from multiformats import CID
 
 from pulsarcast_ipfs.core import cid_from_str
+from pulsarcast_ipfs.core._dagcbor import sha256_cid
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboNotFound, KuboUnavailable
 from sidecar._retainindex import (
+    EMPTY_ROOT,
     INDEX_PIN_NAME,
     IndexBuild,
     NotAnIndex,
@@ -77,6 +79,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("pulsarcast.sidecar.store")
+_EMPTY_ROOT_CID: Final = sha256_cid(EMPTY_ROOT)
 
 PIN_BATCH: Final = 100
 """CIDs per ``pin/add`` / ``pin/rm`` call for retained and own events."""
@@ -547,9 +550,12 @@ class BlockStore:
         the old one (``pin/update``: one pin operation, however many events changed);
         False: Kubo is down (still changed, tried again)."""
         build = self.index.build()
+        blocks = list(build.blocks)
+        if self.index.root is None:
+            blocks.append((_EMPTY_ROOT_CID, EMPTY_ROOT))  # pinned first (see _pin_index)
         try:
             await self.kubo.block_put_many(
-                [data for _, data in build.blocks], cids=[cid for cid, _ in build.blocks]
+                [data for _, data in blocks], cids=[cid for cid, _ in blocks]
             )
             await self._pin_index(build)
         except KuboUnavailable:
@@ -574,8 +580,11 @@ class BlockStore:
         old = self.index.root
         self.pin_calls += 1
         if old is None:
-            await self.kubo.pin_add_many([build.root], recursive=True, name=INDEX_PIN_NAME)
-            return
+            # The empty index first, then pin/update: Kubo (Provide.Strategy=pinned)
+            # announces every block a recursive pin/add walks, pin/update none.
+            await self.kubo.pin_add_many([_EMPTY_ROOT_CID], recursive=True, name=INDEX_PIN_NAME)
+            old = _EMPTY_ROOT_CID
+            self.pin_calls += 1
         if old == build.root:
             return
         try:
@@ -586,7 +595,8 @@ class BlockStore:
             # The old root is no longer pinned (unpinned by hand), or the new one is
             # pinned already: pin the new one, drop the old one if it is still there.
             log.info("pin/update of the retention index failed (%s): pinning it anew", exc)
-            await self.kubo.pin_add_many([build.root], recursive=True, name=INDEX_PIN_NAME)
+            await self.kubo.pin_add_many([_EMPTY_ROOT_CID], recursive=True, name=INDEX_PIN_NAME)
+            await self.kubo.pin_update(_EMPTY_ROOT_CID, build.root, unpin=True)
             self._stale_roots.append(old)
 
     async def _load_index(self) -> None:
