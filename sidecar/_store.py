@@ -180,6 +180,9 @@ class BlockStore:
         self._stale_roots: list[CID] = []
         """Indexes pinned under :data:`INDEX_PIN_NAME` besides the one loaded at start:
         unpinned once the index is pinned again (their events are in it)."""
+        self._index_loaded = False
+        """Whether Kubo's pins were looked through for an index pinned before (else
+        that is tried again before the index is first pinned)."""
         self.index_updates = 0
         """Times the retention index was pinned anew (``pin/add`` or ``pin/update``)."""
         self._pins_since: float | None = None
@@ -245,7 +248,7 @@ class BlockStore:
         for i in range(self.provide_workers):
             tg.start_soon(self._provide_loop, name=f"provide-{i}")
         if self.retain_pin:
-            await self._load_index()
+            self._index_loaded = await self._load_index()
         task_status.started()
         try:
             await self._put_loop()
@@ -549,6 +552,10 @@ class BlockStore:
         """Put the retention index's changed blocks and pin its new root in place of
         the old one (``pin/update``: one pin operation, however many events changed);
         False: Kubo is down (still changed, tried again)."""
+        if not self._index_loaded:
+            self._index_loaded = await self._load_index()
+            if not self._index_loaded:
+                return False
         build = self.index.build()
         blocks = list(build.blocks)
         if self.index.root is None:
@@ -599,14 +606,15 @@ class BlockStore:
             await self.kubo.pin_update(_EMPTY_ROOT_CID, build.root, unpin=True)
             self._stale_roots.append(old)
 
-    async def _load_index(self) -> None:
+    async def _load_index(self) -> bool:
         """Go on from the retention index a previous run pinned (its events stay
-        retained until the core releases them); an unreadable one is left pinned."""
+        retained until the core releases them); an unreadable one is left pinned.
+        False: Kubo's pins could not be listed (tried again before the first pin)."""
         try:
             pins = await self.kubo.pin_names(pin_type="recursive")
         except KuboError as exc:
-            log.warning("cannot list Kubo's pins (%s): a new retention index is started", exc)
-            return
+            log.warning("cannot list Kubo's pins yet (%s): retried before pinning", exc)
+            return False
         for text, name in sorted(pins.items()):
             if name != INDEX_PIN_NAME:
                 continue
@@ -628,6 +636,7 @@ class BlockStore:
                 self._stale_roots.append(root)
             self.index.load(root, buckets)
             log.info("retention index %s: %d events retained before", root, len(self.index))
+        return True
 
     def _wanted(self, cid: CID) -> bool:
         return self._retained.get(cid) is False or cid in self._topics

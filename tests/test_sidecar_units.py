@@ -450,6 +450,8 @@ class FakeKubo:
         """Recursive pins (the retention index) -> their names."""
         self.down = 0
         """Refuse this many ``pin/add`` connections first (Kubo down)."""
+        self.ls_down = 0
+        """Refuse this many ``pin/ls`` connections first."""
         self.put_down = 0
         """Refuse this many ``block/put`` connections first."""
         self.refuse: set[bytes] = set()
@@ -505,6 +507,9 @@ class FakeKubo:
             return httpx.Response(200, json={"Pins": [str(old), str(new)]})
         if endpoint == "pin/ls":
             assert params["type"] == "recursive" and params["names"] == "true"
+            if self.ls_down:
+                self.ls_down -= 1
+                raise httpx.ConnectError("connection refused", request=request)
             keys = {str(c): {"Type": "recursive", "Name": n} for c, n in self.recursive.items()}
             return httpx.Response(200, json={"Keys": keys})
         if endpoint == "block/get":
@@ -881,6 +886,37 @@ async def test_released_events_leave_the_index_and_own_ones_stay() -> None:
     assert list(kubo.recursive.values()) == [INDEX_PIN_NAME]
     assert kubo.of("pin_index") == [compute_cid(EMPTY_ROOT)] * 2  # first; after the refusal
     assert (store.pins_removed, store.retained_pinned) == (550, 50)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ls_down", [0, 1])
+async def test_a_store_started_again_goes_on_from_the_pinned_index(ls_down: int) -> None:
+    """The events retained before a restart stay linked until released, also when
+    Kubo could not list its pins at start (then it is asked again before the index
+    is pinned: pinning a new one first would leave the old one pinned for good)."""
+    before, after = _blocks(300, "before"), _blocks(5, "after")
+
+    async def first(store: BlockStore, kubo: FakeKubo) -> None:
+        for cid, data in before:
+            store.store(cid, data, own=False, retain=True)
+
+    kubo, _ = await _with_store(first)
+    old_root = next(iter(kubo.recursive))
+    kubo.ls_down = ls_down
+
+    async def again(store: BlockStore, kubo: FakeKubo) -> None:
+        await anyio.wait_all_tasks_blocked()  # the store has looked at Kubo's pins
+        assert store.retained_pinned == (0 if ls_down else 300)
+        for cid, data in after:
+            store.store(cid, data, own=False, retain=True)
+        await anyio.wait_all_tasks_blocked()
+        assert store.retained_pinned == 305
+        store.release([cid for cid, _ in before[:100]])  # retained before the restart
+
+    kubo, store = await _with_store(again, kubo=kubo)
+    assert kubo.indexed() == {c for c, _ in before[100:] + after}
+    assert list(kubo.recursive.values()) == [INDEX_PIN_NAME] and old_root not in kubo.recursive
+    assert store.retained_pinned == 205 and kubo.of("pin_index") == [compute_cid(EMPTY_ROOT)]
 
 
 @pytest.mark.anyio
