@@ -499,6 +499,7 @@ class FakeKubo:
             return httpx.Response(200, json={"Pins": [str(root)]})
         if endpoint == "pin/update":
             old, new = args
+            assert params["fast-provide-root"] == "false"  # Kubo would announce the new root
             if old not in self.recursive:
                 return _kubo_error("'from' cid was not recursively pinned already")
             self.recursive[new] = self.recursive.pop(old)

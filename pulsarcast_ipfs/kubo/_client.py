@@ -526,11 +526,25 @@ class KuboClient:
         doc = await self._json("pin/rm", params)
         return tuple(doc.get("Pins") or ())
 
-    async def pin_update(self, old: str | CID, new: str | CID, *, unpin: bool = True) -> None:
+    async def pin_update(
+        self,
+        old: str | CID,
+        new: str | CID,
+        *,
+        unpin: bool = True,
+        fast_provide_root: bool = False,
+    ) -> None:
         """``pin/update``: replace recursive pin ``old`` by ``new`` (keeping its name),
-        fetching only what ``new`` links and ``old`` does not; ``unpin``: drop ``old``."""
+        fetching only what ``new`` links and ``old`` does not; ``unpin``: drop ``old``.
+        ``fast_provide_root=False``: do not announce ``new`` (Kubo 0.43 does by
+        default: ~3.5 KB of LAN DHT per update among 6 nodes, one provide) nor walk
+        its DAG to announce it (``fast-provide-dag``)."""
         params = [("arg", _check_cid(old, "pin/update")), ("arg", _check_cid(new, "pin/update"))]
-        params.append(("unpin", "true" if unpin else "false"))
+        params += [
+            ("unpin", "true" if unpin else "false"),
+            ("fast-provide-root", "true" if fast_provide_root else "false"),
+            ("fast-provide-dag", "false"),
+        ]
         await self._json("pin/update", params, max_wait=self.config.routing_timeout)
 
     async def pin_names(self, *, pin_type: str = "recursive") -> dict[str, str]:
