@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--retain-pin",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="pin the retained events (default: on); --no-retain-pin keeps them in Kubo's "
-        "blockstore unpinned: about half of Kubo's CPU per event, but Kubo's garbage "
-        "collection may remove them",
+        help="keep the retained events pinned, by one recursive pin of the retention "
+        "index (default: on); --no-retain-pin keeps them in Kubo's blockstore unpinned, "
+        "where Kubo's garbage collection may remove them",
     )
     p.add_argument(
         "--tree-filters",

@@ -105,10 +105,11 @@ class SidecarConfig:
     retain_bytes: int = 64 * 1024 * 1024
     """... and at most this many bytes of encoded events."""
     retain_pin: bool = True
-    """Pin the retained events (docs/sidecar.md "Retention"). Off: they are kept in
-    Kubo's blockstore unpinned, served and walked as before, at about half of Kubo's
-    CPU per event, but a Kubo garbage collection (``ipfs repo gc``, ``ipfs daemon
-    --enable-gc``) may remove them; the author's and publishers' pins remain."""
+    """Keep the retained events pinned, through one recursive pin of the retention
+    index (docs/sidecar.md "Retention"). Off: they are kept in Kubo's blockstore
+    unpinned, served and walked as before, but a Kubo garbage collection (``ipfs repo
+    gc``, ``ipfs daemon --enable-gc``) may remove them; the author's and publishers'
+    pins remain."""
     tree_filters: bool = True
     """Filters in the tree (docs/protocol-notes.md "Filters in the tree"): tell the
     parent what this node's subtree wants and send events down only into subtrees
