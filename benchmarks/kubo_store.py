@@ -3,8 +3,11 @@
 Starts one offline Kubo daemon per configuration (a fresh repository, ``ipfs init
 --profile=test[,pebbleds] --empty-repo``), writes ``--blocks`` dag-cbor blocks of
 about 700 bytes through :class:`pulsarcast_ipfs.kubo.KuboClient` in batches of
-``--batch`` (``block/put``, then, for the ``pin`` mode, a direct ``pin/add`` of the
-batch, as the sidecar's block store does for the events it keeps) and prints the
+``--batch`` (``block/put``; then, for the ``pin`` mode, a direct ``pin/add`` of the
+batch, as the sidecar's block store did for the events it keeps until session 13;
+for the ``index`` mode, as it does now, the batch linked from the retention index
+(``sidecar._retainindex``), whose changed blocks are put and whose root replaces the
+pinned one with ``pin/update`` every ``--index-every`` batches) and prints the
 daemon's CPU time (user + system, from ``/proc``) per block.
 
     PYTHONPATH=. .venv/bin/python benchmarks/kubo_store.py
@@ -25,8 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pulsarcast_ipfs.core._dagcbor import encode
+from pulsarcast_ipfs.core._dagcbor import encode, sha256_cid
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+from sidecar._retainindex import EMPTY_ROOT, INDEX_PIN_NAME, RetainIndex
+
+MODES = ("put", "pin", "index")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -65,15 +71,34 @@ def _start(ipfs: str, profile: str, repo: Path) -> tuple[subprocess.Popen[bytes]
     return daemon, api
 
 
-async def _write(api: int, data: list[bytes], batch: int, pin: bool) -> None:
+async def _write(api: int, data: list[bytes], batch: int, mode: str, index_every: int) -> None:
+    index = RetainIndex()
+    empty = sha256_cid(EMPTY_ROOT)
     async with KuboClient(config=KuboConfig(base_url=f"http://127.0.0.1:{api}")) as kubo:
+        if mode == "index":  # as the block store starts: the empty index, pinned
+            await kubo.block_put_many([EMPTY_ROOT])
+            await kubo.pin_add_many([empty], recursive=True, name=INDEX_PIN_NAME)
+        calls = 0
         for i in range(0, len(data), batch):
             cids = await kubo.block_put_many(data[i : i + batch])
-            if pin:
+            calls += 1
+            if mode == "pin":
                 await kubo.pin_add_many(cids, recursive=False, fast_provide_root=False)
+            elif mode == "index":
+                for cid in cids:
+                    index.add(cid)
+                if calls % index_every == 0 or i + batch >= len(data):
+                    build = index.build()
+                    await kubo.block_put_many(
+                        [d for _, d in build.blocks], cids=[c for c, _ in build.blocks]
+                    )
+                    await kubo.pin_update(index.root or empty, build.root)
+                    index.commit(build)
 
 
-def measure(ipfs: str, profile: str, pin: bool, blocks: int, batch: int) -> dict[str, float]:
+def measure(
+    ipfs: str, profile: str, mode: str, blocks: int, batch: int, index_every: int = 10
+) -> dict[str, float]:
     repo = Path(tempfile.mkdtemp(prefix="kubo-store-"))
     try:
         daemon, api = _start(ipfs, profile, repo)
@@ -83,7 +108,7 @@ def measure(ipfs: str, profile: str, pin: bool, blocks: int, batch: int) -> dict
                 for i in range(blocks)
             ]
             cpu0, t0 = _cpu_seconds(daemon.pid), time.perf_counter()
-            asyncio.run(_write(api, data, batch, pin))
+            asyncio.run(_write(api, data, batch, mode, index_every))
             cpu1, t1 = _cpu_seconds(daemon.pid), time.perf_counter()
         finally:
             daemon.terminate()
@@ -97,13 +122,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--blocks", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=10, help="blocks per call (10)")
+    ap.add_argument(
+        "--index-every",
+        type=int,
+        default=10,
+        help="index mode: batches per index update (10: with 10 blocks a batch, about "
+        "the store's 5 s at 20 events/s)",
+    )
+    ap.add_argument("--profiles", default="test,test+pebbleds", help="comma-separated; + for ,")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated of {MODES}")
     a = ap.parse_args()
     ipfs = os.environ.get("PULSARCAST_IPFS_BIN") or shutil.which("ipfs") or "ipfs"
     print(f"{'datastore':16} {'mode':5} {'Kubo CPU µs/block':>18} {'wall µs/block':>14}")
-    for profile in ("test", "test,pebbleds"):
-        for pin in (False, True):
-            r = measure(ipfs, profile, pin, a.blocks, a.batch)
-            mode = "pin" if pin else "put"
+    for profile in a.profiles.replace("+", ";").split(","):
+        profile = profile.replace(";", ",")
+        for mode in a.modes.split(","):
+            r = measure(ipfs, profile, mode, a.blocks, a.batch, a.index_every)
             print(f"{profile:16} {mode:5} {r['kubo_cpu_us']:18,.0f} {r['wall_us']:14,.0f}")
 
 
