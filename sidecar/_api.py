@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -741,6 +741,15 @@ def build_app(driver: Driver) -> ASGIApp:
     return _Auth(app, driver.config.api_token)
 
 
+KEEP_ALIVE: Final = 30.0
+"""Seconds the API keeps an idle HTTP/1.1 connection open (uvicorn's default is 5 s).
+httpx, which the SDK and most Python clients use, reuses a pooled connection for 5 s:
+with the same 5 s on both sides, a request sent on a connection the server closes at
+that moment fails with ``ReadError`` — what happened to one of 762 subscriptions in
+the 100-node benchmark on a saturated machine (BENCHMARKS.md, session 12). The
+server waits longer than the clients, so that the client gives a connection up first."""
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handlers: the sidecar's main handles signals."""
 
@@ -762,6 +771,7 @@ async def serve_api(
             log_level="warning",
             lifespan="off",
             timeout_graceful_shutdown=2,
+            timeout_keep_alive=int(KEEP_ALIVE),
             access_log=False,
         )
     )

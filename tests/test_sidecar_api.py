@@ -218,3 +218,20 @@ async def _history_pages_and_bad_queries(
         r = await api.get(url, params=params)
         err(r, 400, "bad_request")
         assert fragment in r.json()["error"]["message"], (params, r.text)
+
+
+async def test_an_idle_connection_outlives_a_clients_keep_alive(api: httpx.AsyncClient) -> None:
+    """A connection idle for httpx's whole keep-alive (5 s) is still served: the
+    server gives connections up later than its clients (``KEEP_ALIVE``), so a pooled
+    request never meets a connection the server is closing (the ReadError of one
+    subscription in 762 on a saturated 100-node run)."""
+    host, port = str(api.base_url.host), int(api.base_url.port or 80)
+    request = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    stream = await anyio.connect_tcp(host, port)
+    async with stream:
+        for wait in (5.5, 0):  # first longer than httpx's keepalive_expiry
+            await stream.send(request)
+            with anyio.fail_after(10):
+                got = await stream.receive()
+            assert got.startswith(b"HTTP/1.1 200"), got[:100]
+            await anyio.sleep(wait)
