@@ -142,7 +142,7 @@ class RetainIndex:
         """Bucket number -> its multihashes, oldest bucket first."""
         self._blocks: dict[int, CID] = {}
         """Bucket -> its block in the pinned root."""
-        self._version: dict[int, int] = {}
+        self._versions: dict[int, int] = {}
         self._changed: set[int] = set()
         """Buckets changed (or emptied) since the pinned root."""
         self._next = 0
@@ -165,7 +165,7 @@ class RetainIndex:
 
     def _touch(self, bucket: int) -> None:
         self._changed.add(bucket)
-        self._version[bucket] = self._version.get(bucket, 0) + 1
+        self._versions[bucket] = self._versions.get(bucket, 0) + 1
 
     def add(self, cid: CID) -> bool:
         """Link ``cid``; False if it is linked already."""
@@ -204,7 +204,7 @@ class RetainIndex:
                 data = encode_bucket(members)
                 cid = sha256_cid(data)
                 blocks.append((cid, data))
-                built.append((bucket, cid, self._version.get(bucket, 0)))
+                built.append((bucket, cid, self._versions.get(bucket, 0)))
             else:
                 cid = self._blocks[bucket]
             links.append(cid)
@@ -212,7 +212,7 @@ class RetainIndex:
         root = sha256_cid(root_data)
         blocks.append((root, root_data))
         built += [
-            (b, None, self._version.get(b, 0)) for b in self._changed if b not in self._buckets
+            (b, None, self._versions.get(b, 0)) for b in self._changed if b not in self._buckets
         ]
         return IndexBuild(
             root=root, blocks=tuple(blocks), size=len(self._where), built=tuple(built)
@@ -223,14 +223,14 @@ class RetainIndex:
         self.root = build.root
         self.pinned_size = build.size
         for bucket, cid, version in build.built:
-            if self._version.get(bucket, 0) != version:
+            if self._versions.get(bucket, 0) != version:
                 continue  # changed again since: still to build
             self._changed.discard(bucket)
             if cid is not None and bucket in self._buckets:
                 self._blocks[bucket] = cid
             else:
                 self._blocks.pop(bucket, None)
-                self._version.pop(bucket, None)
+                self._versions.pop(bucket, None)
 
     def load(self, root: CID, buckets: list[list[bytes]]) -> None:
         """Go on from an index pinned before (``root`` and its buckets' multihashes, in
