@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from multiformats import CID
 
@@ -126,7 +126,7 @@ EMPTY_ROOT: Final = encode({"buckets": [], _ROOT_KEY: 1})
 and moves to its real index with ``pin/update``: under ``Provide.Strategy=pinned``
 Kubo announces every block a recursive ``pin/add`` walks (the events of the first
 index each node pinned were ~17 MB of LAN DHT in a 20-node run), and ``pin/update``
-announces nothing."""
+with ``fast-provide-root=false`` announces nothing."""
 
 
 class RetainIndex:
@@ -250,12 +250,3 @@ class RetainIndex:
         if self.root is None:
             self.root = root
         self.pinned_size = len(self._where)
-
-    def snapshot(self) -> dict[str, Any]:
-        """For tests and logs: sizes."""
-        return {
-            "events": len(self._where),
-            "buckets": len(self._buckets),
-            "pinned": self.pinned_size,
-            "changed": len(self._changed),
-        }
