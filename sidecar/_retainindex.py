@@ -167,11 +167,9 @@ class RetainIndex:
         self._changed.add(bucket)
         self._versions[bucket] = self._versions.get(bucket, 0) + 1
 
-    def add(self, cid: CID) -> bool:
-        """Link ``cid``; False if it is linked already."""
-        mh = _multihash(cid)
-        if mh in self._where:
-            return False
+    def _place(self, mh: bytes) -> int:
+        """Link ``mh`` (not linked yet) from the open bucket, opening a new one when
+        it is full; the bucket's number."""
         last = self._next - 1
         if last not in self._buckets or len(self._buckets[last]) >= self.bucket_size:
             last = self._next
@@ -179,16 +177,24 @@ class RetainIndex:
             self._buckets[last] = {}
         self._buckets[last][mh] = None
         self._where[mh] = last
-        self._touch(last)
+        return last
+
+    def add(self, cid: CID) -> bool:
+        """Link ``cid``; False if it is linked already."""
+        mh = _multihash(cid)
+        if mh in self._where:
+            return False
+        self._touch(self._place(mh))
         return True
 
     def remove(self, cid: CID) -> bool:
         """Unlink ``cid``; False if it was not linked."""
-        bucket = self._where.pop(_multihash(cid), None)
+        mh = _multihash(cid)
+        bucket = self._where.pop(mh, None)
         if bucket is None:
             return False
         members = self._buckets[bucket]
-        del members[_multihash(cid)]
+        del members[mh]
         if not members:
             del self._buckets[bucket]
         self._touch(bucket)
@@ -239,14 +245,8 @@ class RetainIndex:
         for members in buckets:
             for mh in members:
                 if mh not in self._where:
-                    last = self._next - 1
-                    if last not in self._buckets or len(self._buckets[last]) >= self.bucket_size:
-                        last = self._next
-                        self._next += 1
-                        self._buckets[last] = {}
-                        self._changed.add(last)  # rebuilt: the loaded blocks are not ours
-                    self._buckets[last][mh] = None
-                    self._where[mh] = last
+                    # Rebuilt at the next build: the loaded blocks are not ours.
+                    self._changed.add(self._place(mh))
         if self.root is None:
             self.root = root
         self.pinned_size = len(self._where)
