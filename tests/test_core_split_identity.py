@@ -33,7 +33,9 @@ previous three. Then the MEMBERS list a node passes to a new child of its own
 carried the members' summaries too: ``busy`` and ``orphan`` changed (with that
 one change taken out, the code gave the previous two). Then (issue 13) a move away
 from a lagging parent became one try, and a stale edge gets one LEAVE per
-``ping_interval``: ``busy`` changed.
+``ping_interval``: ``busy`` changed. Then (wire 2.6) a root sends a child that holds
+its previous MEMBERS list only what changed: ``busy`` and ``orphan`` changed (with
+deltas never chosen, the code of that commit gives the previous two).
 """
 
 from __future__ import annotations
@@ -177,11 +179,12 @@ SCENARIOS: dict[str, Callable[[], CoreNet]] = {
 # with the relative lag limit, then all three with flat trees, then busy with the
 # LEAVE to a dropped child, then all three with tree filters on by default, then
 # busy and orphan when a deep child's MEMBERS list carried the summaries, then
-# busy with one-try lag moves and damped stale-edge LEAVEs (module docstring).
+# busy with one-try lag moves and damped stale-edge LEAVEs, then busy and orphan
+# with MEMBERS deltas (module docstring).
 GOLDEN = {
-    "busy": "07973ef3dd1d41ea5f821a43c286d7dfc1e1a811d6e8e1f352219c151d95aafe",
+    "busy": "784e55eb37fc2f32abae3d649eb8cb29d5e39bf1e9e4a2cd1f9a0de52b2eb3dd",
     "signed": "1a0c3bf48aa5fb418bdc7d01c1306371c0b482e37a8c157cf922e8af1d2395d9",
-    "orphan": "14e2a4bff3a636ef7319cd749709a3d8a798848bc144d934f2640ce3e4d35d61",
+    "orphan": "0e1bb283cb6498d428af5f4a233bed0a9fea7331e907c8ee6d31cf91ec421e8f",
 }
 
 

@@ -24,6 +24,7 @@ from pulsarcast_ipfs.core import (
     GroupJoin,
     GroupLeave,
     Members,
+    MembersWant,
     RemoteProtocolError,
     Summary,
     _codec,
@@ -79,13 +80,23 @@ def _body(frame: bytes) -> bytes:
 
 
 def _seed_messages() -> list[dict[str, Any]]:
-    """One real message of each op: the world's frames, plus MEMBERS and DIGEST."""
+    """One real message of each op: the world's frames, plus MEMBERS (a delta),
+    MEMBERS_WANT and DIGEST."""
     by_op: dict[str, dict[str, Any]] = {}
     for frame in WORLD.frames:
         obj = _dagcbor.decode(_body(frame))
         by_op.setdefault(obj["op"], obj)
     topic, ev = WORLD.topics[0], WORLD.events[0]
-    by_op["MEMBERS"] = Members(topic=topic, epoch=3, members=tuple(WORLD.peers[2:5])).to_ipld()
+    # a delta (wire 2.6): every optional field of MEMBERS set
+    by_op["MEMBERS"] = Members(
+        topic=topic,
+        epoch=3,
+        members=tuple(WORLD.peers[2:4]),
+        summaries=(("ups >= 10",), ("*",)),
+        base=2,
+        removed=(WORLD.peers[4],),
+    ).to_ipld()
+    by_op["MEMBERS_WANT"] = MembersWant(topic=topic).to_ipld()
     by_op["DIGEST"] = Digest(
         topic=topic,
         lo=1.0,

@@ -1,7 +1,7 @@
 """Admission: per-peer token buckets and bans (flood protection, docs/security.md).
 
-JOIN (and SUMMARY), EVENT-like and REQUEST_TO_PUBLISH RPCs each spend a token of the sender's
-bucket for that class; a peer refused ``abuse_limit`` times within
+JOIN (and SUMMARY, MEMBERS_WANT), EVENT-like and REQUEST_TO_PUBLISH RPCs each spend a
+token of the sender's bucket for that class; a peer refused ``abuse_limit`` times within
 ``abuse_window`` is disconnected, dropped from every tree and ignored for
 ``ban_time``.
 
@@ -45,6 +45,7 @@ _LIMITED_OPS = {
     "MEMBERS": "event",
     "REQUEST_TO_PUBLISH": "request",
     "SUMMARY": "join",
+    "MEMBERS_WANT": "join",
     "GROUP_JOIN": "join",
     "GROUP_EVENT": "event",
     "GROUP_ACK": "event",

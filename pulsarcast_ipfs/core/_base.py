@@ -34,6 +34,7 @@ from ._codec import (
     JoinAck,
     Leave,
     Members,
+    MembersWant,
     Pong,
     RequestAck,
     RequestToPublish,
@@ -394,6 +395,8 @@ class NodeBase:
         def _members_known(self, tree: Tree) -> tuple[str, ...]: ...
 
         def _on_members(self, now: float, peer: str, rpc: Members) -> None: ...
+
+        def _on_members_want(self, now: float, peer: str, rpc: MembersWant) -> None: ...
 
         def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None: ...
 

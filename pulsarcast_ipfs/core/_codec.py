@@ -33,7 +33,10 @@ the dissemination tree across updates)::
     REQUEST_ACK        {op, topic, requestId, ok, event}
     PING / PONG        {op, nonce}
     HEADS              {op, topic, heads: [[CID, created seconds], ...]}
-    MEMBERS            {op, topic, epoch, members: [peer ID, ...]}   root -> its children
+    MEMBERS            {op, topic, epoch, members: [peer ID, ...][, base, removed]}
+                        root -> its children; with base (wire 2.6): a delta from
+                        the list of epoch base, removed: the peers gone
+    MEMBERS_WANT       {op, topic}   a child to its parent: send me the whole list
     SUMMARY            {op, topic, filters: [filter text, ...]}   a child to its parent: the
                         summary of what its subtree wants (issue 15, NodeConfig.tree_filters)
     DIGEST             {op, topic, lo, hi, count, sum, ranges, have}
@@ -92,6 +95,7 @@ __all__ = [
     "JoinAck",
     "Leave",
     "Members",
+    "MembersWant",
     "Ping",
     "Pong",
     "RequestAck",
@@ -457,7 +461,13 @@ class Heads(_Message):
 class Members(_Message):
     """MEMBERS: a root tells its children who its children are (epoch ``epoch``), so
     that a child publishing an event sends it to them directly: one hop
-    (docs/protocol-notes.md "First hop")."""
+    (docs/protocol-notes.md "First hop").
+
+    Two forms. The *whole list* (``base`` left out): ``members`` is the list of epoch
+    ``epoch``, the root first. A *delta* (wire 2.6, ``base`` set): the list of epoch
+    ``epoch`` is that of epoch ``base`` without ``removed``, with ``members`` added
+    (or, when already listed, given a new summary); a receiver that does not hold
+    epoch ``base`` asks for the whole list (MEMBERS_WANT)."""
 
     op: ClassVar[str] = "MEMBERS"
     _wire: ClassVar[dict[str, str]] = {}
@@ -468,7 +478,11 @@ class Members(_Message):
     """(wire 2.5, tree filters) Each member's subtree summary, in the order of
     ``members`` (``("*",)``: everything): a publisher pushes an event only to the
     members whose summary matches it."""
-    _optional: ClassVar[frozenset[str]] = frozenset({"summaries"})
+    base: int | None = None
+    """(wire 2.6) A delta from the list of this epoch (smaller than ``epoch``)."""
+    removed: tuple[str, ...] | None = None
+    """(wire 2.6, deltas only) The peers of epoch ``base``'s list that are gone."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"summaries", "base", "removed"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -482,6 +496,37 @@ class Members(_Message):
                 raise _bad("summaries: expected one summary per member")
             for summary in self.summaries:
                 _summary(summary, "summaries[]")
+        if self.base is None:
+            if self.removed is not None:
+                raise _bad("removed: only in a delta (with base)")
+            return
+        _uint(self.base, "base")
+        if self.base >= self.epoch:
+            raise _bad("base: expected an epoch before epoch")
+        if len(set(self.members)) != len(self.members):
+            raise _bad("members: a peer is listed twice in a delta")
+        removed = () if self.removed is None else self.removed
+        if not isinstance(removed, tuple) or len(removed) > MAX_MEMBERS:
+            raise _bad(f"removed: expected at most {MAX_MEMBERS} peer IDs")
+        for peer in removed:
+            _check_peer(peer, "removed[]")
+        if len(set(removed)) != len(removed):
+            raise _bad("removed: a peer is listed twice")
+        if set(removed) & set(self.members):
+            raise _bad("removed: a peer is both added and removed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MembersWant(_Message):
+    """MEMBERS_WANT (wire 2.6): a child that got a MEMBERS delta whose ``base`` it
+    does not hold asks its parent for the whole list."""
+
+    op: ClassVar[str] = "MEMBERS_WANT"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -662,6 +707,7 @@ Rpc = (
     | Pong
     | Heads
     | Members
+    | MembersWant
     | Digest
     | Summary
     | GroupJoin
@@ -683,6 +729,7 @@ _ALL: Final[tuple[type[_Message], ...]] = (
     Pong,
     Heads,
     Members,
+    MembersWant,
     Digest,
     Summary,
     GroupJoin,
@@ -827,9 +874,9 @@ def decode_rpc(body: bytes) -> Rpc:
             if not isinstance(value, list):
                 raise RemoteProtocolError("DIGEST: ranges must be a list")
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        elif name == "members":
+        elif name in ("members", "removed"):
             if not isinstance(value, list):
-                raise RemoteProtocolError(f"{op}: members must be a list")
+                raise RemoteProtocolError(f"{op}: {name} must be a list")
             value = tuple(value)
         elif name in ("filters", "summary", "parents"):
             if not isinstance(value, list):

@@ -93,6 +93,7 @@ from ._codec import (
     JoinAck,
     Leave,
     Members,
+    MembersWant,
     Ping,
     Pong,
     RequestAck,
@@ -253,6 +254,8 @@ class PulsarcastNode(
             self._on_digest(now, peer, rpc)
         elif isinstance(rpc, Members):
             self._on_members(now, peer, rpc)
+        elif isinstance(rpc, MembersWant):
+            self._on_members_want(now, peer, rpc)
         elif isinstance(rpc, Join):
             self._on_join(now, peer, rpc)
         elif isinstance(rpc, JoinAck):

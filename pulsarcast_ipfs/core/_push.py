@@ -13,6 +13,11 @@ Pulsarcast does the same within a bound, the lazy half of Plumtree's eager/lazy 
   ``MAX_MEMBERS - 1`` children: the direct fan-out bound), at most every
   ``members_interval`` while that set changes. Every node below passes the list
   on to its own children, unchanged.
+* Deltas (wire 2.6): a child that holds the root's previous list gets only what
+  changed (``base``, the peers added or re-summarised, ``removed``); any other child
+  the whole list. A relay passes a delta it could apply down unchanged. A node that
+  cannot apply one (it holds another epoch) keeps its list and asks its parent for
+  the whole one (MEMBERS_WANT, at most once per ``members_interval``).
 * A node that publishes sends the EVENT, marked ``pushed=epoch``, to its tree
   neighbours as always *and* straight to the members of that epoch (the root
   included): one hop to the root and its children, two at most to the nodes below
@@ -49,8 +54,8 @@ from __future__ import annotations
 from multiformats import CID
 
 from ._base import NodeBase
-from ._codec import MAX_MEMBERS, Members, encode_frame
-from ._filters import MATCH_ALL, matches_any, parse_filter, render_filter
+from ._codec import MAX_MEMBERS, Members, MembersWant, encode_frame
+from ._filters import MATCH_ALL, Filter, matches_any, parse_filter, render_filter
 from ._tree import Tree
 from ._treestate import ROOT_STATES, tree_state
 
@@ -93,19 +98,46 @@ class FirstHopPush(NodeBase):
         last = tree.member_sets.get(tree.member_epoch)
         if last is not None and last == frozenset(members) and summaries == tree.summaries_listed:
             return  # what the children were told already
+        before = tree.member_epoch if last is not None else None
+        delta = None
+        if before is not None:
+            delta = _delta(tree.members_listed, tree.summaries_listed, members, summaries)
         tree.summaries_listed = summaries
+        tree.members_listed = members
         if not tree.member_sets:
             # A random first epoch: a list from an earlier root (failover) that is
             # still passed on below a relay cannot name one of this root's epochs.
             tree.member_epoch = self._rng.getrandbits(40)
         tree.member_epoch += 1
-        tree.member_sets[tree.member_epoch] = frozenset(members)
-        for old in [e for e in tree.member_sets if e <= tree.member_epoch - _EPOCHS_KEPT]:
+        epoch = tree.member_epoch
+        tree.member_sets[epoch] = frozenset(members)
+        for old in [e for e in tree.member_sets if e <= epoch - _EPOCHS_KEPT]:
             del tree.member_sets[old]
-        rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members, summaries=summaries)
-        data = encode_frame(rpc)
+        whole = Members(topic=tree.key, epoch=epoch, members=members, summaries=summaries)
+        whole_data = encode_frame(whole)
+        small: Members | None = None
+        small_data = b""
+        if delta is not None:
+            added, added_summaries, removed = delta
+            small = Members(
+                topic=tree.key,
+                epoch=epoch,
+                members=added,
+                summaries=added_summaries,
+                base=before,
+                removed=removed,
+            )
+            small_data = encode_frame(small)
+        sent: dict[str, int] = {}
         for peer in tree.children:
-            self._send(now, peer, rpc, tree.name, data)
+            # A child that holds the previous list gets what changed (wire 2.6); one
+            # that does not (new, or moved here since) the whole list.
+            if small is not None and tree.members_sent.get(peer) == before:
+                self._send(now, peer, small, tree.name, small_data)
+            else:
+                self._send(now, peer, whole, tree.name, whole_data)
+            sent[peer] = epoch
+        tree.members_sent = sent
 
     def _member_summaries(
         self, tree: Tree, members: tuple[str, ...]
@@ -124,20 +156,71 @@ class FirstHopPush(NodeBase):
         tree = self._trees.get(rpc.topic)
         if tree is None or tree.parent != peer:
             return  # only a root's children use its list; anything else is stale
-        tree.members = rpc.members
+        summaries: dict[str, tuple[Filter, ...]]
+        if rpc.base is None:
+            members = rpc.members
+            summaries = {}
+        elif tree.members_epoch != rpc.base or tree.members_from != peer:
+            # A delta from a list we do not hold (lost on a broken stream, or a list
+            # from another parent): keep ours until the whole one comes.
+            self._want_members(now, tree)
+            return
+        else:
+            gone = set(rpc.removed or ())
+            gone.update(rpc.members)
+            rest = sorted({m for m in tree.members[1:] if m not in gone} | set(rpc.members))
+            if tree.members and tree.members[0] in rest:
+                rest.remove(tree.members[0])
+            members = (*tree.members[:1], *rest)
+            if len(members) > MAX_MEMBERS:
+                self._want_members(now, tree)
+                return
+            summaries = {
+                m: f for m, f in tree.member_summaries.items() if m not in gone and m in members
+            }
+        tree.members = members
         tree.members_epoch = rpc.epoch
         tree.members_from = peer
-        tree.member_summaries = {}
         if rpc.summaries is not None and self.config.tree_filters:
             # The codec checked the texts: canonical filters.
             for m, texts in zip(rpc.members, rpc.summaries, strict=True):
-                tree.member_summaries[m] = tuple(parse_filter(t) for t in texts)
+                summaries[m] = tuple(parse_filter(t) for t in texts)
+        tree.member_summaries = summaries
         # Deeper nodes push straight to the root's children too (two hops at most
-        # for the rest): the list goes down the tree unchanged.
+        # for the rest): the list goes down the tree unchanged. A delta applies below
+        # as here: our children hold the list we held (we sent them each one).
         data = encode_frame(rpc)
         for child in tree.children:
             self._send(now, child, rpc, tree.name, data)
         self._room_at_root(now, tree)
+
+    def _want_members(self, now: float, tree: Tree) -> None:
+        """Ask the parent for the whole list (MEMBERS_WANT), at most once per
+        ``members_interval``."""
+        if tree.parent is None or now - tree.members_wanted_at < self.config.members_interval:
+            return
+        tree.members_wanted_at = now
+        self._send(now, tree.parent, MembersWant(topic=tree.key), tree.name)
+
+    def _on_members_want(self, now: float, peer: str, rpc: MembersWant) -> None:
+        """A child asks for the whole list: the root's last one, or the one this node
+        holds from its parent."""
+        tree = self._trees.get(rpc.topic)
+        if tree is None or peer not in tree.children:
+            return
+        if self._is_root(tree):
+            if tree.member_epoch not in tree.member_sets:
+                return  # no list sent yet: it comes when due
+            whole = Members(
+                topic=tree.key,
+                epoch=tree.member_epoch,
+                members=tree.members_listed,
+                summaries=tree.summaries_listed,
+            )
+            self._send(now, peer, whole, tree.name)
+            tree.members_sent[peer] = tree.member_epoch
+            return
+        self._members_to_new_child(now, tree, peer)
 
     def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None:
         """A new child of a non-root node gets the root's list it holds."""
@@ -208,3 +291,30 @@ class FirstHopPush(NodeBase):
                 tree.edge(tree.parent).known.add(cid)
                 skip.add(tree.parent)
         self._forward(now, tree, cid, skip=skip, pushed=pushed)
+
+
+def _delta(
+    before: tuple[str, ...],
+    before_summaries: tuple[tuple[str, ...], ...] | None,
+    members: tuple[str, ...],
+    summaries: tuple[tuple[str, ...], ...] | None,
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...] | None, tuple[str, ...]] | None:
+    """What changed from one list to the next: (peers added or given a new summary,
+    their summaries, peers removed); None when the whole list is as short. Both
+    lists start with the root, which a delta never changes."""
+    if not before or not members or before[0] != members[0]:
+        return None
+    if (before_summaries is None) != (summaries is None):
+        return None
+    old: dict[str, tuple[str, ...] | None] = dict.fromkeys(before)
+    new: dict[str, tuple[str, ...] | None] = dict.fromkeys(members)
+    if before_summaries is not None and summaries is not None:
+        old.update(zip(before, before_summaries, strict=True))
+        new.update(zip(members, summaries, strict=True))
+    added = tuple(m for m in members if m not in old or old[m] != new[m])
+    removed = tuple(m for m in before if m not in new)
+    if len(added) + len(removed) >= len(members):
+        return None
+    if summaries is None:
+        return added, None, removed
+    return added, tuple(new[m] or () for m in added), removed

@@ -157,6 +157,14 @@ class Tree:
     """(root) Send MEMBERS then (children changed)."""
     summaries_listed: tuple[tuple[str, ...], ...] | None = None
     """(root, tree filters) The members' summaries in the last MEMBERS sent."""
+    members_listed: tuple[str, ...] = ()
+    """(root) The list of the last MEMBERS sent (epoch ``member_epoch``)."""
+    members_sent: dict[str, int] = field(default_factory=dict)
+    """(root) The epoch of the list each child was last sent: a child that holds the
+    previous epoch gets a delta (wire 2.6), any other the whole list."""
+    members_wanted_at: float = float("-inf")
+    """(child) When this node last asked its parent for the whole list (MEMBERS_WANT):
+    at most once per ``members_interval``."""
     unsent: list[CID] = field(default_factory=list)
     role: Role = "none"
     child_summaries: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
