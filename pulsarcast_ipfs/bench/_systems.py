@@ -35,6 +35,7 @@ from pulsarcast_ipfs.bench._config import BenchError, Latency
 from pulsarcast_ipfs.bench._filters import FilterPlan
 from pulsarcast_ipfs.bench._ready import topic_waiting
 from pulsarcast_ipfs.bench._recorder import RecordWriter
+from pulsarcast_ipfs.bench._retry import with_connect_retries
 from pulsarcast_ipfs.bench._schedule import (
     Schedule,
     ScheduledEvent,
@@ -110,6 +111,9 @@ class System(abc.ABC):
         """Publish calls that failed or were refused, by reason (``HTTP 404
         unknown_topic``, ``ConnectTimeout``, ``KuboError`` …): each is also an
         ``event_dropped`` record of its node and goes into ``run.json``."""
+        self.publish_retries: dict[str, int] = {}
+        """Publish calls tried again because their connection could not be made
+        (nothing sent: :mod:`._retry`), by reason; into ``run.json``."""
         self._locks: list[anyio.Lock] = []
         self._stack = contextlib.AsyncExitStack()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -194,6 +198,9 @@ class System(abc.ABC):
         self.errors[what] = self.errors.get(what, 0) + 1
         if self.first_error is None:
             self.first_error = f"{what}: {exc}"
+
+    def _publish_retried(self, reason: str) -> None:
+        self.publish_retries[reason] = self.publish_retries.get(reason, 0) + 1
 
     def _publish_failed(self, ev: ScheduledEvent, reason: str, detail: str) -> None:
         """Count a publish call that failed (``reason``: a short, countable cause) and
@@ -349,8 +356,11 @@ class KuboPubsubSystem(System):
             {"topic": ev.topic, "topic_cid": None, "inject_id": ev.inject_id, "size": len(data)},
             ts=created,
         )
+        client = self._clients[ev.node]
         try:
-            await self._clients[ev.node].pubsub_pub(ev.topic, data)
+            await with_connect_retries(
+                lambda: client.pubsub_pub(ev.topic, data), retried=self._publish_retried
+            )
         except KuboError as exc:
             self._publish_failed(ev, type(exc).__name__, str(exc))
             return
@@ -645,8 +655,11 @@ class PulsarcastSystem(System):
         if ev.attributes and self.filters is not None:
             body["attributes"] = dict(ev.attributes)
         path = f"/v1/topics/{self.topic_cids[ev.topic]}/publish"
+        http = self._http[ev.node]
         try:
-            resp = await self._http[ev.node].post(path, json=body)
+            resp = await with_connect_retries(
+                lambda: http.post(path, json=body), retried=self._publish_retried
+            )
         except httpx.HTTPError as exc:  # never reached the sidecar, or no answer
             self._publish_failed(ev, type(exc).__name__, repr(exc))
             return
