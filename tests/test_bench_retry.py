@@ -8,7 +8,12 @@ import anyio
 import httpx
 import pytest
 
-from pulsarcast_ipfs.bench._retry import never_sent, with_connect_retries
+from pulsarcast_ipfs.bench._retry import (
+    never_sent,
+    subscription_timed_out,
+    with_connect_retries,
+    with_retries,
+)
 from pulsarcast_ipfs.kubo import KuboError
 from pulsarcast_ipfs.kubo._errors import map_transport_errors
 
@@ -88,3 +93,20 @@ def test_a_real_refused_connection_is_never_sent() -> None:
     with pytest.raises(httpx.ConnectError):
         anyio.run(lambda: with_connect_retries(post, retried=retried.append))
     assert retried == ["ConnectError", "ConnectError"]
+
+
+def test_a_subscription_that_timed_out_is_tried_again() -> None:
+    from pulsarcast_ipfs.sdk import BadRequest, SidecarUnavailable, Timeout
+
+    assert subscription_timed_out(Timeout(504, "timeout", "fetching took too long")) == "Timeout"
+    assert (
+        subscription_timed_out(SidecarUnavailable("http://127.0.0.1:5050", "no answer"))
+        == "SidecarUnavailable"
+    )
+    assert subscription_timed_out(BadRequest(400, "bad_request", "bad filter")) is None
+    call, calls = _failing([Timeout(504, "timeout", "slow")])
+    retried: list[str] = []
+    got = anyio.run(
+        lambda: with_retries(call, retry_on=subscription_timed_out, retried=retried.append)
+    )
+    assert got == "ok" and calls["n"] == 2 and retried == ["Timeout"]

@@ -96,8 +96,8 @@ class RunOutcome:
     first_error: str | None = None
     publish_failures: dict[str, int] = field(default_factory=dict)
     """Publish calls that failed or were refused, by reason (``System.publish_failures``)."""
-    publish_retries: dict[str, int] = field(default_factory=dict)
-    """Publish calls tried again, nothing sent before (``System.publish_retries``)."""
+    retries: dict[str, int] = field(default_factory=dict)
+    """Calls tried again, by call and reason (``System.retries``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -368,7 +368,7 @@ async def _run_one(
             errors=dict(system.errors) if system is not None else {},
             first_error=failure or (system.first_error if system is not None else None),
             publish_failures=dict(system.publish_failures) if system is not None else {},
-            publish_retries=dict(system.publish_retries) if system is not None else {},
+            retries=dict(system.retries) if system is not None else {},
         )
         meta.update(
             status=status,
@@ -379,7 +379,7 @@ async def _run_one(
             errors=outcome.errors,
             first_error=outcome.first_error,
             publish_failures=outcome.publish_failures,
-            publish_retries=outcome.publish_retries,
+            retries=outcome.retries,
             finished_at=time.time(),
             loadavg_at_end=list(os.getloadavg()),
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import base64
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,11 @@ from pulsarcast_ipfs.bench._config import BenchError, Latency
 from pulsarcast_ipfs.bench._filters import FilterPlan
 from pulsarcast_ipfs.bench._ready import topic_waiting
 from pulsarcast_ipfs.bench._recorder import RecordWriter
-from pulsarcast_ipfs.bench._retry import with_connect_retries
+from pulsarcast_ipfs.bench._retry import (
+    subscription_timed_out,
+    with_connect_retries,
+    with_retries,
+)
 from pulsarcast_ipfs.bench._schedule import (
     Schedule,
     ScheduledEvent,
@@ -111,9 +116,10 @@ class System(abc.ABC):
         """Publish calls that failed or were refused, by reason (``HTTP 404
         unknown_topic``, ``ConnectTimeout``, ``KuboError`` …): each is also an
         ``event_dropped`` record of its node and goes into ``run.json``."""
-        self.publish_retries: dict[str, int] = {}
-        """Publish calls tried again because their connection could not be made
-        (nothing sent: :mod:`._retry`), by reason; into ``run.json``."""
+        self.retries: dict[str, int] = {}
+        """Calls tried again (:mod:`._retry`), by call and reason: a publish whose
+        connection could not be made (``publish ConnectTimeout``), a subscription that
+        timed out (``subscribe Timeout``); into ``run.json``."""
         self._locks: list[anyio.Lock] = []
         self._stack = contextlib.AsyncExitStack()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -199,8 +205,11 @@ class System(abc.ABC):
         if self.first_error is None:
             self.first_error = f"{what}: {exc}"
 
+    def _retried(self, what: str) -> None:
+        self.retries[what] = self.retries.get(what, 0) + 1
+
     def _publish_retried(self, reason: str) -> None:
-        self.publish_retries[reason] = self.publish_retries.get(reason, 0) + 1
+        self._retried(f"publish {reason}")
 
     def _publish_failed(self, ev: ScheduledEvent, reason: str, detail: str) -> None:
         """Count a publish call that failed (``reason``: a short, countable cause) and
@@ -618,8 +627,15 @@ class PulsarcastSystem(System):
             ) as pc:
                 for name in topics:
                     where = None if self.filters is None else self.filters.filter_for(index, name)
+                    call = functools.partial(
+                        pc.subscribe, self.topic_cids[name], fast=self.fast, filter=where
+                    )
                     try:
-                        await pc.subscribe(self.topic_cids[name], fast=self.fast, filter=where)
+                        await with_retries(
+                            call,
+                            retry_on=subscription_timed_out,
+                            retried=lambda why: self._retried(f"subscribe {why}"),
+                        )
                     except SdkError as exc:
                         raise BenchError(f"node{index} subscribing to {name!r}: {exc}") from exc
 
