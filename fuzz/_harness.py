@@ -30,6 +30,8 @@ from pulsarcast_ipfs.core import (
     Join,
     JoinAck,
     Leave,
+    Members,
+    MembersWant,
     NodeConfig,
     OperationDone,
     PeerPolicy,
@@ -227,6 +229,12 @@ def build_world(seed: int = 0) -> World:
         encode_frame(
             RequestAck(topic=restricted, request_id=f"{peers[0]}/0001", ok=True, event=ev)
         ),
+        # MEMBERS, whole and as a delta of it (wire 2.6), and MEMBERS_WANT
+        encode_frame(Members(topic=opened, epoch=5, members=(peers[0], peers[1], peers[2]))),
+        encode_frame(
+            Members(topic=opened, epoch=6, members=(peers[3],), base=5, removed=(peers[1],))
+        ),
+        encode_frame(MembersWant(topic=opened)),
     ]
     return world
 
