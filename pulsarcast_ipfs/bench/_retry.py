@@ -25,14 +25,14 @@ from typing import Final, TypeVar
 import httpx
 
 __all__ = [
-    "PUBLISH_TRIES",
+    "TRIES",
     "never_sent",
     "subscription_timed_out",
     "with_connect_retries",
     "with_retries",
 ]
 
-PUBLISH_TRIES: Final = 3
+TRIES: Final = 3
 """Tries of one call that is retried (a publish whose connection could not be made,
 a subscription that timed out)."""
 
@@ -68,7 +68,7 @@ async def with_retries(
     *,
     retry_on: Callable[[BaseException], str | None],
     retried: Callable[[str], None],
-    tries: int = PUBLISH_TRIES,
+    tries: int = TRIES,
 ) -> T:
     """``await call()``, again (at most ``tries`` in all) while it fails with an error
     ``retry_on`` names a reason for; ``retried(reason)`` for each retry. The last
@@ -88,7 +88,7 @@ async def with_connect_retries(
     call: Callable[[], Awaitable[T]],
     *,
     retried: Callable[[str], None],
-    tries: int = PUBLISH_TRIES,
+    tries: int = TRIES,
 ) -> T:
     """:func:`with_retries` for a call that may be tried again only when nothing was
     sent (:func:`never_sent`): a publish."""

@@ -175,9 +175,8 @@ class FirstHopPush(NodeBase):
             if len(members) > MAX_MEMBERS:
                 self._want_members(now, tree)
                 return
-            summaries = {
-                m: f for m, f in tree.member_summaries.items() if m not in gone and m in members
-            }
+            # the kept members' summaries; the delta's own come below
+            summaries = {m: f for m, f in tree.member_summaries.items() if m in members}
         tree.members = members
         tree.members_epoch = rpc.epoch
         tree.members_from = peer
