@@ -45,7 +45,6 @@ from collections.abc import Callable
 from typing import Any
 
 import dag_cbor
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
@@ -61,6 +60,7 @@ from pulsarcast_ipfs.core import (
     encode_rpc,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_signers
 
 T0 = 1_800_000_000.0

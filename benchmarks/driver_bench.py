@@ -78,7 +78,6 @@ import anyio
 import anyio.abc
 import httpx
 from anyio.streams.memory import MemoryObjectSendStream
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
@@ -112,6 +111,7 @@ from pulsarcast_ipfs.core import (
     encode_frame,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
@@ -875,7 +875,7 @@ class _Rig:
             # builds each new event's CID when it arrives: forget the memoised ones.
             _dagcbor.cid_for_digest.cache_clear()
             _dagcbor.cid_from_bytes.cache_clear()
-            gc.collect()  # and multiformats' interned instances of them
+            gc.collect()
 
         # -- measured: from the first event in until the last is delivered, written, pinned
         began_cpu, began = time.process_time(), time.perf_counter()

@@ -29,7 +29,7 @@ import functools
 import hashlib
 from collections.abc import Iterable
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 __all__ = ["MEMBERS_WAIT", "TOPIC_ANNOUNCERS", "announcers", "should_announce"]
 

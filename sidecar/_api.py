@@ -22,7 +22,6 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 import uvicorn
-from multiformats import CID
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -64,6 +63,7 @@ from pulsarcast_ipfs.core import (
     render_filter,
     validate_attributes,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
 

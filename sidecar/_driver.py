@@ -23,7 +23,6 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Deliver,
@@ -58,6 +57,7 @@ from pulsarcast_ipfs.core import (
     parse_filter,
     render_filter,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 

@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import anyio
-from multiformats import CID
 
 from pulsarcast_ipfs.core import LocalProtocolError, UnknownTopic, cid_str
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo import KuboError, PeerAddrs
 
 if TYPE_CHECKING:

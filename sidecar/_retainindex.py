@@ -38,8 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dagcbor import CborError, decode, encode, sha256_cid
 
 __all__ = ["BUCKET_SIZE", "EMPTY_ROOT", "INDEX_PIN_NAME", "IndexBuild", "NotAnIndex", "RetainIndex"]

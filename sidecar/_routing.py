@@ -26,9 +26,8 @@ import math
 from collections.abc import Iterable
 from typing import Final
 
-from multiformats import CID
-
 from pulsarcast_ipfs.core import cid_from_str
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, bucket_index, peer_position
 from pulsarcast_ipfs.kubo import KuboClient
 

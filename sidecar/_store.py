@@ -53,9 +53,9 @@ from typing import Final, Literal
 
 import anyio
 import anyio.abc
-from multiformats import CID
 
 from pulsarcast_ipfs.core import cid_from_str
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dagcbor import sha256_cid
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboNotFound, KuboUnavailable
 from sidecar._retainindex import (

@@ -14,9 +14,9 @@ import os
 
 import dag_cbor
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo import KuboClient
 from pulsarcast_ipfs.testing import wait_until
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import dag_cbor
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     ATTRIBUTES_VERSION,
@@ -36,6 +35,7 @@ from pulsarcast_ipfs.core import (
     event_version,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet, make_peer_ids
 from pulsarcast_ipfs.records import RecordKind
 

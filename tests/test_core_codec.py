@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from _mf import to_mf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -145,7 +146,7 @@ def test_decoder_refuses_input_after_an_error() -> None:
 def test_malformed_messages(body: object) -> None:
     import dag_cbor
 
-    data = dag_cbor.encode(body)
+    data = dag_cbor.encode(to_mf(body))
     with pytest.raises(RemoteProtocolError):
         decode_rpc(data)
 

@@ -5,7 +5,6 @@ DIGEST) of the pure core (issue 13; docs/protocol-notes.md "First hop",
 from __future__ import annotations
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Digest,
@@ -20,6 +19,7 @@ from pulsarcast_ipfs.core import (
     encode_rpc,
 )
 from pulsarcast_ipfs.core._antientropy import fingerprint
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
 
 

@@ -8,7 +8,6 @@ import dataclasses
 from collections import Counter
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     EventDescriptor,
@@ -26,6 +25,7 @@ from pulsarcast_ipfs.core import (
     format_created,
     parse_filter,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._groupstate import plan_group
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind

@@ -11,7 +11,6 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     EventDescriptor,
@@ -23,6 +22,7 @@ from pulsarcast_ipfs.core import (
     format_created,
     sort_parents,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet, make_peer_ids
 from pulsarcast_ipfs.records import RecordKind
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Members,
@@ -23,6 +22,7 @@ from pulsarcast_ipfs.core import (
     decode_rpc,
     encode_rpc,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._filters import parse_filter, render_filter
 from pulsarcast_ipfs.core._push import _delta
 from pulsarcast_ipfs.core.testing import CoreNet

@@ -12,7 +12,6 @@ import random
 from collections import Counter
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Event,
@@ -33,6 +32,7 @@ from pulsarcast_ipfs.core import (
     cid_str,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.records import RecordKind, validate_record

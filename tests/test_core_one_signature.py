@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from multiformats import CID
 from test_core_delegation import SEED_B, _delegated, delegate
 from test_core_signatures import World
 
@@ -37,6 +36,7 @@ from pulsarcast_ipfs.core import (
     event_version,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids
 
 P = make_peer_ids(3, seed=15)

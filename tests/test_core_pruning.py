@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Event,
@@ -36,6 +35,7 @@ from pulsarcast_ipfs.core import (
     parse_filter,
 )
 from pulsarcast_ipfs.core._antientropy import AntiEntropy
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dissemination import Dissemination
 from pulsarcast_ipfs.core._io import FetchBlock
 from pulsarcast_ipfs.core.testing import CoreNet

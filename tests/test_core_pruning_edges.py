@@ -9,9 +9,9 @@ with it."""
 from __future__ import annotations
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import Event, NodeConfig, parse_filter
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
 
 ON = NodeConfig(tree_filters=True, summary_interval=1.0, summary_bound=4, flat_fanout=0)

@@ -5,9 +5,9 @@ below one of them as a *leaf* (docs/protocol-notes.md "Readers")."""
 from __future__ import annotations
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import Join, NodeConfig
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.kademlia import peer_position
 

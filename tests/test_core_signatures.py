@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
@@ -42,6 +41,7 @@ from pulsarcast_ipfs.core import (
     format_created,
     verify_signature,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet, make_signers
 from pulsarcast_ipfs.records import RecordKind
 

@@ -13,7 +13,6 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Event,
@@ -28,6 +27,7 @@ from pulsarcast_ipfs.core import (
     matches,
     parse_filter,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet, make_peer_ids
 
 WHERE = parse_filter("ups >= 10 and controversiality = 1")

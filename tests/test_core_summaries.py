@@ -14,7 +14,6 @@ import random
 from collections.abc import Callable
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Event,
@@ -29,6 +28,7 @@ from pulsarcast_ipfs.core import (
     matches_any,
     parse_filter,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
 

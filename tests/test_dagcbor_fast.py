@@ -16,9 +16,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from multiformats import CID
 
 from pulsarcast_ipfs.core import _dagcbor
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dagcbor import MAX_DEPTH, CborError, _cid_bytes, _head
 from pulsarcast_ipfs.core._descriptors import compute_cid
 

@@ -10,9 +10,9 @@ import anyio
 import dag_cbor
 import pytest
 from anyio.abc import SocketStream
-from multiformats import CID
 
 from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import (
     KuboAPIError,

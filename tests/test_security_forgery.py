@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import (
@@ -38,6 +37,7 @@ from pulsarcast_ipfs.core import (
     encode_frame,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.records import MetricRecord, RecordKind

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core import (
@@ -17,6 +16,7 @@ from pulsarcast_ipfs.core import (
     peer_public_key,
     verify_signature,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import peer_id_bytes, peer_id_from_bytes
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 

@@ -12,10 +12,10 @@ import anyio
 import dag_cbor
 import httpx
 import pytest
-from multiformats import CID
 from trio.testing import MockClock
 
 from pulsarcast_ipfs.core import RetentionPolicy, compute_cid
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import bucket_index, peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from sidecar import (

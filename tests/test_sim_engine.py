@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multiformats import CID
 
 from pulsarcast_ipfs.core import (
     Deliver,
@@ -29,6 +28,7 @@ from pulsarcast_ipfs.core import (
     encode_frame,
     format_created,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import bucket_index, validate_peer_id
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.sim import (

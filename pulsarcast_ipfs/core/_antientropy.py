@@ -48,7 +48,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from . import _dagcbor
 from ._base import NodeBase

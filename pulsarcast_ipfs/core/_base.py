@@ -16,8 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 

@@ -65,7 +65,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, Final
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from . import _dagcbor
 from ._descriptors import MAX_DESCRIPTOR_SIZE, MAX_PAYLOAD_SIZE, check_link, parse_created

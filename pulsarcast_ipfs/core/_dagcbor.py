@@ -17,8 +17,8 @@ multiformats' documented errors for bad CID bytes (``ValueError``, ``KeyError``)
 translated; any other exception is a bug and escapes as itself. Depth is bounded
 (``MAX_DEPTH``) before Python's recursion limit is near. CID objects are
 memoised by their bytes (bounded LRU), so the same link decoded by many nodes
-of one process is built once; they are built with multiformats' public
-constructor only (see :class:`_Cid`).
+of one process is built once. They are this project's :class:`~._cid.CID`, built
+in about a microsecond, not ``multiformats.CID`` (60-100 µs of run-time type checks).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ import math
 import struct
 from typing import Any, Final
 
-from multiformats import CID
+import multiformats
+
+from pulsarcast_ipfs.core._cid import CID
 
 __all__ = ["CborError", "cid_for_digest", "cid_from_bytes", "decode", "encode"]
 
@@ -41,71 +43,16 @@ class CborError(ValueError):
     """Bytes that are not strict DAG-CBOR (or a value that cannot be encoded)."""
 
 
-class _Cid(CID):
-    """A CID whose binary form and hash are computed once, on first use.
-
-    ``multiformats.CID`` rebuilds a tuple (and hashes its multicodec object) on every
-    ``hash()`` / ``==`` and re-encodes varints on every ``bytes()``: ~2.5 µs a dict
-    lookup, and the core keys every map by CID. This subclass keeps both in slots of
-    its own, filled the first time they are asked for from what the public ``CID``
-    methods return, so it is equal to, and hashes exactly like, the plain ``CID`` of
-    the same bytes and the two mix freely in sets and dicts; only the cost differs.
-
-    Built only through the public constructor, ``_Cid("base32", 1, "dag-cbor",
-    ("sha2-256", digest))`` (:func:`cid_for_digest`): multiformats validates and
-    interns it like any CID, and nothing of the library's is written or bypassed. The
-    constructor costs ~60 µs (run-time type checks; ~110 µs with the multihash bytes
-    instead of the pair), paid once per distinct CID thanks to the memo of
-    :func:`cid_for_digest` (benchmarks/codec_bench.py).
-    """
-
-    __slots__ = ("_pc_hash", "_pc_raw")
-
-    _pc_hash: int
-    _pc_raw: bytes
-
-    def __hash__(self) -> int:
-        try:
-            return self._pc_hash
-        except AttributeError:
-            self._pc_hash = CID.__hash__(self)
-            return self._pc_hash
-
-    def __bytes__(self) -> bytes:
-        try:
-            return self._pc_raw
-        except AttributeError:
-            self._pc_raw = CID.__bytes__(self)
-            return self._pc_raw
-
-    def __eq__(self, other: Any) -> bool:
-        if self is other:
-            return True
-        if type(other) is _Cid:
-            return self.__bytes__() == other.__bytes__()
-        return CID.__eq__(self, other)
-
-    def __ne__(self, other: Any) -> bool:
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (cid_from_bytes, (self.__bytes__(),))
-
-
 @functools.lru_cache(maxsize=65536)
 def cid_from_bytes(raw: bytes) -> CID:
-    """The CID of binary form ``raw`` (memoised); ``CborError`` if it is not one."""
-    if len(raw) == len(_DAG_CBOR_SHA256) + 32 and raw.startswith(_DAG_CBOR_SHA256):
-        # The links of every descriptor: no need for multiformats' decoding.
-        return cid_for_digest(bytes(raw[len(_DAG_CBOR_SHA256) :]))
+    """The CID of binary form ``raw`` (memoised: the same link decoded by many nodes
+    of one process is one object); ``CborError`` if it is not one."""
+    if len(raw) == 36 and raw.startswith(_DAG_CBOR_SHA256):
+        return cid_for_digest(raw[4:])  # the links of every descriptor
     try:
-        cid = CID.decode(raw)
-    except (ValueError, KeyError) as exc:  # what CID.decode documents (KeyError: unknown code)
-        raise CborError(f"invalid CID bytes: {exc}") from exc
-    if bytes(cid) != raw:
-        raise CborError("CID bytes are not canonical")
-    return cid  # not a link of the protocol: the plain CID (the validators refuse it)
+        return CID.decode(raw)  # multiformats' validated decoder, then canonical
+    except ValueError as exc:
+        raise CborError(str(exc)) from exc
 
 
 @functools.lru_cache(maxsize=65536)
@@ -113,32 +60,16 @@ def cid_for_digest(digest: bytes) -> CID:
     """CIDv1 dag-cbor sha2-256 (base32) of a 32-byte sha256 digest (memoised)."""
     if len(digest) != 32:
         raise CborError("a sha2-256 digest is 32 bytes")
-    # Interned by multiformats: if a plain CID of these very fields is alive (someone
-    # built CID("base32", 1, "dag-cbor", ...) first), that one is returned. It is
-    # equal and hashes alike; only its hash and bytes() cost more.
-    # The documented (multihash name, raw digest) form, the digest in hex: the
-    # constructor's run-time type checks cost about half of those of the
-    # multihash-bytes form (no varint unwrapping to validate), and a hex string
-    # passes the first member of ``Union[str, BytesLike]`` where bytes fail it and
-    # have an error message built (~40 % of the constructor's time, cProfile); the
-    # CID is the same interned object (tests/test_core_dagcbor.py:
-    # test_the_pair_form_builds_the_same_cid).
-    return _Cid("base32", 1, "dag-cbor", ("sha2-256", digest.hex()))
+    return CID._make(_DAG_CBOR_SHA256 + bytes(digest))
 
 
 def sha256_cid(data: bytes) -> CID:
     return cid_for_digest(hashlib.sha256(data).digest())
 
 
-@functools.lru_cache(maxsize=65536)
-def _cid_bytes_slow(cid: CID) -> bytes:
-    return bytes(cid)
-
-
-def _cid_bytes(cid: CID) -> bytes:
-    if type(cid) is _Cid:
-        return cid.__bytes__()
-    return _cid_bytes_slow(cid)
+def _cid_bytes(cid: Any) -> bytes:
+    """The binary form of this project's CID or of a ``multiformats.CID``."""
+    return cid._raw if type(cid) is CID else bytes(cid)
 
 
 # ---------------------------------------------------------------- encoding
@@ -218,8 +149,8 @@ def _enc(value: Any, out: bytearray, depth: int) -> None:
             _head(0, value, out)
         else:
             _head(1, -1 - value, out)
-    elif t is _Cid:
-        raw = value.__bytes__()
+    elif t is CID:
+        raw = value._raw
         out += b"\xd8\x2a"
         _head(2, len(raw) + 1, out)
         out.append(0)
@@ -252,7 +183,7 @@ def _enc_other(value: Any, out: bytearray, depth: int) -> None:
         raw = bytes(value)
         _head(2, len(raw), out)
         out += raw
-    elif isinstance(value, CID):
+    elif isinstance(value, CID | multiformats.CID):
         raw = b"\x00" + _cid_bytes(value)
         out += b"\xd8\x2a"
         _head(2, len(raw), out)
@@ -410,10 +341,10 @@ def decode(data: bytes) -> Any:
 
 def is_dag_cbor_sha256_link(value: object) -> bool:
     """Is ``value`` a CIDv1 dag-cbor sha2-256 link (fast path, no run-time type checks)."""
-    if type(value) is _Cid:
-        raw = value.__bytes__()
-    elif isinstance(value, CID):
-        raw = _cid_bytes_slow(value)
+    if type(value) is CID:
+        raw = value._raw
+    elif isinstance(value, multiformats.CID):
+        raw = bytes(value)
     else:
         return False
     return len(raw) == 36 and raw[:4] == _DAG_CBOR_SHA256

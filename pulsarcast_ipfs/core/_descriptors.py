@@ -73,8 +73,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 
 from . import _dagcbor

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
 from ._codec import (

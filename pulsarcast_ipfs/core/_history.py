@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._descriptors import EventDescriptor
 from ._errors import LocalProtocolError

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 

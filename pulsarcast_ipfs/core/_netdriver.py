@@ -38,8 +38,7 @@ from collections.abc import Callable
 from random import Random
 from typing import Any, ClassVar, Final
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import peer_id_from_bytes
 
 from ._codec import FrameDecoder, Rpc

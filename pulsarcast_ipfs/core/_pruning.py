@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
 from ._codec import MAX_SEEN_PARENTS

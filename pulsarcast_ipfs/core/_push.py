@@ -51,7 +51,7 @@ forward to a new child.
 
 from __future__ import annotations
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
 from ._codec import MAX_MEMBERS, Members, MembersWant, encode_frame

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._base import _MAX_VERSIONS, NodeBase
 from ._descriptors import (

@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
 from ._delegation import DelegateKey, verify_delegated, verify_delegation

@@ -33,7 +33,7 @@ summary changed on the way), and the sends pruned (``pruned``).
 
 from __future__ import annotations
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
 from ._codec import Summary

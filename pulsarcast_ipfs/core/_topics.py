@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import NodeBase

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiformats import CID
+from pulsarcast_ipfs.core._cid import CID
 
 from ._descriptors import TopicDescriptor
 from ._filters import Filter

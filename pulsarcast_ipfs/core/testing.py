@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from multiformats import CID
-
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import bucket_index, closest_peers, peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 

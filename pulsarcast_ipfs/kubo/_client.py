@@ -24,9 +24,10 @@ from typing import Any, Self
 
 import anyio
 import httpx
-from multiformats import CID, multibase
+from multiformats import multibase
 
 from pulsarcast_ipfs.core import cid_str
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo._errors import (
     BlockCIDMismatch,
     KuboAPIError,
@@ -413,8 +414,7 @@ class KuboClient:
 
         ``cids``: the blocks' CIDs as the caller already computed them from these
         bytes (the sidecar's block store: the core made each when the block arrived),
-        so that they are not computed again; a new CID costs ~60 µs, 40 % of a
-        10-block request's CPU (cProfile, ``benchmarks/kubo_store.py``'s sizes).
+        so that they are not computed again (a sha256 each).
 
         Kubo stops at the first block it refuses (too big, ...): the ones before it are
         stored, and that error reaches only an HTTP trailer, which httpx does not read.

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from multiformats import CID
-
 from pulsarcast_ipfs.core import compute_cid
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import closest_peers, key_position, peer_position
 from pulsarcast_ipfs.kubo._types import RoutingTableEntry, RoutingTableSnapshot
 

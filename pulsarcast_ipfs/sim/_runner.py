@@ -72,8 +72,6 @@ from pathlib import Path
 from random import Random
 from typing import IO, Any, Final, Protocol
 
-from multiformats import CID
-
 from pulsarcast_ipfs.core import (
     DriverError,
     EventLinking,
@@ -96,6 +94,7 @@ from pulsarcast_ipfs.core import (
     parse_filter,
     substream,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.sim._network import RoutingTables
 from pulsarcast_ipfs.sim._spec import CrashSpec, LatencySpec, SpecError
