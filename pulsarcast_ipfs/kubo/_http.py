@@ -4,7 +4,11 @@ Why: py-spy on sidecars at 20 events/s put ~16 % of a sidecar's CPU in
 ``KuboClient._call``, ~1 ms per request, nearly all of it in httpx's request
 machinery (``AsyncClient.request`` → ``send`` → httpcore's connection pool → h11),
 not in the client's own code. Each of those requests is a POST to a local daemon
-answered with a small body.
+answered with a small body. ``benchmarks/kubo_http.py`` against one local Kubo
+(500 calls, median of 5 rounds), this process's CPU per call, httpx → this path:
+``block_put_many`` of 10 blocks of ~700 B 2,491 → 1,273 µs (Kubo closes the
+connection after every request with a body, so each one connects afresh),
+``version`` 1,007 → 216 µs.
 
 Theory of operation:
 
