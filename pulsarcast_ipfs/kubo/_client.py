@@ -9,7 +9,10 @@ are repeated ``arg=``; pubsub topics are multibase base64url (``u…``);
 listener with ``report-peer-id`` writes the remote peer ID and ``\\n`` first on
 every incoming connection.
 
-All errors are :mod:`pulsarcast_ipfs.kubo._errors` types; httpx never leaks out.
+One-shot calls go over the lean HTTP/1.1 path of :mod:`pulsarcast_ipfs.kubo._http`
+(httpx's request machinery was most of their CPU); streamed answers, a non-plain
+base URL and an injected ``transport`` use httpx. All errors are
+:mod:`pulsarcast_ipfs.kubo._errors` types; httpx never leaks out.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pulsarcast_ipfs.kubo._errors import (
     error_from_response,
     map_transport_errors,
 )
+from pulsarcast_ipfs.kubo._http import ConnectionPool
 from pulsarcast_ipfs.kubo._routing import dag_cbor_cid, parse_stats_dht
 from pulsarcast_ipfs.kubo._types import (
     BandwidthStats,
@@ -270,7 +274,9 @@ class KuboClient:
     """Async client of one Kubo daemon's RPC API.
 
     Use as ``async with KuboClient(config=KuboConfig(base_url=...)) as kubo:``.
-    ``transport`` replaces the HTTP transport (``httpx.MockTransport`` in unit tests).
+    ``transport`` replaces the HTTP transport (``httpx.MockTransport`` in unit tests);
+    with one, every call goes through httpx (without: the one-shot calls to a plain
+    ``http://host:port`` take :class:`~pulsarcast_ipfs.kubo._http.ConnectionPool`).
     """
 
     def __init__(
@@ -286,6 +292,9 @@ class KuboClient:
             timeout=httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout),
             trust_env=False,
         )
+        self._pool = (
+            ConnectionPool.for_base_url(self.config.base_url) if transport is None else None
+        )
 
     async def __aenter__(self) -> Self:
         return self
@@ -300,6 +309,8 @@ class KuboClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -316,24 +327,53 @@ class KuboClient:
 
         ``data`` is sent as the one file argument; ``parts`` as one file argument each.
         """
+        body, stream_error = await self._call_partial(
+            endpoint, params, data=data, parts=parts, max_wait=max_wait
+        )
+        if stream_error:
+            raise error_from_response(endpoint, 500, stream_error)
+        return body
+
+    async def _call_partial(
+        self,
+        endpoint: str,
+        params: Params = (),
+        *,
+        data: bytes | None = None,
+        parts: Sequence[bytes] = (),
+        max_wait: float | None = None,
+    ) -> tuple[bytes, bytes]:
+        """:meth:`_call`, but an error Kubo met after it began to answer is returned
+        beside what it answered until then (``X-Stream-Error``; ``b""``: none).
+        httpx reads it from the header fields only, not from the trailer."""
         if data is not None:
             parts = (data, *parts)
-        headers, body = multipart_body(parts) if parts else (None, None)
-        t = httpx.Timeout(max_wait or self.config.timeout, connect=self.config.connect_timeout)
-        with map_transport_errors(endpoint):
-            response = await self._http.post(
-                f"/api/v0/{endpoint}",
-                params=list(params),
-                content=body,
-                headers=headers,
-                timeout=t,
+        headers, body = multipart_body(parts) if parts else ({}, b"")
+        if self._pool is not None:
+            response = await self._pool.post(
+                endpoint,
+                params,
+                body=body,
+                content_type=headers.get("Content-Type", ""),
+                max_wait=max_wait or self.config.timeout,
+                connect_timeout=self.config.connect_timeout,
             )
-        if response.status_code != 200:
-            raise error_from_response(endpoint, response.status_code, response.content)
-        trailer_error = response.headers.get("X-Stream-Error")
-        if trailer_error:
-            raise error_from_response(endpoint, 500, trailer_error.encode())
-        return response.content
+            status, content, stream_error = response.status, response.body, response.stream_error
+        else:
+            t = httpx.Timeout(max_wait or self.config.timeout, connect=self.config.connect_timeout)
+            with map_transport_errors(endpoint):
+                answer = await self._http.post(
+                    f"/api/v0/{endpoint}",
+                    params=list(params),
+                    content=body if parts else None,
+                    headers=headers or None,
+                    timeout=t,
+                )
+            status, content = answer.status_code, answer.content
+            stream_error = answer.headers.get("X-Stream-Error", "").encode()
+        if status != 200:
+            raise error_from_response(endpoint, status, content)
+        return content, stream_error
 
     async def _json(
         self,
@@ -417,9 +457,10 @@ class KuboClient:
         so that they are not computed again (a sha256 each).
 
         Kubo stops at the first block it refuses (too big, ...): the ones before it are
-        stored, and that error reaches only an HTTP trailer, which httpx does not read.
+        stored, and its reason comes in an HTTP trailer (which httpx does not read).
         Fewer answers than blocks is therefore a :class:`KuboAPIError` naming the first
-        block not stored; callers that must know which one put the rest one by one.
+        block not stored (and Kubo's reason when read); callers that must know which
+        one put the rest one by one.
         An empty ``blocks`` makes no request.
         """
         if not blocks:
@@ -429,19 +470,23 @@ class KuboClient:
             raise ValueError(f"{len(cids)} CIDs for {len(blocks)} blocks")
         expected = list(cids) if cids is not None else [dag_cbor_cid(data) for data in blocks]
         params = [*_BLOCK_PUT_PARAMS, ("pin", "false")]
-        docs = _parse_ndjson(endpoint, await self._call(endpoint, params, parts=blocks))
+        body, stream_error = await self._call_partial(endpoint, params, parts=blocks)
+        docs = _parse_ndjson(endpoint, body)
         if len(docs) > len(blocks):
             raise KuboProtocolError(
                 f"{len(docs)} answers for {len(blocks)} blocks", endpoint=endpoint
             )
         got = tuple(_checked_key(doc, cid) for doc, cid in zip(docs, expected, strict=False))
         if len(got) < len(blocks):
+            reason = f": {stream_error.decode('utf-8', 'replace')}" if stream_error else ""
             raise KuboAPIError(
                 f"Kubo stored {len(got)} of {len(blocks)} blocks and refused block "
-                f"{len(got)} ({expected[len(got)]}, {len(blocks[len(got)])} bytes)",
+                f"{len(got)} ({expected[len(got)]}, {len(blocks[len(got)])} bytes){reason}",
                 endpoint=endpoint,
                 status=200,
             )
+        if stream_error:
+            raise error_from_response(endpoint, 500, stream_error)
         return got
 
     async def block_get(self, cid: str | CID, *, max_wait: float | None = None) -> bytes:

@@ -14,7 +14,8 @@ Hierarchy::
     ├── KuboTimeout                   no answer within the configured timeout
     └── KuboUnavailable               cannot reach the daemon (refused, reset, down)
 
-:func:`map_transport_errors` translates httpx's exceptions and
+:func:`map_transport_errors` translates httpx's exceptions, :func:`transport_error`
+words them (for httpx and for the lean HTTP path of :mod:`._http` alike), and
 :func:`error_from_response` translates Kubo's error bodies; nothing else in the
 client raises from httpx, so callers never see a traceback from it.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "KuboUnavailable",
     "error_from_response",
     "map_transport_errors",
+    "transport_error",
 ]
 
 
@@ -172,18 +174,28 @@ def error_from_response(endpoint: str, status: int, body: bytes) -> KuboError:
     return classify(message)(message, endpoint=endpoint, code=code, status=status)
 
 
+# httpx's names of the failures that mean the daemon cannot be reached at all.
+_UNREACHABLE = frozenset({"ConnectError", "RemoteProtocolError", "ReadError"})
+
+
+def transport_error(kind: str, detail: str = "", *, endpoint: str) -> KuboTimeout | KuboUnavailable:
+    """The error for a failed HTTP exchange, ``kind`` named as httpx names its
+    exceptions (``ConnectTimeout``, ``ReadTimeout``, ``ConnectError``, ``ReadError``,
+    ``RemoteProtocolError``, ``WriteError``, ...), so that both HTTP paths raise the
+    same types with the same words."""
+    if kind.endswith("Timeout") or kind == "TimeoutException":
+        return KuboTimeout(f"no answer in time ({kind})", endpoint=endpoint)
+    if kind in _UNREACHABLE:
+        return KuboUnavailable(
+            f"cannot reach the Kubo daemon ({kind}: {detail})", endpoint=endpoint
+        )
+    return KuboUnavailable(f"transport error talking to Kubo ({kind}: {detail})", endpoint=endpoint)
+
+
 @contextlib.contextmanager
 def map_transport_errors(endpoint: str) -> Iterator[None]:
     """Translate httpx's exceptions raised inside the block into :class:`KuboError`\\ s."""
     try:
         yield
-    except httpx.TimeoutException as exc:
-        raise KuboTimeout(f"no answer in time ({type(exc).__name__})", endpoint=endpoint) from exc
-    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        raise KuboUnavailable(
-            f"cannot reach the Kubo daemon ({type(exc).__name__}: {exc})", endpoint=endpoint
-        ) from exc
     except httpx.TransportError as exc:
-        raise KuboUnavailable(
-            f"transport error talking to Kubo ({type(exc).__name__}: {exc})", endpoint=endpoint
-        ) from exc
+        raise transport_error(type(exc).__name__, str(exc), endpoint=endpoint) from exc
