@@ -40,6 +40,15 @@ def test_peer_id_cid_form_is_accepted() -> None:
 def test_invalid_peer_ids_are_refused(bad: str) -> None:
     with pytest.raises(kademlia.InvalidPeerId):
         kademlia.peer_id_bytes(bad)
+    for _ in range(2):  # memoised: refused the second time too
+        with pytest.raises(kademlia.InvalidPeerId):
+            kademlia.validate_peer_id(bad)
+
+
+@pytest.mark.parametrize("bad", [None, 12, b"Qm", ["Qm"], {"a": 1}])
+def test_a_peer_id_that_is_not_text_is_refused_as_one(bad: object) -> None:
+    with pytest.raises(kademlia.InvalidPeerId, match="expected a non-empty string"):
+        kademlia.validate_peer_id(bad)  # type: ignore[arg-type]
 
 
 def test_position_is_sha256_of_multihash() -> None:
