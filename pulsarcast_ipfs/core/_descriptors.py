@@ -218,14 +218,15 @@ def cid_from_str(text: str) -> CID:
         raise ValueError(f"not a CID: {text[:80]!r}") from exc
 
 
-@functools.lru_cache(maxsize=65536)
 def cid_str(cid: CID) -> str:
-    """Canonical text form of a CID (base32, ``bafyrei…``).
+    """Canonical text form of a CID (base32, ``bafyrei…``; CIDv0 stays ``Qm…``).
 
-    Multibase base32 is ``b`` + RFC 4648 base32, lower case, unpadded, of the CID's
-    bytes; computed directly for CIDv1 (every CID of the protocol), because
-    ``multiformats``' validated encoder costs ~100 µs a call on the hot path.
+    The project's CID keeps its text once made (:class:`~._cid.CID`); a
+    ``multiformats.CID`` is encoded directly for CIDv1 (``b`` + RFC 4648 base32, lower
+    case, unpadded, of its bytes): multiformats' validated encoder costs ~100 µs.
     """
+    if type(cid) is CID:
+        return str(cid)
     raw = bytes(cid)
     if raw[:1] == b"\x01":
         return "b" + base64.b32encode(raw).decode("ascii").lower().rstrip("=")
