@@ -99,6 +99,11 @@ def test_the_protocol_links_fast_path_is_the_validated_one(digest: bytes) -> Non
     plain = multiformats.CID.decode(raw)
     assert fast == plain and bytes(fast) == raw and str(fast) == str(plain.set(base="base32"))
     assert cid_from_bytes(raw) is fast  # memoised: one object per link
+    raw_link = b"\x01\x55\x12\x20" + digest  # the retention index's links
+    got, plain = CID.decode(raw_link), multiformats.CID.decode(raw_link)
+    assert got == plain and str(got) == str(plain.set(base="base32"))
+    assert got.codec == plain.codec and got.digest == bytes(plain.digest)
+    assert got.raw_digest == digest and not got.is_dag_cbor_sha256()
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,7 +15,8 @@ Validation is not skipped, it is done where bytes or text come in:
   is not canonical;
 * the fast paths build only what is valid by construction: the protocol's links,
   CIDv1 dag-cbor sha2-256 of a 32-byte digest (:meth:`CID.dag_cbor_sha256`, and
-  ``_dagcbor.cid_from_bytes`` for the 36 bytes ``01 71 12 20`` + digest).
+  ``_dagcbor.cid_from_bytes`` for the 36 bytes ``01 71 12 20`` + digest), and the
+  raw sha2-256 links of the retention index (``01 55 12 20`` + digest).
 
 A ``multiformats.CID`` of the same bytes compares equal to one of these (both
 ways), so values from libraries (``dag_cbor`` in the tests) can be compared; the
@@ -33,6 +34,10 @@ import multiformats
 __all__ = ["CID"]
 
 _DAG_CBOR_SHA256: Final = b"\x01\x71\x12\x20"
+_RAW_SHA256: Final = b"\x01\x55\x12\x20"
+_SHA256_V1: Final = (_DAG_CBOR_SHA256, _RAW_SHA256)
+"""CIDv1 sha2-256 prefixes valid with any 32-byte digest: the protocol's links and the
+retention index's raw links (``sidecar/_retainindex.py``)."""
 _BUILT: Final = object()
 """Passed by this module's constructors only: ``CID(raw)`` from outside is refused, so
 every CID in the process came through a validated or valid-by-construction path."""
@@ -95,7 +100,7 @@ class CID:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise TypeError(f"a CID is decoded from str or bytes, not {type(value).__name__}")
         raw = bytes(value)
-        if len(raw) == 36 and raw.startswith(_DAG_CBOR_SHA256):
+        if len(raw) == 36 and raw.startswith(_SHA256_V1):
             return cls._make(raw)
         try:
             parsed = multiformats.CID.decode(raw)
@@ -129,14 +134,14 @@ class CID:
         """The full multihash (code, length, digest), as ``multiformats.CID.digest``."""
         if self._raw[0] != 1:
             return self._raw
-        if self._raw.startswith(_DAG_CBOR_SHA256):
+        if self._raw.startswith(_SHA256_V1):
             return self._raw[2:]
         return bytes(self.to_multiformats().digest)
 
     @property
     def raw_digest(self) -> bytes:
         """The hash digest alone, without the multihash's code and length."""
-        if self._raw.startswith(_DAG_CBOR_SHA256):
+        if self._raw.startswith(_SHA256_V1):
             return self._raw[4:]
         return bytes(self.to_multiformats().raw_digest)
 
