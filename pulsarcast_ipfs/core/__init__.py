@@ -6,6 +6,7 @@ returned to the driver (the simulator or the sidecar).
 
 from __future__ import annotations
 
+from ._cid import CID
 from ._codec import (
     MAX_FRAME_SIZE,
     MAX_GROUP_ASSIGN,
@@ -149,6 +150,7 @@ from ._signing import (
 __all__ = [
     "ATTRIBUTES_VERSION",
     "ATTRIBUTE_VERSIONS",
+    "CID",
     "DELEGATED_ATTRIBUTES_VERSION",
     "DELEGATED_VERSION",
     "KUBO_SIGN_PREFIX",
