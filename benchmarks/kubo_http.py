@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ import httpx
 from benchmarks.kubo_store import _start
 from pulsarcast_ipfs.core._dagcbor import encode, sha256_cid
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+from pulsarcast_ipfs.stats import percentile
 
 PATHS = ("httpx", "lean")
 KINDS = ("block_put_many", "version")
@@ -95,7 +95,8 @@ def main() -> None:
             cells = []
             for values in ([c for c, _ in runs], [w for _, w in runs]):
                 us = [v / a.calls * 1e6 for v in values]
-                cells.append(f"{statistics.median(us):,.0f} ({min(us):,.0f}-{max(us):,.0f})")
+                mid = percentile(us, 0.5)  # the project's nearest-rank median
+                cells.append(f"{mid:,.0f} ({min(us):,.0f}-{max(us):,.0f})")
             print(f"{kind:16} {path:6} {cells[0]:>22} {cells[1]:>22}")
 
 

@@ -28,9 +28,9 @@ import dag_cbor
 import httpx
 import pytest
 from _cluster_http import deliveries, ok, wait_joined
+from multiformats import CID  # the independent reader: multiformats, not ours
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
-from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(600)]

@@ -35,7 +35,8 @@ UNKNOWN_PEER = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"
 
 
 def _event_bytes(payload: bytes, parent: CID | None = None) -> bytes:
-    return bytes(dag_cbor.encode({"payload": payload, "parent": parent, "n": len(payload)}))
+    link = parent.to_multiformats() if parent is not None else None  # dag_cbor's own type
+    return bytes(dag_cbor.encode({"payload": payload, "parent": link, "n": len(payload)}))
 
 
 async def test_id_and_version(kubo_pair: LocalCluster) -> None:
