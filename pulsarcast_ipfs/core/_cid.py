@@ -89,7 +89,8 @@ class CID:
         """The CID of a multibase text (or a CIDv0 ``Qm…``) or of binary bytes.
 
         ``ValueError`` (multiformats' ``KeyError`` and ``IndexError`` included) if it
-        is not one, or not in canonical form.
+        is not one. Text may be in any multibase multiformats reads (``str()`` gives
+        the canonical one back); bytes must be the canonical binary form.
         """
         if isinstance(value, str):
             try:
