@@ -10,8 +10,8 @@ metric files, timers, the HTTP API (on a free port) — runs against in-process 
   Ed25519 key, ...);
 * the p2p transport: :class:`FakeTransport`, a ``Transport`` whose outgoing frames
   are counted and handed to the fake peers, and whose incoming frames go through the
-  real ``Transport._handle`` (peer-ID line, ``FrameDecoder``, ``on_rpc``) from
-  in-memory streams, one long-lived stream per peer, one frame per read;
+  real incoming connection protocol (peer-ID line, ``FrameDecoder``, ``on_rpc``),
+  one per peer, one frame per event-loop callback (as one socket read each);
 * the peers: the topic's author (the node's parent) is a real protocol core driven
   in process (it answers JOIN and PING); the children are scripted: they JOIN, PING
   every ``ping_interval`` and keep what they are sent.
@@ -54,6 +54,7 @@ requests batch.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import cProfile
@@ -77,7 +78,6 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 import httpx
-from anyio.streams.memory import MemoryObjectSendStream
 
 from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
@@ -121,7 +121,7 @@ from sidecar import Driver, SidecarConfig, build_app
 from sidecar._config import DEFAULT_DELEGATE_TTL
 from sidecar._driver import Listener
 from sidecar._retainindex import decode_bucket, decode_root
-from sidecar._transport import Transport
+from sidecar._transport import Transport, _Incoming
 
 __all__ = [
     "SCENARIOS",
@@ -327,16 +327,16 @@ class FakeTransport(Transport):
     """:class:`Transport` without Kubo's ``p2p`` streams.
 
     Outgoing frames are counted and handed to :class:`FakePeers`. Incoming ones
-    (:meth:`feed`) go through the real ``Transport._handle`` — the ``report-peer-id``
-    line, the ban check, ``FrameDecoder`` and ``on_rpc`` — from one in-memory stream
-    per sending peer, one frame per read.
+    (:meth:`feed`) go through the real incoming connection (``_Incoming``: the
+    ``report-peer-id`` line, the ban check, ``FrameDecoder`` and ``on_rpc``), one per
+    sending peer, one frame per read.
     """
 
     def __init__(self, *, peers: FakePeers, **kwargs: Any) -> None:
         super().__init__(**{**kwargs, "port": 1})  # nothing is bound
         self.fake_peers = peers
         self.bytes_out = 0
-        self._streams: dict[str, MemoryObjectSendStream[bytes]] = {}
+        self._incoming: dict[str, _Incoming] = {}
         peers.transport = self
 
     async def run(
@@ -350,8 +350,7 @@ class FakeTransport(Transport):
 
     async def close(self) -> None:
         self._closing = True
-        for stream in self._streams.values():
-            stream.close()
+        self._incoming.clear()
 
     def send(self, peer: str, data: bytes) -> None:
         if self._closing or self._tg is None:
@@ -366,21 +365,20 @@ class FakeTransport(Transport):
         return False  # no connections to open: frames go straight to the fake peers
 
     def feed(self, peer: str, data: bytes) -> None:
-        """``data`` arrives from ``peer`` on its incoming connection (opened on first use);
-        lost, as on a network, once the node has closed its connections (stopping)."""
+        """``data`` arrives from ``peer`` on its incoming connection (opened on first use),
+        taken in a later callback of the event loop as a socket read is; lost, as on a
+        network, once the node has closed its connections (stopping)."""
         if self._closing:
             return
-        stream = self._streams.get(peer)
-        if stream is None:
-            assert self._tg is not None, "the transport is not running"
-            stream, receive = anyio.create_memory_object_stream[bytes](math.inf)
-            self._streams[peer] = stream
-            stream.send_nowait(peer.encode("ascii") + b"\n")
-            self._tg.start_soon(self._handle, cast(Any, receive))
-        try:
-            stream.send_nowait(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._streams.pop(peer, None)  # the node closed this connection
+        conn = self._incoming.get(peer)
+        if conn is None:
+            conn = self._incoming[peer] = _Incoming(self)
+            conn.feed(peer.encode("ascii") + b"\n")
+        asyncio.get_running_loop().call_soon(self._read, peer, conn, data)
+
+    def _read(self, peer: str, conn: _Incoming, data: bytes) -> None:
+        if not self._closing and self._incoming.get(peer) is conn and not conn.feed(data):
+            del self._incoming[peer]  # the node closed this connection
 
 
 class FakePeers:

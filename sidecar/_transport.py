@@ -24,6 +24,7 @@ down do not count against the neighbour (it is not the neighbour's fault).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import socket
@@ -31,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -72,17 +74,132 @@ def free_port() -> int:
             return port
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False)
 class _Conn:
     peer: str
     queue: deque[bytes] = field(default_factory=deque)
-    wake: anyio.Event = field(default_factory=anyio.Event)
+    """Frames not yet handed to a socket (no connection yet, or written this turn)."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the live connection is lost, or when this one is closed."""
     port: int | None = None
     closed: bool = False
+    live: asyncio.Transport | None = None
+    """The open connection, while there is one."""
+    paused: bool = False
+    """The socket took less than the last write (its kernel buffer is full): frames wait."""
+    dirty: bool = False
+    """Queued for this turn's flush."""
+    recent: deque[tuple[float, bytes]] = field(default_factory=deque)
+    """Frames written on the live connection in the last :data:`_YOUNG` seconds."""
+
+
+class _Outgoing(asyncio.Protocol):
+    """One outgoing connection (a ``p2p forward``): written by :class:`Transport`,
+    never read (the remote never writes; a read only ends when the stream is gone)."""
+
+    def __init__(self, owner: Transport, conn: _Conn) -> None:
+        self.owner = owner
+        self.conn = conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Nothing waits in asyncio's buffer: what the kernel does not take at once
+        # pauses writing, and later frames wait in the queue (as anyio's streams do).
+        # A connection that breaks then loses only what was handed to the kernel.
+        cast(asyncio.Transport, transport).set_write_buffer_limits(high=0)
+
+    def pause_writing(self) -> None:
+        self.conn.paused = True
+
+    def resume_writing(self) -> None:
+        self.conn.paused = False
+        self.owner._write(self.conn)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # closes the connection: p2p streams have no half-close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.wake.set()
+
+
+class _Incoming(asyncio.Protocol):
+    """One incoming connection from Kubo's ``p2p listen``: the ``report-peer-id`` line,
+    then length-prefixed frames, each handed to ``on_rpc`` as it completes."""
+
+    def __init__(self, owner: Transport) -> None:
+        self.owner = owner
+        self.transport: asyncio.BaseTransport | None = None
+        self.peer: str | None = None
+        self._head = b""
+        self._decoder = FrameDecoder(max_frame_size=owner.max_frame_size)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.owner._incoming_conns.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._incoming_conns.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.feed(data) and self.transport is not None:
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def feed(self, data: bytes) -> bool:
+        """Take the bytes read; whether the connection stays open."""
+        owner = self.owner
+        peer = self.peer
+        if peer is None:
+            # Kubo writes the peer-ID line first; the sender's first frames may come
+            # in the same read, so only the bytes before a newline count.
+            self._head += data
+            if b"\n" not in self._head[: _MAX_PEER_LINE + 1]:
+                if len(self._head) > _MAX_PEER_LINE:
+                    log.warning("incoming connection without a peer-ID line: closed")
+                    return False
+                return True
+            line, data = self._head.split(b"\n", 1)
+            self._head = b""
+            try:
+                peer = validate_peer_id(line.decode("ascii").strip())
+            except (UnicodeDecodeError, InvalidPeerId):
+                log.warning("incoming connection with a bad peer-ID line %r: closed", line[:80])
+                return False
+            if owner.is_banned(peer):
+                owner.refused += 1
+                log.info("connection from %s refused (disconnected for flooding)", peer)
+                return False
+            self.peer = peer
+            owner.incoming += 1
+        elif owner._banned and owner.is_banned(peer):
+            return False  # disconnected while connected: close this connection
+        if not data:
+            return True
+        owner._last_in = time.monotonic()
+        on_rpc = owner.on_rpc
+        try:
+            for rpc in self._decoder.feed(data):
+                owner.frames_in += 1
+                on_rpc(peer, rpc)
+        except RemoteProtocolError as exc:
+            owner.bad_frames += 1
+            log.warning("garbage from %s, connection closed: %s", peer, exc)
+            return False
+        return not (owner._banned and owner.is_banned(peer))
 
 
 class Transport:
-    """The p2p listener and the per-neighbour outgoing connections of one sidecar."""
+    """The p2p listener and the per-neighbour outgoing connections of one sidecar.
+
+    It runs on anyio's asyncio backend (the sidecar's): its connections are asyncio
+    protocols, so that a frame costs no task switch either way. A received frame is
+    handed to ``on_rpc`` from the read callback; a sent one is written at the end of
+    the event loop's turn, together with every other frame for that neighbour.
+    """
 
     def __init__(
         self,
@@ -107,6 +224,10 @@ class Transport:
         self.kubo_up = True
         self.relistens = 0
         self._conns: dict[str, _Conn] = {}
+        self._incoming_conns: set[_Incoming] = set()
+        self._dirty: list[_Conn] = []
+        self._flush_soon = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
         self.frames_in = 0
@@ -114,7 +235,7 @@ class Transport:
         """``time.monotonic()`` of the last frame received (the listener works)."""
         self.frames_out = 0
         self.writes = 0
-        """Socket writes: queued frames go out together, one write per turn."""
+        """Socket writes: frames for one neighbour in one turn go out together."""
         self.bad_frames = 0
         self.incoming = 0
         self._banned: dict[str, float] = {}  # peer -> until (time.time()), flood protection
@@ -125,20 +246,32 @@ class Transport:
     def target(self) -> str:
         return f"/ip4/127.0.0.1/tcp/{self.port}"
 
+    async def listen(self) -> asyncio.Server:
+        """Bind :attr:`port` on loopback and accept connections (the caller closes it)."""
+        self._loop = asyncio.get_running_loop()
+        return await self._loop.create_server(
+            lambda: _Incoming(self), host="127.0.0.1", port=self.port
+        )
+
     async def run(
         self, tg: anyio.abc.TaskGroup, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         """Bind the port, register ``p2p listen``, then accept connections until cancelled."""
         self._tg = tg
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
-        async with listener:
+        server = await self.listen()
+        try:
             # A crashed predecessor may have left its listener registered in Kubo.
             await self.kubo.p2p_close(protocol=PROTOCOL)
             await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
             log.info("p2p listen %s -> %s (report-peer-id)", PROTOCOL, self.target)
             task_status.started()
             tg.start_soon(self._keep_listening, name="p2p-listen-watchdog")
-            await listener.serve(self._handle, task_group=tg)
+            await anyio.sleep_forever()
+        finally:
+            server.close()
+            for conn in list(self._incoming_conns):
+                if conn.transport is not None:
+                    conn.transport.close()
 
     async def _keep_listening(self) -> None:
         """Register the p2p listener again when Kubo lost it (a restarted daemon)."""
@@ -177,50 +310,6 @@ class Transport:
             except KuboError as exc:
                 log.warning("could not close p2p listeners: %s", exc)
 
-    # incoming ---------------------------------------------------------------------
-
-    async def _handle(self, stream: anyio.abc.SocketStream) -> None:
-        async with stream:
-            buf = b""
-            try:
-                # Kubo writes the peer-ID line first; the sender's first frames may
-                # come in the same read, so only the bytes before a newline count.
-                while b"\n" not in buf[: _MAX_PEER_LINE + 1]:
-                    if len(buf) > _MAX_PEER_LINE:
-                        log.warning("incoming connection without a peer-ID line: closed")
-                        return
-                    buf += await stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                return
-            line, rest = buf.split(b"\n", 1)
-            try:
-                peer = validate_peer_id(line.decode("ascii").strip())
-            except (UnicodeDecodeError, InvalidPeerId):
-                log.warning("incoming connection with a bad peer-ID line %r: closed", line[:80])
-                return
-            if self.is_banned(peer):
-                self.refused += 1
-                log.info("connection from %s refused (disconnected for flooding)", peer)
-                return
-            self.incoming += 1
-            decoder = FrameDecoder(max_frame_size=self.max_frame_size)
-            try:
-                data = rest
-                while True:
-                    if self._banned and self.is_banned(peer):
-                        return  # disconnected while connected: close this stream
-                    if data:
-                        self._last_in = time.monotonic()
-                        for rpc in decoder.feed(data):
-                            self.frames_in += 1
-                            self.on_rpc(peer, rpc)
-                    data = await stream.receive()
-            except RemoteProtocolError as exc:
-                self.bad_frames += 1
-                log.warning("garbage from %s, connection closed: %s", peer, exc)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                pass
-
     # outgoing ---------------------------------------------------------------------
 
     def is_banned(self, peer: str) -> bool:
@@ -240,18 +329,24 @@ class Transport:
         self.forget(peer)
 
     def send(self, peer: str, data: bytes) -> None:
-        """Queue one frame for ``peer`` (never blocks; the connection task sends it)."""
+        """Queue one frame for ``peer`` (never blocks). It is written at the end of this
+        turn of the event loop, with the others queued for ``peer`` meanwhile, or by the
+        connection task once the connection is open."""
         if self._closing or self._tg is None:
             return
         if self._banned and self.is_banned(peer):
             return
         conn = self._conns.get(peer)
         if conn is None:
-            conn = _Conn(peer=peer)
-            self._conns[peer] = conn
-            self._tg.start_soon(self._run_conn, conn, name=f"conn-{peer[-8:]}")
+            conn = self._open(peer)
         conn.queue.append(data)
-        conn.wake.set()
+        if conn.live is not None and not conn.dirty:
+            conn.dirty = True
+            self._dirty.append(conn)
+            if not self._flush_soon:
+                self._flush_soon = True
+                assert self._loop is not None
+                self._loop.call_soon(self._flush)
 
     def connect(self, peer: str) -> bool:
         """Open the connection to ``peer`` ahead of its first frame (never blocks);
@@ -261,10 +356,15 @@ class Transport:
             return False
         if self._banned and self.is_banned(peer):
             return False
+        self._open(peer)
+        return True
+
+    def _open(self, peer: str) -> _Conn:
+        assert self._tg is not None
         conn = _Conn(peer=peer)
         self._conns[peer] = conn
         self._tg.start_soon(self._run_conn, conn, name=f"conn-{peer[-8:]}")
-        return True
+        return conn
 
     def forget(self, peer: str) -> None:
         """Close the connection to ``peer`` (it was dropped from every tree)."""
@@ -277,13 +377,50 @@ class Transport:
     def neighbours(self) -> list[str]:
         return list(self._conns)
 
+    def _flush(self) -> None:
+        """Write what this turn queued, one socket write per neighbour."""
+        self._flush_soon = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            conn.dirty = False
+            self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        """Hand ``conn``'s queued frames to its socket (bounded writes), unless it has
+        no connection or its socket is full (then :meth:`_Outgoing.resume_writing`)."""
+        live, queue = conn.live, conn.queue
+        if live is None or not queue:
+            return
+        t = time.monotonic()
+        recent = conn.recent
+        while queue and not conn.paused and not live.is_closing():
+            # Every frame queued since the last write goes in one write (bounded):
+            # one syscall and one read by Kubo, not one each.
+            if len(queue) == 1:
+                data = queue.popleft()
+                recent.append((t, data))
+                n = 1
+            else:
+                n, size, batch = 0, 0, []
+                while queue and (not n or size + len(queue[0]) <= _WRITE_MAX):
+                    frame = queue.popleft()
+                    batch.append(frame)
+                    recent.append((t, frame))
+                    n, size = n + 1, size + len(frame)
+                data = b"".join(batch)
+            live.write(data)
+            self.frames_out += n
+            self.writes += 1
+        while recent and recent[0][0] < t - _YOUNG:
+            recent.popleft()
+
     async def _run_conn(self, conn: _Conn) -> None:
         failures = 0
         try:
             while not conn.closed:
                 try:
                     lived = await self._connect_and_send(conn)
-                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                except OSError as exc:
                     lived, why = 0.0, str(exc) or type(exc).__name__
                 except KuboUnavailable as exc:
                     # Kubo itself is down (restarting): wait for it, not the neighbour's fault.
@@ -317,7 +454,7 @@ class Transport:
 
     @staticmethod
     def _gone(conn: _Conn) -> bool:
-        return conn.closed
+        return conn.closed  # (a call: mypy would take it for the loop's test, still False)
 
     async def _connect_and_send(self, conn: _Conn) -> float:
         """One connection's life; returns how long it lived (seconds)."""
@@ -325,8 +462,11 @@ class Transport:
             port = free_port()
             await self.kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", conn.peer)
             conn.port = port
+        loop = asyncio.get_running_loop()
         try:
-            stream = await anyio.connect_tcp("127.0.0.1", conn.port)
+            live, _ = await loop.create_connection(
+                lambda: _Outgoing(self, conn), host="127.0.0.1", port=conn.port
+            )
         except OSError:
             # Nobody listens on the forward's port: Kubo lost it (restart). Re-create
             # the forward on the next attempt.
@@ -338,60 +478,23 @@ class Transport:
                     pass
             raise
         began = time.monotonic()
-        recent: deque[tuple[float, bytes]] = deque()
-        broken = anyio.Event()
-
-        async def watch() -> None:
-            # The remote never writes: a read only ends when the stream is gone.
-            try:
-                while True:
-                    await stream.receive()
-            except (
-                anyio.EndOfStream,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-                OSError,
-            ):
-                pass
-            broken.set()
-            conn.wake.set()
-
-        async with stream, anyio.create_task_group() as tg:
-            tg.start_soon(watch)
-            try:
-                while not conn.closed and not broken.is_set():
-                    while conn.queue and not broken.is_set():
-                        # Every frame queued since the last write goes in one write
-                        # (bounded): one syscall and one read by Kubo, not one each.
-                        n, size = 0, 0
-                        for frame in conn.queue:
-                            if n and size + len(frame) > _WRITE_MAX:
-                                break
-                            n, size = n + 1, size + len(frame)
-                        batch = [conn.queue[i] for i in range(n)]
-                        try:
-                            await stream.send(batch[0] if n == 1 else b"".join(batch))
-                        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                            broken.set()
-                            break
-                        t = time.monotonic()
-                        for data in batch:
-                            conn.queue.popleft()
-                            recent.append((t, data))
-                        self.frames_out += n
-                        self.writes += 1
-                        while recent and recent[0][0] < t - _YOUNG:
-                            recent.popleft()
-                    if not conn.queue:
-                        conn.wake = anyio.Event()
-                        if conn.queue:  # appended between the check and the new event
-                            continue
-                        await conn.wake.wait()
-            finally:
-                tg.cancel_scope.cancel()
+        conn.recent.clear()
+        conn.paused = False
+        conn.wake.clear()
+        if conn.closed:
+            live.close()
+            return 0.0
+        conn.live = live
+        try:
+            self._write(conn)  # what was queued while connecting
+            await conn.wake.wait()  # the connection is lost, or closed by us
+        finally:
+            conn.live = None
+            live.close()
         lived = time.monotonic() - began
         # What may not have made it through a dying stream goes again (idempotent).
         cutoff = time.monotonic() - _YOUNG
-        again = [d for t, d in recent if t >= cutoff or lived <= _YOUNG]
+        again = [d for t, d in conn.recent if t >= cutoff or lived <= _YOUNG]
+        conn.recent.clear()
         conn.queue.extendleft(reversed(again))
         return lived

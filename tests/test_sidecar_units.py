@@ -396,7 +396,6 @@ async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
     can come in one read. More than 256 bytes in that read used to be taken for a
     missing peer-ID line and the connection was closed (its events lost)."""
     import anyio
-    from anyio.abc import SocketAttribute
 
     from pulsarcast_ipfs.core import Ping, Rpc, encode_frame
     from pulsarcast_ipfs.core.testing import make_peer_ids
@@ -422,15 +421,14 @@ async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
             on_unreachable=lambda p: None,
             max_frame_size=1 << 20,
         )
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, transport._handle)
-            port = listener.extra(SocketAttribute.local_port)
-            async with await anyio.connect_tcp("127.0.0.1", port) as s:
+        server = await transport.listen()
+        try:
+            async with await anyio.connect_tcp("127.0.0.1", transport.port) as s:
                 await s.send(peer.encode() + b"\n" + frames)  # one write, one read
                 with anyio.fail_after(10):
                     await all_in.wait()
-            tg.cancel_scope.cancel()
+        finally:
+            server.close()
     assert [(p, getattr(r, "nonce", None)) for p, r in got] == [(peer, i) for i in range(60)]
 
 
