@@ -10,7 +10,8 @@ of them. After ``--settle`` seconds, events of 200 bytes go to the topics in tur
 each published through the HTTP API of a node picked round-robin (never the topic's
 creator), at ``--rate`` per second for ``--seconds``; then 3 s more. The process CPU
 (user + system, ``psutil``) of every sidecar and every Kubo daemon over that window,
-divided by the deliveries made (events × subscribers), is printed in µs.
+divided by the deliveries made (events × subscribers), is printed in µs, with the
+largest sidecar's resident memory at the end.
 ``--profile PREFIX`` records three sidecars with ``py-spy`` meanwhile (raw
 collapsed stacks in ``PREFIX-<node>.txt``). Figures are printed, not asserted.
 """
@@ -97,6 +98,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
         await anyio.sleep(3)
         window = time.monotonic() - t0
         s1, k1 = cpu(sidecars), cpu(kubos)
+        rss = max(p.memory_info().rss for p in sidecars)
         for p in profilers:
             await p.wait()
         deliveries = sum(n * (subscribers // len(topics)) for n in per_topic)
@@ -109,6 +111,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
             "kubo_s": k1 - k0,
             "sidecar_us": 1e6 * (s1 - s0) / max(1, deliveries),
             "kubo_us": 1e6 * (k1 - k0) / max(1, deliveries),
+            "rss_mib": rss / (1 << 20),
         }
 
 
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['events']:.0f} events ({r['failed']:.0f} failed), {r['deliveries']:.0f} deliveries "
         f"in {r['window']:.1f} s: sidecars {r['sidecar_s']:.2f} s CPU = "
         f"{r['sidecar_us']:,.0f} µs per delivery; Kubo {r['kubo_s']:.2f} s = "
-        f"{r['kubo_us']:,.0f} µs per delivery"
+        f"{r['kubo_us']:,.0f} µs per delivery; largest sidecar RSS {r['rss_mib']:.0f} MiB"
     )
     return 0
 

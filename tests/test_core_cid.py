@@ -27,6 +27,7 @@ _SAMPLES = [
     multiformats.CID("base58btc", 0, "dag-pb", ("sha2-256", _SHA)),
     multiformats.CID("base32", 1, "dag-pb", ("sha2-512", hashlib.sha512(b"x").digest())),
     multiformats.CID("base32", 1, "libp2p-key", ("identity", b"\x08\x01\x12\x20" + _SHA)),
+    multiformats.CID("base32", 1, "dag-json", ("sha2-256", _SHA)),  # a two-byte codec varint
 ]
 
 

@@ -27,6 +27,7 @@ two do not hash alike, so a set or dict holds one kind (:meth:`CID.of` converts)
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Any, Final
 
 import multiformats
@@ -44,6 +45,16 @@ every CID in the process came through a validated or valid-by-construction path.
 _B32_TABLE: Final = bytes.maketrans(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"abcdefghijklmnopqrstuvwxyz234567"
 )
+
+
+_DAG_PB = 0x70
+
+
+@functools.cache
+def _codec(code: int) -> multiformats.multicodec.Multicodec:
+    """The multicodec of ``code`` (``KeyError`` if multiformats knows none: a CID
+    built through the validated paths always has a known one)."""
+    return multiformats.multicodec.get(code=code)
 
 
 class CID:
@@ -149,8 +160,11 @@ class CID:
     @property
     def codec(self) -> multiformats.multicodec.Multicodec:
         """The content multicodec (``multiformats``' object: ``.name``, ``.code``)."""
-        if self._raw[0] != 1:
-            return multiformats.multicodec.get("dag-pb")
+        raw = self._raw
+        if raw[0] != 1:
+            return _codec(_DAG_PB)
+        if raw[1] < 0x80:  # a one-byte varint: the codec's code itself
+            return _codec(raw[1])
         return self.to_multiformats().codec
 
     def is_dag_cbor_sha256(self) -> bool:
