@@ -389,9 +389,9 @@ class Driver:
             lst.items.append(obj)
             lst.wake.set()
 
-    def _on_rpc(self, peer: str, rpc: Rpc) -> None:
+    def _on_rpc(self, peer: str, rpc: Rpc, size: int) -> None:
         try:
-            self.call(lambda now: self.node.receive_rpc(now, peer, rpc))
+            self.call(lambda now: self.node.receive_rpc(now, peer, rpc, size=size))
         except Exception:  # a core bug must not kill the connection task group
             log.exception("receive_rpc(%s, %s) failed", peer, rpc.op)
 

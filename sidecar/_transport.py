@@ -126,7 +126,8 @@ class _Outgoing(asyncio.Protocol):
 
 class _Incoming(asyncio.Protocol):
     """One incoming connection from Kubo's ``p2p listen``: the ``report-peer-id`` line,
-    then length-prefixed frames, each handed to ``on_rpc`` as it completes."""
+    then length-prefixed frames, each handed to ``on_rpc`` as it completes (with its
+    size on the wire, for the ``rpc_received`` record: not encoded again to count it)."""
 
     def __init__(self, owner: Transport) -> None:
         self.owner = owner
@@ -182,9 +183,9 @@ class _Incoming(asyncio.Protocol):
         owner._last_in = time.monotonic()
         on_rpc = owner.on_rpc
         try:
-            for rpc in self._decoder.feed(data):
+            for rpc, size in self._decoder.feed_sized(data):
                 owner.frames_in += 1
-                on_rpc(peer, rpc)
+                on_rpc(peer, rpc, size)
         except RemoteProtocolError as exc:
             owner.bad_frames += 1
             log.warning("garbage from %s, connection closed: %s", peer, exc)
@@ -206,7 +207,7 @@ class Transport:
         *,
         kubo: KuboClient,
         port: int,
-        on_rpc: Callable[[str, Rpc], None],
+        on_rpc: Callable[[str, Rpc, int], None],
         on_unreachable: Callable[[str], None],
         max_frame_size: int,
         attempts: int = 5,
@@ -345,7 +346,8 @@ class Transport:
             self._dirty.append(conn)
             if not self._flush_soon:
                 self._flush_soon = True
-                assert self._loop is not None
+                if self._loop is None:
+                    self._loop = asyncio.get_running_loop()
                 self._loop.call_soon(self._flush)
 
     def connect(self, peer: str) -> bool:

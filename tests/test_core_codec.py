@@ -69,6 +69,14 @@ def test_round_trip_every_message() -> None:
         assert FrameDecoder().feed(encode_frame(rpc)) == [rpc]
 
 
+def test_feed_sized_gives_each_frames_size_on_the_wire() -> None:
+    """The sidecar's ``rpc_received`` records take a frame's size from here, not from
+    encoding the message again: it must be ``len(encode_frame(rpc))``."""
+    dec = FrameDecoder()
+    got = dec.feed_sized(STREAM[:5]) + dec.feed_sized(STREAM[5:])
+    assert got == [(rpc, len(encode_frame(rpc))) for rpc in SAMPLES]
+
+
 def test_wire_has_op_field() -> None:
     import dag_cbor
 

@@ -95,7 +95,7 @@ async def transport_to(remote: Remote) -> AsyncIterator[Transport]:
         transport = Transport(
             kubo=client,
             port=0,
-            on_rpc=lambda p, r: None,
+            on_rpc=lambda p, r, n: None,
             on_unreachable=lambda p: None,
             max_frame_size=1 << 20,
             backoff=0.05,
@@ -193,7 +193,7 @@ async def test_received_frames_reach_on_rpc_and_garbage_closes_the_connection() 
         t = Transport(
             kubo=kubo,
             port=0,
-            on_rpc=lambda p, r: got.append((p, r)),
+            on_rpc=lambda p, r, n: got.append((p, r)),
             on_unreachable=lambda p: None,
             max_frame_size=1 << 20,
         )

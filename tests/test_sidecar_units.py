@@ -405,7 +405,7 @@ async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
     got: list[tuple[str, Rpc]] = []
     all_in = anyio.Event()
 
-    def on_rpc(p: str, rpc: Rpc) -> None:
+    def on_rpc(p: str, rpc: Rpc, size: int) -> None:
         got.append((p, rpc))
         if len(got) == 60:
             all_in.set()
@@ -1071,7 +1071,7 @@ async def test_frames_queued_together_go_out_in_one_write(
         t = transport_mod.Transport(
             kubo=client,
             port=0,
-            on_rpc=lambda p, r: None,
+            on_rpc=lambda p, r, n: None,
             on_unreachable=lambda p: None,
             max_frame_size=1 << 20,
         )

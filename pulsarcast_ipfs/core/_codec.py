@@ -917,11 +917,16 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Rpc]:
         """Add ``data``; return every message completed by it, in order."""
+        return [rpc for rpc, _ in self.feed_sized(data)]
+
+    def feed_sized(self, data: bytes) -> list[tuple[Rpc, int]]:
+        """:meth:`feed`, each message with the size of its frame on the wire (length
+        prefix included: ``len(encode_frame(rpc))`` of a canonical frame)."""
         if self._broken is not None:
             raise RemoteProtocolError(f"stream already failed: {self._broken}")
         try:
             self._buf += data
-            out: list[Rpc] = []
+            out: list[tuple[Rpc, int]] = []
             while True:
                 parsed = self._next_length()
                 if parsed is None:
@@ -931,7 +936,7 @@ class FrameDecoder:
                     return out
                 body = bytes(self._buf[header : header + length])
                 del self._buf[: header + length]
-                out.append(decode_rpc(body))
+                out.append((decode_rpc(body), header + length))
         except RemoteProtocolError as exc:
             self._broken = exc
             raise
