@@ -233,26 +233,31 @@ class Dissemination(NodeBase):
         entry = self._events.get(cid)
         if entry is None:
             return
+        targets = [
+            peer
+            for peer in ([only] if only is not None else tree.neighbours())
+            if peer != exclude and peer not in skip
+        ]
+        if not targets and not direct:
+            return  # a leaf, the event from its parent: nothing to encode
         ev: EventDescriptor = entry[1]
         block = None
         if ev.topic != tree.key:
             desc = tree.versions.get(ev.topic)
             block = desc.encode() if desc is not None else None
         rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed)
-        targets = [only] if only is not None else tree.neighbours()
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
         for peer in targets:
-            if peer != exclude and peer not in skip:
-                summary = self._target_summary(tree, peer) if peer != tree.parent else None
-                if summary is None:
-                    self._send(now, peer, rpc, tree.name, data)
-                elif not matches_any(summary, ev.attributes):
-                    self._prune_edge(tree, peer, cid)  # nobody there wants it
-                    continue
-                else:
-                    self._send_pruned(now, tree, peer, rpc, data, summary, ev)
-                tree.edge(peer).known.add(cid)
-                self._count_forward(tree, peer, ev)
+            summary = self._target_summary(tree, peer) if peer != tree.parent else None
+            if summary is None:
+                self._send(now, peer, rpc, tree.name, data)
+            elif not matches_any(summary, ev.attributes):
+                self._prune_edge(tree, peer, cid)  # nobody there wants it
+                continue
+            else:
+                self._send_pruned(now, tree, peer, rpc, data, summary, ev)
+            tree.edge(peer).known.add(cid)
+            self._count_forward(tree, peer, ev)
         for peer, parents in direct.items():
             if parents is None:
                 self._send(now, peer, rpc, tree.name, data)
