@@ -13,7 +13,10 @@ creator), at ``--rate`` per second for ``--seconds``; then 3 s more. The process
 divided by the deliveries made (events × subscribers), is printed in µs, with the
 largest sidecar's resident memory at the end.
 ``--profile PREFIX`` records three sidecars with ``py-spy`` meanwhile (raw
-collapsed stacks in ``PREFIX-<node>.txt``). Figures are printed, not asserted.
+collapsed stacks in ``PREFIX-<node>.txt``) and takes Go CPU profiles of their Kubo
+daemons from the RPC API's ``/debug/pprof/profile`` (``PREFIX-kubo-<node>.pprof``;
+``go tool pprof -top PREFIX-kubo-*.pprof`` merges them). Figures are printed, not
+asserted.
 """
 
 from __future__ import annotations
@@ -25,18 +28,23 @@ import sys
 import time
 
 import anyio
+import httpx
 import psutil
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 
 
 async def measure(args: argparse.Namespace) -> dict[str, float]:
+    result: dict[str, float] = {}
     nodes = args.nodes
-    async with LocalSidecarCluster(
-        nodes=nodes,
-        run="cluster-cpu",
-        extra_args=["--log-level", "warning", "--routing-interval", "5"],
-    ) as sc:
+    async with (
+        LocalSidecarCluster(
+            nodes=nodes,
+            run="cluster-cpu",
+            extra_args=["--log-level", "warning", "--routing-interval", "5"],
+        ) as sc,
+        anyio.create_task_group() as profiling,
+    ):
         topics: list[tuple[int, str]] = []
         for t in range(args.topics):
             async with sc.client(t) as c:
@@ -71,6 +79,16 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
                         stderr=subprocess.DEVNULL,
                     )
                 )
+            seconds = int(args.seconds)
+
+            async def kubo_profile(i: int) -> None:
+                root = sc[i].kubo.api_url.removesuffix("/").removesuffix("/api/v0")
+                async with httpx.AsyncClient(timeout=seconds + 30) as http:
+                    r = await http.get(f"{root}/debug/pprof/profile", params={"seconds": seconds})
+                await anyio.Path(f"{args.profile}-kubo-{i}.pprof").write_bytes(r.content)
+
+            for i in (5, 9, 13):
+                profiling.start_soon(kubo_profile, i)
         events = int(args.rate * args.seconds)
         per_topic = [0] * len(topics)
         failed = 0
@@ -102,7 +120,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
         for p in profilers:
             await p.wait()
         deliveries = sum(n * (subscribers // len(topics)) for n in per_topic)
-        return {
+        result = {
             "events": events,
             "failed": failed,
             "window": window,
@@ -113,6 +131,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
             "kubo_us": 1e6 * (k1 - k0) / max(1, deliveries),
             "rss_mib": rss / (1 << 20),
         }
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

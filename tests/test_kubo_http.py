@@ -37,7 +37,7 @@ from pulsarcast_ipfs.kubo import (
     KuboUnavailable,
     dag_cbor_cid,
 )
-from pulsarcast_ipfs.kubo._http import ConnectionPool, Response, ResponseParser
+from pulsarcast_ipfs.kubo._http import ConnectionPool, Response, ResponseParser, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -392,6 +392,29 @@ async def test_a_refused_connection_is_unavailable_as_through_httpx() -> None:
                 KuboUnavailable, match=r"id: cannot reach the Kubo daemon \(ConnectError"
             ):
                 await kubo.id()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+async def test_connect_gives_a_working_stream_and_refusal_is_an_oserror(host: str) -> None:
+    """The pool's own connect (numeric hosts directly, names through anyio): bytes go
+    both ways, and a closed port is an ``OSError`` (what the pool maps to
+    ``ConnectError``), the socket not leaked."""
+
+    async def echo(stream: SocketStream) -> None:
+        async with stream:
+            await stream.send(await stream.receive())
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, echo)
+        with anyio.fail_after(5):
+            async with await connect(host, port) as stream:
+                await stream.send(b"ping")
+                assert await stream.receive() == b"ping"
+        tg.cancel_scope.cancel()
+    with anyio.fail_after(5), pytest.raises(OSError):
+        await connect(host, port)
 
 
 async def test_idle_connections_are_bounded_and_closed_with_the_client() -> None:

@@ -41,7 +41,11 @@ streamed answers (``pubsub/sub``, the streaming ``routing/findprovs`` keep httpx
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import os
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode, urlsplit
@@ -298,6 +302,36 @@ class _Stale(Exception):
     """A reused connection failed before any byte of the answer: closed while idle."""
 
 
+async def connect(host: str, port: int) -> anyio.abc.SocketStream:
+    """A TCP connection to ``host:port``, as ``anyio.connect_tcp`` makes one.
+
+    A numeric address (the usual ``127.0.0.1``) is connected directly: one
+    non-blocking ``connect`` and a wait until the socket is writable, without the
+    resolver and the happy-eyeballs task group ``anyio.connect_tcp`` starts for any
+    host (~190 µs of CPU less a connection; Kubo closes the connection after a
+    ``block/put`` of several blocks, so the block store opens one every few puts).
+    Any other host goes through ``anyio.connect_tcp``. ``OSError`` if it fails.
+    """
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return await anyio.connect_tcp(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = sock.connect_ex((host, port))
+        if err == errno.EINPROGRESS:
+            await anyio.wait_writable(sock)
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, f"connecting to {host}:{port}: {os.strerror(err)}")
+        return await anyio.abc.SocketStream.from_socket(sock)
+    except BaseException:
+        sock.close()
+        raise
+
+
 class ConnectionPool:
     """Keep-alive HTTP/1.1 connections to one Kubo RPC API, for one-shot POSTs.
 
@@ -414,7 +448,7 @@ class ConnectionPool:
         phase[0] = "ConnectTimeout"
         try:
             with anyio.fail_after(connect_timeout):
-                stream = await anyio.connect_tcp(self.host, self.port)
+                stream = await connect(self.host, self.port)
         except TimeoutError as exc:
             raise transport_error("ConnectTimeout", endpoint=endpoint) from exc
         except OSError as exc:
