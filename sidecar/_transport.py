@@ -465,6 +465,10 @@ class Transport:
             await self.kubo.p2p_forward(PROTOCOL, f"/ip4/127.0.0.1/tcp/{port}", conn.peer)
             conn.port = port
         loop = asyncio.get_running_loop()
+        # Cleared before connecting: the new connection's loss (or a close by us)
+        # may come before this task runs again.
+        conn.wake.clear()
+        conn.paused = False
         try:
             live, _ = await loop.create_connection(
                 lambda: _Outgoing(self, conn), host="127.0.0.1", port=conn.port
@@ -481,8 +485,6 @@ class Transport:
             raise
         began = time.monotonic()
         conn.recent.clear()
-        conn.paused = False
-        conn.wake.clear()
         if conn.closed:
             live.close()
             return 0.0
