@@ -87,21 +87,25 @@ PUT_BATCH: Final = 100
 """Blocks per ``block/put`` request (Kubo 0.43: 100 in one call 39 ms, in 100 calls 1.7 s)."""
 PUT_BATCH_BYTES: Final = 1 << 20
 """Bytes of blocks per ``block/put`` request (a bigger block goes alone)."""
-PUT_LINGER: Final = 0.5
+PUT_LINGER: Final = 1.0
 """Seconds the writer waits for more blocks before a ``block/put`` that is not full.
 A Kubo round trip takes milliseconds, so at 20 events/s the queue seldom holds more
 than one block when the writer looks: 2-3 blocks per request with a 0.1 s wait. Each
-request costs the sidecar ~1-3 ms of CPU on a loaded machine (httpx, a profile of a
-20-node cluster at 20 events/s): at most two a second with this wait. A missed
-event's block is fetched only after ``parent_grace`` (1 s) or a DIGEST round.
-Nothing waits for a put (§8; the API reads the driver's block cache first), and a
-block asked for over bitswap meanwhile is sent once Kubo has it."""
+request costs the sidecar ~1-3 ms of CPU on a loaded machine and Kubo about as much
+(its HTTP API and a Pebble commit): HTTP calls to Kubo were ~15 % of a sidecar's busy
+time and ~45 % of Kubo's at 20 events/s on 20 nodes (py-spy and Kubo's pprof,
+session 17). 0.5 s, then 1 s with :data:`PIN_LINGER` 2 s: the sidecars' and Kubo's CPU
+per delivery fell by ~8 % (``benchmarks/cluster_cpu.py``, two runs each). A missed
+event's block is fetched only after ``parent_grace`` (1 s) or a DIGEST round, and
+from any neighbour that has it. Nothing waits for a put (§8; the API reads the
+driver's block cache first), and a block asked for over bitswap meanwhile is sent
+once Kubo has it."""
 INDEX_LINGER: Final = 5.0
 """Seconds the retention index waits at most, once changed, before it is put and
 pinned again: each update leaves its replaced bucket and root (~10 KB) to the next
 ``repo gc``; a retained event is unprotected from a ``repo gc`` until then, as any
 block is between its put and its pin."""
-PIN_LINGER: Final = 1.0
+PIN_LINGER: Final = 2.0
 """Seconds a block put waits at most for its ``pin/add`` (and a released event for
 its ``pin/rm``) while fewer than :data:`PIN_BATCH` are due: without it the pins went
 out whenever the put queue drained, one ``pin/add`` per ``block/put``. A block is
