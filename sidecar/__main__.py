@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
 import logging
 import signal
 import sys
@@ -101,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         "where Kubo's garbage collection may remove them",
     )
     p.add_argument(
+        "--uvloop",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run on uvloop's event loop when it is installed (default: on); "
+        "--no-uvloop runs on asyncio's own",
+    )
+    p.add_argument(
         "--tree-filters",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -144,6 +153,8 @@ def config_from_args(argv: list[str] | None = None) -> SidecarConfig:
 
 async def _run(config: SidecarConfig) -> str | None:
     """Run until stopped; the reason if the sidecar stopped on its own (else None)."""
+    loop = type(asyncio.get_running_loop())
+    log.info("event loop: %s.%s", loop.__module__, loop.__qualname__)
     driver = Driver(config)
 
     async def signals() -> None:
@@ -166,6 +177,13 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+def _loop_options(config: SidecarConfig) -> dict[str, bool]:
+    """anyio's asyncio backend options: uvloop when configured and installed."""
+    if not config.uvloop or importlib.util.find_spec("uvloop") is None:
+        return {"use_uvloop": False}
+    return {"use_uvloop": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(argv)
@@ -180,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         try:
-            fatal = anyio.run(_run, config)
+            fatal = anyio.run(_run, config, backend_options=_loop_options(config))
         except BaseExceptionGroup as group:
             raise _first_leaf(group) from group
     except StateError as exc:

@@ -115,6 +115,10 @@ class SidecarConfig:
     parent what this node's subtree wants and send events down only into subtrees
     whose summary matches (``NodeConfig.tree_filters``). Off: every event goes to
     every tree neighbour."""
+    uvloop: bool = True
+    """Run on uvloop's event loop when it is installed (it is a dependency on Linux and
+    macOS), asyncio's own otherwise. 3-4 % less sidecar CPU per delivery on a 20-node
+    cluster at 20 events/s (``benchmarks/cluster_cpu.py``, session 17). Off: asyncio's."""
     flat_fanout: int = 64
     """Flat trees (docs/protocol-notes.md "Flat trees"): a node below a child of a
     topic's root moves up to the root while the root's MEMBERS list names fewer than

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -27,7 +28,7 @@ from sidecar import (
     load_config,
     openapi_document,
 )
-from sidecar.__main__ import build_parser, config_from_args
+from sidecar.__main__ import _loop_options, build_parser, config_from_args
 from sidecar._retainindex import EMPTY_ROOT, INDEX_PIN_NAME, decode_bucket, decode_root
 from sidecar._routing import RoutingView
 from sidecar._store import BlockStore, kubo_announces_pins
@@ -141,6 +142,21 @@ def test_announce_setting_from_flags_and_environment() -> None:
     assert load_config(env={"PULSARCAST_ANNOUNCE": "pin"}).announce == "pin"
     cfg = config_from_args(["--announce", "provide-once"])
     assert cfg.announce == "provide-once"
+
+
+def test_event_loop_setting_from_flags_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_config(env={}).uvloop is True
+    assert load_config(env={"PULSARCAST_UVLOOP": "false"}).uvloop is False
+    assert config_from_args(["--no-uvloop"]).uvloop is False
+    assert _loop_options(load_config(env={})) == {"use_uvloop": True}  # installed here
+    assert _loop_options(config_from_args(["--no-uvloop"])) == {"use_uvloop": False}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else real(name, *a)
+    )
+    assert _loop_options(load_config(env={})) == {"use_uvloop": False}  # not installed
 
 
 def test_token_allows_non_loopback() -> None:
