@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--topic-announcers",
         type=int,
         help="subscribers per topic, besides its author, that announce it in the DHT: "
-        "those closest to the topic among its tree's members (default 8; 0: all)",
+        "those closest to the topic among its tree's members (default 4; 0: all)",
     )
     p.add_argument(
         "--retain-events",

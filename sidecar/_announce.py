@@ -33,8 +33,17 @@ from pulsarcast_ipfs.core._cid import CID
 
 __all__ = ["MEMBERS_WAIT", "TOPIC_ANNOUNCERS", "announcers", "should_announce"]
 
-TOPIC_ANNOUNCERS = 8
-"""Subscribers per topic that announce it besides its author (the default ``k``)."""
+TOPIC_ANNOUNCERS = 4
+"""Subscribers per topic that announce it besides its author (the default ``k``).
+
+Was 8. Each announcement is a DHT ``provide``: a closest-peers query and an
+ADD_PROVIDER to each of the closest, ~18 KB of LAN-DHT traffic and a share of every
+Kubo's CPU at 20 nodes. 253 subscriptions to 23 topics on a 20-node cluster, Kubo's
+CPU while subscribing and 8 s after (two runs each): k = 8 8.4 and 7.7 s, k = 4 6.9
+and 8.3 s, k = 2 6.0 and 6.8 s; in the 20 events/s benchmark k = 2 moved 3.6 MB of
+LAN DHT against 6.1 (session 17). Four announcers and the author are five live
+holders a reader can find while a topic has five subscribers; an announcer that
+leaves is replaced by the next closest at the next housekeeping tick."""
 MEMBERS_WAIT = 30.0
 """Seconds a subscriber without the root's member list waits before it announces."""
 

@@ -154,7 +154,7 @@ def test_topic_announcers_is_configurable_and_checked(tmp_path: Path) -> None:
     from sidecar import ConfigError
     from sidecar.__main__ import config_from_args
 
-    assert load_config(env={}).topic_announcers == 8
+    assert load_config(env={}).topic_announcers == 4
     assert config_from_args(["--topic-announcers", "0"]).topic_announcers == 0
     assert load_config(env={"PULSARCAST_TOPIC_ANNOUNCERS": "3"}).topic_announcers == 3
     with pytest.raises(ConfigError, match="topic_announcers: between 0 and 64"):
