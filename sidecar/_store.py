@@ -94,8 +94,8 @@ than one block when the writer looks: 2-3 blocks per request with a 0.1 s wait. 
 request costs the sidecar ~1-3 ms of CPU on a loaded machine and Kubo about as much
 (its HTTP API and a Pebble commit): HTTP calls to Kubo were ~15 % of a sidecar's busy
 time and ~45 % of Kubo's at 20 events/s on 20 nodes (py-spy and Kubo's pprof,
-session 17). 0.5 s, then 1 s with :data:`PIN_LINGER` 2 s: the sidecars' and Kubo's CPU
-per delivery fell by ~8 % (``benchmarks/cluster_cpu.py``, two runs each). A missed
+session 17). From 0.5 to 1 s, with :data:`PIN_LINGER` from 1 to 2 s, the sidecars' and
+Kubo's CPU per delivery fell by ~8 % (``benchmarks/cluster_cpu.py``, two runs each). A missed
 event's block is fetched only after ``parent_grace`` (1 s) or a DIGEST round, and
 from any neighbour that has it. Nothing waits for a put (§8; the API reads the
 driver's block cache first), and a block asked for over bitswap meanwhile is sent
