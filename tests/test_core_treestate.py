@@ -94,6 +94,10 @@ class Observer:
         self.bad: list[str] = []
         self._depth: dict[int, int] = {}
         self._last: dict[int, dict[Any, TreeState]] = {}
+        # Keyed by id(): the nodes are kept alive, or a later scenario's node could get
+        # the id of a collected one (and its topics the same CIDs: CoreNet is
+        # deterministic) and be compared with that node's last states.
+        self._alive: list[PulsarcastNode] = []
 
     def wrap(self, name: str, labels: Callable[..., Labels]) -> Callable[..., Any]:
         method = getattr(PulsarcastNode, name)
@@ -103,6 +107,8 @@ class Observer:
             nid = id(node)
             if self._depth.get(nid):
                 return method(node, *args, **kwargs)
+            if nid not in self._last:
+                self._alive.append(node)
             before = _states(node)
             last = self._last.get(nid, {})
             for key in before.keys() | last.keys():
