@@ -630,6 +630,7 @@ class Driver:
             "pulsarcast_blocks_stored_total": store.stored,
             "pulsarcast_block_put_calls_total": store.put_calls,
             "pulsarcast_blocks_store_pending": store.pending,
+            "pulsarcast_blocks_put_again_total": store.put_again,
             "pulsarcast_blocks_provided_total": store.provided,
             "pulsarcast_blocks_provide_failed_total": store.provide_failed,
             "pulsarcast_blocks_retained_pinned": store.retained_pinned,

@@ -40,6 +40,13 @@ time, so that only the bad block is dropped. What is pinned and what is announce
   *unpinned*: kept in this node's blockstore and served over bitswap, but never
   announced.
 
+Between a block's put and its pin, a ``repo gc`` may collect it, and a pin of a
+missing block waits for the network (for ever if no peer has it). The store keeps
+the bytes of what it is still to pin: direct pins are made ``offline`` and a block
+they miss is put again and pinned; a retention index pin that takes longer than
+:data:`INDEX_PIN_WAIT` puts the events linked since the last one again
+(``put_again``, ``pulsarcast_blocks_put_again_total``).
+
 ``FetchBlock`` → ``block/get`` with a timeout, answered with ``node.block_fetched``.
 """
 
@@ -57,7 +64,13 @@ import anyio.abc
 from pulsarcast_ipfs.core import cid_from_str
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dagcbor import sha256_cid
-from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboNotFound, KuboUnavailable
+from pulsarcast_ipfs.kubo import (
+    KuboClient,
+    KuboError,
+    KuboNotFound,
+    KuboTimeout,
+    KuboUnavailable,
+)
 from sidecar._retainindex import (
     EMPTY_ROOT,
     INDEX_PIN_NAME,
@@ -69,6 +82,7 @@ from sidecar._retainindex import (
 )
 
 __all__ = [
+    "INDEX_PIN_WAIT",
     "PIN_BATCH",
     "PIN_LINGER",
     "PUT_BATCH",
@@ -109,7 +123,16 @@ PIN_LINGER: Final = 2.0
 """Seconds a block put waits at most for its ``pin/add`` (and a released event for
 its ``pin/rm``) while fewer than :data:`PIN_BATCH` are due: without it the pins went
 out whenever the put queue drained, one ``pin/add`` per ``block/put``. A block is
-safe unpinned until a ``repo gc``; own topic versions are pinned (announced) at once."""
+safe unpinned until a ``repo gc``; own topic versions are pinned (announced) at once.
+A block a ``repo gc`` collects meanwhile is put again (:data:`INDEX_PIN_WAIT`)."""
+INDEX_PIN_WAIT: Final = 5.0
+"""Seconds a ``pin/update`` of the retention index may take (milliseconds when every
+block it links is here). Kubo fetches a missing block from the network however long
+that takes, so a retained event that a ``repo gc`` collected between its put and the
+index's pin would hold the writer until a peer had it, forever if none does. Past
+this wait the events linked since the pinned index are put again and the pin made
+once more. Direct pins (own events, topics) are made ``offline`` and fail at once on
+a missing block, which is then put again the same way."""
 _PROVIDE_QUEUE_MAX = 50_000
 _RETRY_DELAY = 0.5
 _DRAIN_WAIT = 5.0
@@ -211,6 +234,12 @@ class BlockStore:
         """Own events put, to be pinned in batches (never unpinned, never announced)."""
         self._announce_due: dict[CID, None] = {}
         """Own topic versions put, to be pinned one by one and announced."""
+        self._unpinned: dict[CID, bytes] = {}
+        """Blocks put that are to be pinned directly (own events and topic versions,
+        topics), until they are: put again if a ``repo gc`` collected them first."""
+        self._unindexed: dict[CID, bytes] = {}
+        """Retained events linked from the retention index since it was last pinned,
+        until it is pinned again: put again if a ``repo gc`` collected them first."""
         self._tg: anyio.abc.TaskGroup | None = None
         self.stored = 0
         """Blocks put (each time one is put)."""
@@ -222,6 +251,8 @@ class BlockStore:
         self.provide_skipped = 0
         self.store_failed = 0
         """Blocks Kubo refused to store (dropped)."""
+        self.put_again = 0
+        """Blocks put again because a ``repo gc`` collected them before their pin."""
         self.pins_added = 0
         """Retained events linked from the retention index, topics pinned."""
         self.own_pins_added = 0
@@ -323,6 +354,7 @@ class BlockStore:
         for cid in cids:
             if self._retained.pop(cid, None):
                 continue  # an own event: stays pinned
+            self._unindexed.pop(cid, None)
             if self.index.remove(cid):  # also one retained before a restart
                 self.pins_removed += 1
         if self.index.changed:
@@ -347,7 +379,8 @@ class BlockStore:
         """The subscription ended: unpin the topic descriptor (own blocks stay pinned)."""
         if cid in self._topics:
             self._topics.discard(cid)
-            self._pin_due.pop(cid, None)
+            if self._pin_due.pop(cid, None) is not None:
+                self._unpinned.pop(cid, None)
             if cid in self._pinned and cid not in self._retained:
                 self._unpin_due[cid] = None
                 self._put_wake.set()
@@ -482,7 +515,7 @@ class BlockStore:
             self._puts.popleft()
             self._queued_bytes -= len(data)
             self.stored += 1
-            self._after_put(cid, kind)
+            self._after_put(cid, data, kind)
 
     def _down(self, blocks: int, exc: KuboError) -> None:
         # Kubo is down (restarting): keep the blocks queued, in order, and retry;
@@ -498,22 +531,45 @@ class BlockStore:
         _, data, _ = self._puts.popleft()
         self._queued_bytes -= len(data)
 
-    def _after_put(self, cid: CID, kind: _Kind) -> None:
+    def _after_put(self, cid: CID, data: bytes, kind: _Kind) -> None:
         if kind == "own":
             # A direct pin: ``block/put --pin`` pins recursively, i.e. the whole
             # parent DAG, which Kubo then fetches if missing and reprovides with
             # every one of this node's own events.
             self._own_due[cid] = None
+            self._unpinned[cid] = data
         elif kind == "announce":
             self._announce_due[cid] = None
+            self._unpinned[cid] = data
         elif kind == "retain":
             if self.retain_pin and self._retained.get(cid) is False and self.index.add(cid):
                 self.pins_added += 1
+                self._unindexed[cid] = data
         elif kind == "topic":
             if cid in self._topics:
                 if cid not in self._pinned:
                     self._pin_due[cid] = None
+                    self._unpinned[cid] = data
                 self._queue_provide(cid)  # the one announcement, pinned or not
+
+    async def _put_again(self, blocks: dict[CID, bytes], cids: Iterable[CID]) -> bool:
+        """Put these of ``blocks`` again: a ``repo gc`` may have collected them between
+        their put and their pin. False if there was none to put, or Kubo refused them
+        (``KuboUnavailable`` goes to the caller, which keeps its pins due)."""
+        again = [(cid, blocks[cid]) for cid in cids if cid in blocks]
+        if not again:
+            return False
+        self.put_calls += 1
+        try:
+            await self.kubo.block_put_many([d for _, d in again], cids=[c for c, _ in again])
+        except KuboUnavailable:
+            raise
+        except KuboError as exc:
+            log.warning("%d block(s) not put again: %s", len(again), exc)
+            return False
+        self.put_again += len(again)
+        log.info("%d block(s) put again before their pin (collected by a repo gc?)", len(again))
+        return True
 
     def _take(self, due: dict[CID, None], keep: Callable[[CID], bool]) -> list[CID]:
         out: list[CID] = []
@@ -522,6 +578,8 @@ class BlockStore:
             del due[cid]
             if keep(cid):
                 out.append(cid)
+            elif due is not self._unpin_due:
+                self._unpinned.pop(cid, None)
         return out
 
     async def _flush_pins(self) -> bool:
@@ -560,6 +618,7 @@ class BlockStore:
             self._index_loaded = await self._load_index()
             if not self._index_loaded:
                 return False
+        linked = list(self._unindexed)  # every one of them is in the build
         build = self.index.build()
         blocks = list(build.blocks)
         if self.index.root is None:
@@ -577,6 +636,8 @@ class BlockStore:
             self._index_since = anyio.current_time()  # tried again after index_linger
             return True
         self.index.commit(build)
+        for cid in linked:
+            self._unindexed.pop(cid, None)
         self.index_updates += 1
         self._index_since = None
         while self._stale_roots:
@@ -599,9 +660,16 @@ class BlockStore:
         if old == build.root:
             return
         try:
-            await self.kubo.pin_update(old, build.root, unpin=True)
+            await self.kubo.pin_update(old, build.root, unpin=True, max_wait=INDEX_PIN_WAIT)
         except KuboUnavailable:
             raise
+        except KuboTimeout:
+            # Kubo is fetching a linked event from the network: a repo gc collected it
+            # after its put. Put them all again; a second time out fails the pin.
+            if not await self._put_again(self._unindexed, list(self._unindexed)):
+                raise
+            self.pin_calls += 1
+            await self.kubo.pin_update(old, build.root, unpin=True, max_wait=INDEX_PIN_WAIT)
         except KuboError as exc:
             # The old root is no longer pinned (unpinned by hand), or the new one is
             # pinned already: pin the new one, drop the old one if it is still there.
@@ -650,13 +718,20 @@ class BlockStore:
         announces the pin at once), and ``provide/once`` it too if that is not enough;
         False: Kubo is down."""
         try:
-            await self.kubo.pin_add(cid, recursive=False)
+            try:
+                await self.kubo.pin_add_many([cid], fast_provide_root=True, offline=True)
+            except KuboNotFound:
+                if not await self._put_again(self._unpinned, [cid]):
+                    raise
+                await self.kubo.pin_add_many([cid], fast_provide_root=True, offline=True)
         except KuboUnavailable:
             return False
         except KuboError as exc:
             self.pin_failed += 1
+            self._unpinned.pop(cid, None)
             log.warning("pin/add %s failed: %s", cid, exc)
             return True
+        self._unpinned.pop(cid, None)
         self.own_pins_added += 1
         if self.provide_once:
             self._queue_provide(cid)
@@ -665,20 +740,29 @@ class BlockStore:
     async def _pin_own(self, cids: list[CID]) -> None:
         await self._pin(cids, own=True)
 
-    async def _pin(self, cids: list[CID], *, own: bool = False) -> None:
+    async def _pin(self, cids: list[CID], *, own: bool = False, again: bool = True) -> None:
+        """Pin ``cids`` directly, ``offline``: a block a ``repo gc`` collected since its
+        put is put again (``again``, once) rather than waited for from the network."""
         self.pin_calls += 1
         try:
-            await self.kubo.pin_add_many(cids, fast_provide_root=False)
+            await self.kubo.pin_add_many(cids, fast_provide_root=False, offline=True)
         except KuboUnavailable:
             raise
         except KuboError as exc:
+            if again and isinstance(exc, KuboNotFound):
+                if await self._put_again(self._unpinned, cids):
+                    await self._pin(cids, own=own, again=False)
+                    return
             if len(cids) == 1:
                 self.pin_failed += 1
+                self._unpinned.pop(cids[0], None)
                 log.warning("pin/add %s failed: %s", cids[0], exc)
                 return
             for cid in cids:  # find the one Kubo refuses; pin the others
-                await self._pin([cid], own=own)
+                await self._pin([cid], own=own, again=False)
             return
+        for cid in cids:
+            self._unpinned.pop(cid, None)
         if own:
             self.own_pins_added += len(cids)
         else:

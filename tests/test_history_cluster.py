@@ -12,9 +12,10 @@ In order (one cluster for the module):
 2. node 3's sidecar is stopped while the three publish again (branches), then
    restarted: it recovers every missed event, once, and lists the same history;
 3. the independent reader walks every event block from one head;
-4. the publisher and author (node 0) is killed for good, ``repo gc`` runs on every
-   remaining Kubo node, and node 4, which never subscribed, pages through the whole
-   retained history, fetching the blocks from the remaining subscribers.
+4. once the subscribers have pinned what they hold, the publisher and author (node 0)
+   is killed for good, ``repo gc`` runs on every remaining Kubo node, and node 4,
+   which never subscribed, pages through the whole retained history, fetching the
+   blocks from the remaining subscribers.
 """
 
 from __future__ import annotations
@@ -186,6 +187,16 @@ async def test_durable_after_the_publisher_is_gone_and_gc(
     sc: LocalSidecarCluster, topic: str
 ) -> None:
     want = [e["cid"] for e in await whole_history(sc, 1, topic)]
+
+    async def pinned() -> bool:  # an event is safe from a repo gc once pinned, within
+        for i in SUBSCRIBERS:  # seconds (a block collected before is put again, tested
+            async with sc.client(i) as c:  # in test_kubo_client.py)
+                metrics = (await c.get("/metrics")).text
+            if "\npulsarcast_blocks_store_pending 0.0\n" not in metrics:
+                return False
+        return True
+
+    await wait_until(pinned, deadline=30, what="the subscribers' pins", interval=0.5)
     await sc.kill_node(0)  # the author, one of the publishers: gone for good
     for i in [1, 2, 3, NON_MEMBER, BARE]:
         async with httpx.AsyncClient(base_url=sc.cluster[i].api_url, timeout=120) as kubo:

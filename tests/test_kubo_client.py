@@ -390,3 +390,35 @@ async def test_the_retention_index_keeps_retained_events_through_gc(
         assert await kubo.block_get(cids[150], max_wait=1)
         with pytest.raises(KuboTimeout):
             await kubo.block_get(cids[100], max_wait=0.5)
+
+
+async def test_blocks_a_gc_collects_between_put_and_pin_are_kept_all_the_same(
+    kubo_pair: LocalCluster,
+) -> None:
+    """A real ``repo gc`` while the pins wait for a batch: Kubo answers the store's
+    ``offline`` direct pin of a collected own event at once ("not found locally"),
+    and would fetch a collected retained event for the index's ``pin/update`` from the
+    network for ever; the store puts them again, and a second gc keeps them all."""
+    from sidecar._store import BlockStore
+
+    own = [_event_bytes(b"own " + os.urandom(8)) for _ in range(3)]
+    kept = [_event_bytes(b"kept " + os.urandom(8)) for _ in range(3)]
+    cids = [dag_cbor_cid(b) for b in own + kept]
+    async with kubo_pair[0].client() as kubo:
+        store = BlockStore(
+            kubo=kubo, fetch_timeout=5.0, put_linger=0.0, pin_linger=2.0, index_linger=2.0
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run, tg)
+            for data in own:
+                store.store(dag_cbor_cid(data), data, own=True)
+            for data in kept:
+                store.store(dag_cbor_cid(data), data, own=False, retain=True)
+            await wait_until(lambda: store.stored == 6, deadline=10, what="the puts")
+            await kubo.repo_gc()  # before the pins: they wait up to 2 s for more
+            await wait_until(lambda: not store.pending, deadline=30, what="the pins")
+            tg.cancel_scope.cancel()
+        assert store.put_again == 6 and store.pin_failed == 0
+        await kubo.repo_gc()
+        for cid in cids:  # node 1 never had them: only this node's blockstore answers
+            assert await kubo.block_get(cid, max_wait=2)

@@ -491,6 +491,22 @@ class FakeKubo:
         """What a ``repo gc`` keeps of the events: direct pins and indexed blocks."""
         return self.pinned | self.indexed()
 
+    def unindexed(self, root: CID) -> set[bytes]:
+        """The multihashes index ``root`` links whose blocks are not here."""
+        here = {bytes(c)[2:] for c in self.blocks}
+        links = [mh for b in decode_root(self.blocks[root]) for mh in decode_bucket(self.blocks[b])]
+        return set(links) - here
+
+    def collect(self) -> set[CID]:
+        """``repo gc``: drop every block no pin keeps (the index's own blocks stay);
+        what it dropped."""
+        keep = self.protected() | set(self.recursive)
+        keep |= {b for root in self.recursive for b in decode_root(self.blocks[root])}
+        gone = set(self.blocks) - keep
+        for cid in gone:
+            del self.blocks[cid]
+        return gone
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         endpoint = request.url.path.removeprefix("/api/v0/")
         params = request.url.params
@@ -516,6 +532,9 @@ class FakeKubo:
             assert params["fast-provide-root"] == "false"  # Kubo would announce the new root
             if old not in self.recursive:
                 return _kubo_error("'from' cid was not recursively pinned already")
+            if self.unindexed(new):  # Kubo 0.43 waits for the network, even offline
+                self.calls.append(("pin_update_waits", new))
+                raise httpx.ReadTimeout("timed out", request=request)
             self.recursive[new] = self.recursive.pop(old)
             self.calls.append(("pin_update", (old, new)))
             self.indexed()
@@ -543,7 +562,13 @@ class FakeKubo:
             if self.down:
                 self.down -= 1
                 raise httpx.ConnectError("connection refused", request=request)
-            assert all(c in self.blocks for c in args)  # every pin comes after its put
+            assert params["offline"] == "true"  # never waits for the network
+            for c in args:  # Kubo stops at the first one missing
+                if c not in self.blocks:
+                    self.calls.append(("pin_missing", c))
+                    return _kubo_error(
+                        f"pin: block was not found locally (offline): ipld: could not find {c}"
+                    )
             if params["fast-provide-root"] == "true":  # announced at once
                 (cid,) = args
                 self.calls.append(("pin_own", cid))
@@ -949,6 +974,44 @@ async def test_a_block_stored_unretained_is_pinned_when_it_comes_back_retained()
     kubo, _ = await _with_store(steps)
     assert [compute_cid(d) for d in kubo.of("put")] == [cid, gone, cid]  # put again
     assert kubo.protected() == {cid} and kubo.of("unpin") == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_blocks_a_gc_collects_before_their_pin_are_put_again() -> None:
+    """``repo gc`` between the put and the pin (the pins wait for a batch): own events
+    and topic versions, pinned ``offline``, and retained events, linked from an index
+    whose pin/update would wait for the network, are put again and end up kept."""
+    own, kept, (topic, topic_data) = _blocks(3, "own"), _blocks(4, "kept"), _blocks(1, "t")[0]
+    (first, first_data), (later, later_data) = _blocks(2, "first")
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.store(first, first_data, own=False, retain=True)
+        while store.pending:  # noqa: ASYNC110 (virtual time)
+            await anyio.sleep(0.1)  # an index pinned before, which keeps `first`
+        for cid, data in own:
+            store.store(cid, data, own=True)
+        for cid, data in kept:
+            store.store(cid, data, own=False, retain=True)
+        store.pin_topic(topic, topic_data)
+        while store.stored < 9:  # noqa: ASYNC110 (virtual time)
+            await anyio.sleep(0.01)
+        assert kubo.protected() == {first}
+        gone = kubo.collect() - {compute_cid(EMPTY_ROOT)}  # (replaced by the first index)
+        assert gone == {c for c, _ in own + kept} | {topic}  # their pins wait
+        store.store(later, later_data, own=False, retain=True)  # put after the gc
+        with anyio.fail_after(60):  # (virtual) without the puts again, the index never is
+            while store.pending:  # noqa: ASYNC110 (virtual time)
+                await anyio.sleep(0.1)
+
+    kubo, store = await _with_store(steps, pin_linger=1.0, index_linger=1.0)
+    blocks = {c for c, _ in own + kept} | {topic, first, later}
+    assert kubo.protected() == blocks
+    assert not kubo.collect() & blocks  # a second gc takes only replaced index blocks
+    assert store.put_again == 3 + 1 + 4 + 1  # own and topic; every event linked since
+    assert len(kubo.of("pin_missing")) == 2  # once for the topics, once for the own events
+    assert len(kubo.of("pin_update_waits")) == 1
+    assert store.pin_failed == 0 and store.store_failed == 0
 
 
 @pytest.mark.anyio

@@ -533,12 +533,17 @@ class KuboClient:
         recursive: bool = False,
         fast_provide_root: bool = False,
         name: str | None = None,
+        offline: bool = False,
     ) -> tuple[str, ...]:
         """``pin/add`` of several CIDs in one call (one ``arg=`` each).
 
         ``fast_provide_root=False`` (Kubo 0.39+): do not announce the pinned roots at
         once (Kubo's default announces each of them). Direct pins by default.
         ``name``: the pins' name (``pin ls --names``; ``pin/update`` keeps it).
+        ``offline``: a CID whose block is not in this node's blockstore fails at once
+        (``KuboNotFound``, "not found locally") instead of being fetched from the
+        network, which waits for as long as no peer has it. Kubo 0.43 honours it for
+        the CIDs themselves, not for what a recursive pin walks below them.
         """
         if not cids:
             return ()
@@ -549,6 +554,8 @@ class KuboClient:
         ]
         if name is not None:
             params.append(("name", name))
+        if offline:
+            params.append(("offline", "true"))
         docs = await self._ndjson("pin/add", params, max_wait=self.config.routing_timeout)
         pins: list[str] = []
         for doc in docs:
@@ -578,19 +585,23 @@ class KuboClient:
         *,
         unpin: bool = True,
         fast_provide_root: bool = False,
+        max_wait: float | None = None,
     ) -> None:
         """``pin/update``: replace recursive pin ``old`` by ``new`` (keeping its name),
         fetching only what ``new`` links and ``old`` does not; ``unpin``: drop ``old``.
         ``fast_provide_root=False``: do not announce ``new`` (Kubo 0.43 does by
         default: ~3.5 KB of LAN DHT per update among 6 nodes, one provide) nor walk
-        its DAG to announce it (``fast-provide-dag``)."""
+        its DAG to announce it (``fast-provide-dag``). ``max_wait``: how long to wait
+        (default: the routing timeout); a block ``new`` links that no peer has is
+        waited for, and Kubo 0.43 ignores ``offline`` here (``KuboTimeout``)."""
         params = [("arg", _check_cid(old, "pin/update")), ("arg", _check_cid(new, "pin/update"))]
         params += [
             ("unpin", "true" if unpin else "false"),
             ("fast-provide-root", "true" if fast_provide_root else "false"),
             ("fast-provide-dag", "false"),
         ]
-        await self._json("pin/update", params, max_wait=self.config.routing_timeout)
+        wait = self.config.routing_timeout if max_wait is None else max_wait
+        await self._json("pin/update", params, max_wait=wait)
 
     async def pin_names(self, *, pin_type: str = "recursive") -> dict[str, str]:
         """``pin/ls --names``: pinned CIDs of ``pin_type`` and their names (``""``: none)."""
