@@ -21,7 +21,7 @@ from pulsarcast_ipfs.bench import (
     markdown_table,
     summarise_run,
 )
-from pulsarcast_ipfs.bench._systems import parse_forward_counts
+from pulsarcast_ipfs.bench._systems import parse_forward_counts, parse_sent_bytes
 from pulsarcast_ipfs.core import matches, parse_filter
 from pulsarcast_ipfs.records import RecordKind
 
@@ -206,6 +206,13 @@ def test_summary_reports_the_tree_forwards(tmp_path: Path) -> None:
     )
     assert parse_forward_counts(metrics) == {"down": 4, "pruned": 36, "false_positive": 0}
     assert parse_forward_counts("pulsarcast_forwards_down_total 4.0\n") is None
+    sent = (
+        'pulsarcast_rpc_bytes_total{direction="sent",op="EVENT"} 1200\n'
+        'pulsarcast_rpc_bytes_total{direction="received",op="EVENT"} 900\n'
+        'pulsarcast_rpc_bytes_total{direction="sent",op="DIGEST"} 3.0\n'
+        'pulsarcast_rpc_bytes_total{direction="sent",op="BAD"} x\n'
+    )
+    assert parse_sent_bytes(sent) == {"EVENT": 1200, "DIGEST": 3}
 
 
 def test_summary_catches_a_missed_matching_delivery(tmp_path: Path) -> None:

@@ -512,8 +512,10 @@ class PulsarcastSystem(System):
 
     async def _forwards_report(self) -> None:
         """Filters in the tree (issue 15): EVENTs sent down, sends pruned and false
-        positives, summed over the nodes' ``/metrics``, into ``forwards.json``."""
+        positives, summed over the nodes' ``/metrics``, into ``forwards.json``, with
+        the tree RPC bytes sent by message (``sent_bytes``: where the bytes go)."""
         totals = dict.fromkeys(FORWARD_COUNTS, 0)
+        sent: dict[str, int] = {}
         nodes = 0
         for http in self._http:
             with contextlib.suppress(httpx.HTTPError, ValueError):
@@ -523,10 +525,13 @@ class PulsarcastSystem(System):
                     nodes += 1
                     for k, v in found.items():
                         totals[k] += v
+                for op, n in parse_sent_bytes(text).items():
+                    sent[op] = sent.get(op, 0) + n
         if not nodes:
             return
+        by_size = dict(sorted(sent.items(), key=lambda kv: -kv[1]))
         (self.run_dir / "forwards.json").write_text(
-            json.dumps({"nodes": nodes, **totals}, indent=1) + "\n"
+            json.dumps({"nodes": nodes, **totals, "sent_bytes": by_size}, indent=1) + "\n"
         )
         down = totals["down"]
         share = f" ({totals['false_positive'] / down:.1%} of those sent down)" if down else ""
@@ -707,6 +712,21 @@ def parse_forward_counts(metrics: str) -> dict[str, int] | None:
             if line.startswith(key):
                 out[name] = int(float(line[len(key) :]))
     return out if len(out) == len(FORWARD_COUNTS) else None
+
+
+_SENT_PREFIX: Final = 'pulsarcast_rpc_bytes_total{direction="sent",op="'
+
+
+def parse_sent_bytes(metrics: str) -> dict[str, int]:
+    """Tree RPC bytes sent, by message (``DIGEST``, ``EVENT``, …), in a sidecar's
+    Prometheus text."""
+    out: dict[str, int] = {}
+    for line in metrics.splitlines():
+        if line.startswith(_SENT_PREFIX):
+            op, _, value = line[len(_SENT_PREFIX) :].partition('"} ')
+            with contextlib.suppress(ValueError):
+                out[op] = int(float(value))
+    return out
 
 
 def make_system(
