@@ -179,9 +179,7 @@ def _first_leaf(exc: BaseException) -> BaseException:
 
 def _loop_options(config: SidecarConfig) -> dict[str, bool]:
     """anyio's asyncio backend options: uvloop when configured and installed."""
-    if not config.uvloop or importlib.util.find_spec("uvloop") is None:
-        return {"use_uvloop": False}
-    return {"use_uvloop": True}
+    return {"use_uvloop": config.uvloop and importlib.util.find_spec("uvloop") is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
