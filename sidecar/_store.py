@@ -303,6 +303,12 @@ class BlockStore:
         )
 
     @property
+    def held_for_pins(self) -> int:
+        """Blocks whose bytes the store holds until they are pinned (to put them again
+        should a ``repo gc`` collect them first); 0 once every pin is made."""
+        return len(self._unpinned) + len(self._unindexed)
+
+    @property
     def retained_pinned(self) -> int:
         """Events of retained histories the pinned retention index links now (own
         ones excluded)."""
@@ -379,8 +385,10 @@ class BlockStore:
         """The subscription ended: unpin the topic descriptor (own blocks stay pinned)."""
         if cid in self._topics:
             self._topics.discard(cid)
-            if self._pin_due.pop(cid, None) is not None:
-                self._unpinned.pop(cid, None)
+            if cid in self._pin_due:
+                del self._pin_due[cid]
+                if cid not in self._announce_due:  # (an own topic version: still due)
+                    self._unpinned.pop(cid, None)
             if cid in self._pinned and cid not in self._retained:
                 self._unpin_due[cid] = None
                 self._put_wake.set()

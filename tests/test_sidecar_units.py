@@ -971,7 +971,8 @@ async def test_a_block_stored_unretained_is_pinned_when_it_comes_back_retained()
         assert kubo.protected() == set()
         store.store(cid, data, own=False, retain=True)
 
-    kubo, _ = await _with_store(steps)
+    kubo, store = await _with_store(steps)
+    assert store.held_for_pins == 0  # `gone`'s bytes were let go with it
     assert [compute_cid(d) for d in kubo.of("put")] == [cid, gone, cid]  # put again
     assert kubo.protected() == {cid} and kubo.of("unpin") == []
 
@@ -1012,6 +1013,7 @@ async def test_blocks_a_gc_collects_before_their_pin_are_put_again() -> None:
     assert len(kubo.of("pin_missing")) == 2  # once for the topics, once for the own events
     assert len(kubo.of("pin_update_waits")) == 1
     assert store.pin_failed == 0 and store.store_failed == 0
+    assert store.held_for_pins == 0  # the bytes go once pinned
 
 
 @pytest.mark.anyio
@@ -1046,7 +1048,8 @@ async def test_a_topic_is_pinned_and_announced_once() -> None:
         assert store.topics_announced == 2
         store.unpin_topic(topic)
 
-    kubo, _ = await _with_store(steps, provide_once=False)
+    kubo, store = await _with_store(steps, provide_once=False)
+    assert store.held_for_pins == 0
     assert kubo.of("provide") == [topic, topic]  # never the event
     assert kubo.of("pin") == [[topic]]  # directly, not announced at pin time
     assert kubo.of("unpin") == [[topic]] and kubo.pinned == set()
