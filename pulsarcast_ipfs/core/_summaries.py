@@ -15,6 +15,16 @@ reader) or follows a meta topic, and nothing for a pure relay. The summary goes 
   child's summary changed, a child gone), at most every ``summary_interval`` per
   tree: changes in between are coalesced into one message. SUMMARY is rate-limited
   with JOIN (the same token bucket per peer, :mod:`._admission`).
+- SUMMARY has no acknowledgement, and a lost one is not harmless: the parent goes on
+  pruning by the summary before, so a subtree that came to want more never gets it
+  (the pruned events are no gap on either side). So a SUMMARY is sent again,
+  unchanged, :data:`SUMMARY_REPEATS` times, 4, 16 and 64 ``summary_interval`` after
+  it (a change in between goes at once, as before, and starts the repeats again); a
+  parent takes an unchanged summary as a no-op. Each repeat that arrives makes the
+  parent owe the child what it pruned and the summary now matches (HEADS, DIGEST).
+  (In the 1,000-node simulation with 5 % loss and 10 % crashes, 16 live deliveries
+  of 42,083 were missing for good without the repeats: three subtrees whose wider
+  SUMMARY was lost.)
 
 A parent keeps each child's summary, merged down to ``summary_bound`` filters
 whatever the child sent (at most ``MAX_SUMMARY`` on the wire); a child without one
@@ -44,6 +54,9 @@ from ._tree import Tree
 __all__ = ["Summaries"]
 
 _FORMER_KEPT = 64
+SUMMARY_REPEATS = 3
+"""Times a SUMMARY is sent again unchanged, 4, 16 and 64 ``summary_interval`` after
+it: with 5 % of messages lost, all four are lost once in 160,000 changes."""
 """Summaries of former children kept per tree (``Tree.former_summaries``)."""
 
 
@@ -80,25 +93,36 @@ class Summaries(NodeBase):
 
     def _summary_changed(self, now: float, tree: Tree) -> None:
         """Something the summary depends on changed: send SUMMARY soon (rate-limited)."""
-        if not self.config.tree_filters or tree.parent is None or tree.summary_due is not None:
+        if not self.config.tree_filters or tree.parent is None:
             return
-        tree.summary_due = max(now, tree.summary_at + self.config.summary_interval)
+        due = max(now, tree.summary_at + self.config.summary_interval)
+        if tree.summary_due is None or due < tree.summary_due:  # (a repeat is later)
+            tree.summary_due = due
 
     def _summary_timer(self, now: float, tree: Tree) -> None:
         tree.summary_due = None
         if tree.parent is None or not tree.joined:
             return  # the next JOIN carries it
         texts = self._note_summary_sent(tree)
-        if texts is None:
+        if texts is not None:
+            tree.summary_repeats = SUMMARY_REPEATS
+        elif tree.summary_repeats > 0 and tree.summary_sent is not None:
+            tree.summary_repeats -= 1  # the same again, in case it was lost
+            texts = tree.summary_sent
+        else:
             return
         tree.summary_at = now
         self._send(now, tree.parent, Summary(topic=tree.key, filters=texts), tree.name)
+        if tree.summary_repeats > 0:
+            sent = SUMMARY_REPEATS - tree.summary_repeats  # 0, 1, 2
+            tree.summary_due = now + self.config.summary_interval * 4 ** (sent + 1)
 
     def _join_summary(self, tree: Tree) -> tuple[str, ...] | None:
         """JOIN's ``summary`` (None: ``tree_filters`` off, the older JOIN)."""
         if not self.config.tree_filters:
             return None
         self._note_summary_sent(tree)
+        tree.summary_repeats = 0  # a JOIN is answered (JOIN_ACK), and sent again if not
         return tree.summary_sent
 
     def _note_summary_sent(self, tree: Tree) -> tuple[str, ...] | None:
@@ -117,6 +141,8 @@ class Summaries(NodeBase):
         if tree is None or peer not in tree.children:
             self._drop(now, "not_child", peer=peer, topic=tree.name if tree else None)
             return
+        if tree.child_wants.get(peer) == tuple(parse_filter(t) for t in rpc.filters):
+            return  # a repeat of what it told us (SUMMARY_REPEATS)
         self._set_child_summary(now, tree, peer, rpc.filters)
 
     def _set_child_summary(

@@ -187,6 +187,9 @@ class Tree:
     """(tree_filters) Send SUMMARY then, if the summary changed."""
     summary_at: float = float("-inf")
     """(tree_filters) When the last SUMMARY went (rate limit: summary_interval)."""
+    summary_repeats: int = 0
+    """(tree_filters) Times the last SUMMARY is still to be sent again, unchanged
+    (``_summaries.SUMMARY_REPEATS``: SUMMARY has no acknowledgement)."""
     fast: FastState | None = None
     """Fast groups of this topic: as a member, a publisher, a helper (:mod:`._fastgroup`)."""
 
