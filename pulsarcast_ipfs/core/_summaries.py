@@ -22,9 +22,9 @@ reader) or follows a meta topic, and nothing for a pure relay. The summary goes 
   it (a change in between goes at once, as before, and starts the repeats again); a
   parent takes an unchanged summary as a no-op. Each repeat that arrives makes the
   parent owe the child what it pruned and the summary now matches (HEADS, DIGEST).
-  (In the 1,000-node simulation with 5 % loss and 10 % crashes, 16 live deliveries
-  of 42,083 were missing for good without the repeats: three subtrees whose wider
-  SUMMARY was lost.)
+  (In the 1,000-node simulation with 5 % loss and 10 % crashes, 16 of 40,629 live
+  deliveries were missing for good without the repeats: three subscribers whose
+  subtree's wider SUMMARY was lost.)
 
 A parent keeps each child's summary, merged down to ``summary_bound`` filters
 whatever the child sent (at most ``MAX_SUMMARY`` on the wire); a child without one
@@ -54,10 +54,10 @@ from ._tree import Tree
 __all__ = ["Summaries"]
 
 _FORMER_KEPT = 64
+"""Summaries of former children kept per tree (``Tree.former_summaries``)."""
 SUMMARY_REPEATS = 3
 """Times a SUMMARY is sent again unchanged, 4, 16 and 64 ``summary_interval`` after
 it: with 5 % of messages lost, all four are lost once in 160,000 changes."""
-"""Summaries of former children kept per tree (``Tree.former_summaries``)."""
 
 
 class Summaries(NodeBase):
