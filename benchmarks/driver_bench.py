@@ -4,10 +4,10 @@ A real :class:`sidecar.Driver` — protocol core, BlockStore, KuboClient, state 
 metric files, timers, the HTTP API (on a free port) — runs against in-process fakes:
 
 * Kubo: an ``httpx.MockTransport`` answering the RPC endpoints the driver calls
-  (``id``, ``version``, ``config``, ``block/put`` with one ``{"Key","Size"}`` line
-  per multipart file, ``block/get``, ``pin/add``, ``pin/rm``, ``provide/once``,
-  ``stats/dht``, ``swarm/peers``, ``stats/bw``, ``key/sign`` with the node's
-  Ed25519 key, ...);
+  (``id``, ``version``, ``config``, ``dag/import`` of a CAR (the block store's puts),
+  ``block/put`` with one ``{"Key","Size"}`` line per multipart file, ``block/get``,
+  ``pin/add``, ``pin/rm``, ``provide/once``, ``stats/dht``, ``swarm/peers``,
+  ``stats/bw``, ``key/sign`` with the node's Ed25519 key, ...);
 * the p2p transport: :class:`FakeTransport`, a ``Transport`` whose outgoing frames
   are counted and handed to the fake peers, and whose incoming frames go through the
   real incoming connection protocol (peer-ID line, ``FrameDecoder``, ``on_rpc``),
@@ -115,6 +115,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+from pulsarcast_ipfs.kubo._car import decode_car
 from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.records import MetricRecord
 from sidecar import Driver, SidecarConfig, build_app
@@ -181,7 +182,7 @@ class FakeKubo:
         self.signer = signer
         self.latency = latency
         """Seconds each answer waits (no CPU): a real Kubo's round trip, during which
-        the block store's queue fills and its next ``block/put`` takes a batch."""
+        the block store's queue fills and its next put takes a batch."""
         self.peers = list(peers)
         """Reported as connected (``swarm/peers``): the driver's known peers."""
         self.blocks: dict[str, bytes] = {}
@@ -231,6 +232,15 @@ class FakeKubo:
                 self.watched_pinned += cid in self.watched
         self.pinned.update(cids)
 
+    def _store(self, made: CID, data: bytes) -> str:
+        cid = cid_str(made)
+        self.by_hash[bytes(made)[2:]] = cid
+        if cid not in self.blocks and cid in self.watched:
+            self.watched_stored += 1
+        self.blocks[cid] = data
+        self.blocks_put += 1
+        return cid
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         t0 = time.process_time()
         try:
@@ -246,17 +256,16 @@ class FakeKubo:
         if endpoint == "block/put":
             lines = []
             for part in multipart_files(request):
-                made = compute_cid(part)
-                cid = cid_str(made)
-                self.by_hash[bytes(made)[2:]] = cid
-                if cid not in self.blocks and cid in self.watched:
-                    self.watched_stored += 1
-                self.blocks[cid] = part
-                self.blocks_put += 1
+                cid = self._store(compute_cid(part), part)
                 if params.get("pin") == "true":
                     self._pin([cid])
                 lines.append(json.dumps({"Key": cid, "Size": len(part)}).encode())
             return httpx.Response(200, content=b"\n".join(lines) + b"\n")
+        if endpoint == "dag/import":  # the block store's puts: a CAR that pins nothing
+            (archive,) = multipart_files(request)
+            for made, data in decode_car(archive)[1]:
+                self._store(made, data)
+            return httpx.Response(200)
         if endpoint == "block/get":
             data = self.blocks.get(args[0]) if args else None
             if data is None:
@@ -513,7 +522,7 @@ class Outcome:
     bytes_out: int
     kubo_calls: Counter[str]
     blocks_put: int
-    """Blocks written with those ``block/put`` calls (several per call: a batch)."""
+    """Blocks written with the block store's ``dag/import`` calls (several per call: a batch)."""
     expected: list[str]
     """The scenario's event CIDs in publication order."""
     delivered: list[str]
@@ -538,7 +547,7 @@ class Outcome:
 
     @property
     def blocks_per_put(self) -> float:
-        return self.blocks_put / max(1, self.kubo_calls["block/put"])
+        return self.blocks_put / max(1, self.kubo_calls["dag/import"])
 
     @property
     def events_per_s(self) -> float:
@@ -955,6 +964,7 @@ async def kubo_call_costs(calls: int = 2_000) -> dict[str, float]:
         probes: dict[str, Callable[[int], Awaitable[object]]] = {
             "stats/bw (no CID)": lambda i: client.stats_bw(),
             "block/put, 1 block": lambda i: client.block_put_many([blocks[i]]),
+            "dag/import, 1 block": lambda i: client.block_import_many([blocks[i]], cids=[cids[i]]),
             "pin/add, 1 CID": lambda i: client.pin_add_many([cids[i]], fast_provide_root=False),
             "key/sign": lambda i: client.key_sign(blocks[i]),
         }

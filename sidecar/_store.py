@@ -1,9 +1,12 @@
 """Descriptor blocks in Kubo (PROTOCOL.md §5 "Persistence"; docs/sidecar.md "Providing").
 
-``StoreBlock`` → ``block/put`` of the exact dag-cbor bytes (CIDs checked by the
-client), in order, by one writer task: up to :data:`PUT_BATCH` queued blocks and
-:data:`PUT_BATCH_BYTES` bytes per request (``KuboClient.block_put_many``; one
-request per received event was 40 % of a sidecar's CPU at 20 events/s, issue 13).
+``StoreBlock`` → the exact dag-cbor bytes stored in Kubo, in order, by one writer
+task: up to :data:`PUT_BATCH` queued blocks and :data:`PUT_BATCH_BYTES` bytes per
+request, one ``dag/import`` of a CAR that pins nothing (``KuboClient.block_import_many``:
+Kubo checks each block against its CID and stores all of them or none; one request
+per received event was 40 % of a sidecar's CPU at 20 events/s, issue 13, and a
+multi-file ``block/put`` cost 4 times the CPU of the import in the sidecar and 3 times in
+Kubo).
 Before a request that would not be full it waits up to :data:`PUT_LINGER` for more
 blocks: events 50 ms apart would otherwise still be put one per request. Pins and
 unpins wait likewise, up to :data:`PIN_LINGER`, for a batch of :data:`PIN_BATCH`.
@@ -98,11 +101,11 @@ _EMPTY_ROOT_CID: Final = sha256_cid(EMPTY_ROOT)
 PIN_BATCH: Final = 100
 """CIDs per ``pin/add`` / ``pin/rm`` call for retained and own events."""
 PUT_BATCH: Final = 100
-"""Blocks per ``block/put`` request (Kubo 0.43: 100 in one call 39 ms, in 100 calls 1.7 s)."""
+"""Blocks per put request (Kubo 0.43's ``block/put``: 100 in one call 39 ms, in 100 calls 1.7 s)."""
 PUT_BATCH_BYTES: Final = 1 << 20
-"""Bytes of blocks per ``block/put`` request (a bigger block goes alone)."""
+"""Bytes of blocks per put request (a bigger block goes alone)."""
 PUT_LINGER: Final = 1.0
-"""Seconds the writer waits for more blocks before a ``block/put`` that is not full.
+"""Seconds the writer waits for more blocks before a put request that is not full.
 A Kubo round trip takes milliseconds, so at 20 events/s the queue seldom holds more
 than one block when the writer looks: 2-3 blocks per request with a 0.1 s wait. Each
 request costs the sidecar ~1-3 ms of CPU on a loaded machine and Kubo about as much
@@ -122,7 +125,7 @@ block is between its put and its pin."""
 PIN_LINGER: Final = 2.0
 """Seconds a block put waits at most for its ``pin/add`` (and a released event for
 its ``pin/rm``) while fewer than :data:`PIN_BATCH` are due: without it the pins went
-out whenever the put queue drained, one ``pin/add`` per ``block/put``. A block is
+out whenever the put queue drained, one ``pin/add`` per put. A block is
 safe unpinned until a ``repo gc``; own topic versions are pinned (announced) at once.
 A block a ``repo gc`` collects meanwhile is put again (:data:`INDEX_PIN_WAIT`)."""
 INDEX_PIN_WAIT: Final = 5.0
@@ -244,7 +247,7 @@ class BlockStore:
         self.stored = 0
         """Blocks put (each time one is put)."""
         self.put_calls = 0
-        """``block/put`` requests (one per batch; one per block while isolating a
+        """Put requests (one per batch; one per block while isolating a
         refused one; retries while Kubo is down included)."""
         self.provided = 0
         self.provide_failed = 0
@@ -330,7 +333,7 @@ class BlockStore:
     def store(
         self, cid: CID, data: bytes, *, own: bool, announce: bool = False, retain: bool = False
     ) -> None:
-        """Queue a block for ``block/put`` (never blocks).
+        """Queue a block to be put (never blocks).
 
         ``own``: this node's own block, pinned (in a batch) and never announced, unless
         ``announce`` (a topic version this node authored; implies ``own``): pinned and
@@ -486,8 +489,8 @@ class BlockStore:
         return batch
 
     async def _put_batch(self) -> bool:
-        """Put the queue's first blocks with one ``block/put``; False: Kubo is down
-        (they stay queued, in order)."""
+        """Put the queue's first blocks with one request; False: Kubo is down (they
+        stay queued, in order)."""
         batch = self._next_batch()
         try:
             await self._put(batch)
@@ -498,9 +501,8 @@ class BlockStore:
             if len(batch) == 1:
                 self._refused(batch[0][0], exc)
                 return True
-            # Kubo refused one of them (and stored those before it): find which,
-            # store the others.
-            log.info("block/put of %d blocks failed, one by one: %s", len(batch), exc)
+            # Kubo refused one of them (and stored none): find which, store the others.
+            log.info("put of %d blocks failed, one by one: %s", len(batch), exc)
             for cid, data, kind in batch:
                 try:
                     await self._put([(cid, data, kind)])
@@ -512,10 +514,10 @@ class BlockStore:
         return True
 
     async def _put(self, batch: list[tuple[CID, bytes, _Kind]]) -> None:
-        """One ``block/put`` of ``batch`` (the head of the queue); dequeue the blocks
-        and queue their pins once Kubo has them all."""
+        """One import of ``batch`` (the head of the queue); dequeue the blocks and queue
+        their pins once Kubo has them all."""
         self.put_calls += 1
-        await self.kubo.block_put_many(
+        await self.kubo.block_import_many(
             [data for _, data, _ in batch], cids=[cid for cid, _, _ in batch]
         )
         self.kubo_down = False
@@ -529,13 +531,13 @@ class BlockStore:
         # Kubo is down (restarting): keep the blocks queued, in order, and retry;
         # dropping them would lose the only copy of a block this node published.
         if not self.kubo_down:
-            log.warning("block/put of %d blocks: Kubo unavailable, will retry: %s", blocks, exc)
+            log.warning("put of %d blocks: Kubo unavailable, will retry: %s", blocks, exc)
         self.kubo_down = True
 
     def _refused(self, cid: CID, exc: KuboError) -> None:
         self.store_failed += 1
         self.kubo_down = False
-        log.warning("block/put %s failed: %s", cid, exc)
+        log.warning("put of %s failed: %s", cid, exc)
         _, data, _ = self._puts.popleft()
         self._queued_bytes -= len(data)
 
@@ -569,7 +571,7 @@ class BlockStore:
             return False
         self.put_calls += 1
         try:
-            await self.kubo.block_put_many([d for _, d in again], cids=[c for c, _ in again])
+            await self.kubo.block_import_many([d for _, d in again], cids=[c for c, _ in again])
         except KuboUnavailable:
             raise
         except KuboError as exc:
@@ -632,7 +634,7 @@ class BlockStore:
         if self.index.root is None:
             blocks.append((_EMPTY_ROOT_CID, EMPTY_ROOT))  # pinned first (see _pin_index)
         try:
-            await self.kubo.block_put_many(
+            await self.kubo.block_import_many(
                 [data for _, data in blocks], cids=[cid for cid, _ in blocks]
             )
             await self._pin_index(build)

@@ -31,7 +31,7 @@ async def test_a_leaf_delivers_every_received_event_once_in_order() -> None:
     assert len(set(o.expected)) == EVENTS
     assert o.delivered == o.expected
     assert o.stored == set(o.expected) and o.pinned == set(o.expected)  # retained: pinned
-    assert o.kubo_calls["block/put"] >= 1 and o.bad_frames == 0
+    assert o.kubo_calls["dag/import"] >= 1 and o.bad_frames == 0
     assert o.problems() == []
 
 
@@ -83,7 +83,7 @@ async def test_the_fake_kubo_answers_a_multipart_block_put_line_by_line() -> Non
     assert kubo.calls["block/put"] == 1 and kubo.blocks_put == 3
     assert kubo.pinned == {str(c) for c in cids}
     costs = await bench.kubo_call_costs(calls=3)
-    assert len(costs) == 4 and all(us > 0 for us in costs.values())
+    assert len(costs) == 5 and all(us > 0 for us in costs.values())
 
 
 @pytest.mark.slow

@@ -102,6 +102,42 @@ async def test_block_put_many_is_one_request_in_order_and_names_a_refused_block(
             await kubo.block_put_many([big])
 
 
+async def test_block_import_many_stores_all_unpinned_or_none_and_keeps_the_connection(
+    kubo_pair: LocalCluster,
+) -> None:
+    """The block store's puts: one ``dag/import`` of a CAR naming no roots."""
+    blocks = [_event_bytes(os.urandom(8 + i)) for i in range(100)]
+    async with kubo_pair[0].client() as kubo, kubo_pair[1].client() as other:
+        assert await kubo.block_import_many([]) == ()  # no request at all
+        cids = await kubo.block_import_many(blocks)
+        assert cids == tuple(dag_cbor_cid(b) for b in blocks)
+        for i in (0, 57, 99):
+            assert await kubo.block_get(cids[i], max_wait=1) == blocks[i]
+        assert await other.block_get(cids[57], max_wait=20) == blocks[57]  # over bitswap
+        assert not {str(c) for c in cids} & set(await kubo.pin_ls(pin_type="all"))
+        # Unlike block/put, Kubo answers nothing and keeps the connection.
+        assert kubo._pool is not None
+        opened = kubo._pool.connections_opened
+        for _ in range(3):
+            await kubo.block_import_many(blocks[:10], cids=cids[:10])
+        assert kubo._pool.connections_opened == opened
+        # Kubo refuses a block over 2 MiB, or one that is not its CID's, and stores
+        # none of the archive; the error names the block.
+        before, big, after = (
+            _event_bytes(os.urandom(8)),
+            _event_bytes(os.urandom(2 << 20)),
+            _event_bytes(os.urandom(8)),
+        )
+        with pytest.raises(KuboAPIError, match=f"{dag_cbor_cid(big)}.*over 2MiB"):
+            await kubo.block_import_many([before, big, after])
+        wrong = _event_bytes(os.urandom(8))
+        with pytest.raises(KuboAPIError, match="integrity"):
+            await kubo.block_import_many([before, wrong], cids=[dag_cbor_cid(before), cids[0]])
+        for data in (before, after, wrong):
+            with pytest.raises(KuboTimeout):
+                await kubo.block_get(dag_cbor_cid(data), max_wait=1)
+
+
 async def test_pin_add_and_rm(kubo_pair: LocalCluster) -> None:
     async with kubo_pair[0].client() as kubo:
         cid = await kubo.block_put(_event_bytes(os.urandom(8)))

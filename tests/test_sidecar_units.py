@@ -19,6 +19,7 @@ from pulsarcast_ipfs.core import RetentionPolicy, compute_cid
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import bucket_index, peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
+from pulsarcast_ipfs.kubo._car import decode_car
 from sidecar import (
     ConfigError,
     SidecarConfig,
@@ -511,12 +512,15 @@ class FakeKubo:
         endpoint = request.url.path.removeprefix("/api/v0/")
         params = request.url.params
         args = [CID.decode(a) for a in params.get_list("arg")]
-        if endpoint == "block/put":
-            assert params["pin"] == "false"
+        if endpoint == "dag/import":
+            assert params["pin-roots"] == "false"  # pins nothing
             if self.put_down:
                 self.put_down -= 1
                 raise httpx.ConnectError("connection refused", request=request)
-            return self._put(_multipart_files(request))
+            (archive,) = _multipart_files(request)
+            roots, blocks = decode_car(archive)  # refuses a block that is not its CID's
+            assert roots == []
+            return self._import(blocks)
         if endpoint == "pin/add" and params["recursive"] == "true":  # the retention index
             if self.down:
                 self.down -= 1
@@ -590,18 +594,16 @@ class FakeKubo:
             return httpx.Response(200)
         raise AssertionError(f"unexpected call {endpoint}")
 
-    def _put(self, files: list[bytes]) -> httpx.Response:
-        index = all(_is_index(data) for data in files)
-        self.calls.append(("put_index_call" if index else "put_call", len(files)))
-        lines = ""
-        for data in files:
-            if data in self.refuse:  # Kubo stops here; the error goes to a trailer
-                return httpx.Response(200, text=lines) if lines else _kubo_error("too big")
-            cid = compute_cid(data)
+    def _import(self, blocks: list[tuple[CID, bytes]]) -> httpx.Response:
+        index = all(_is_index(data) for _, data in blocks)
+        self.calls.append(("put_index_call" if index else "put_call", len(blocks)))
+        for cid, data in blocks:
+            if data in self.refuse:  # Kubo stores none of the archive then
+                return _kubo_error(f'import failed at block "{cid}": produced block is over 2MiB')
+        for cid, data in blocks:
             self.calls.append(("put_index" if index else "put", data))
             self.blocks[cid] = data
-            lines += json.dumps({"Key": str(cid), "Size": len(data)}) + "\n"
-        return httpx.Response(200, text=lines)
+        return httpx.Response(200)
 
 
 def _is_index(data: bytes) -> bool:

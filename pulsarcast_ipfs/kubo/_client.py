@@ -31,6 +31,7 @@ from multiformats import multibase
 
 from pulsarcast_ipfs.core import cid_str
 from pulsarcast_ipfs.core._cid import CID
+from pulsarcast_ipfs.kubo._car import encode_car
 from pulsarcast_ipfs.kubo._errors import (
     BlockCIDMismatch,
     KuboAPIError,
@@ -58,6 +59,7 @@ __all__ = ["KuboClient", "KuboConfig", "PubsubSubscription", "decode_topic", "en
 Params = Sequence[tuple[str, str]]
 
 _BLOCK_PUT_PARAMS = (("cid-codec", "dag-cbor"), ("mhtype", "sha2-256"))
+_DAG_IMPORT_PARAMS = (("pin-roots", "false"),)
 
 # routing/* answers are streams of QueryEvents; their "Type" field:
 _QUERY_FINAL_PEER = 2
@@ -488,6 +490,33 @@ class KuboClient:
         if stream_error:
             raise error_from_response(endpoint, 500, stream_error)
         return got
+
+    async def block_import_many(
+        self, blocks: Sequence[bytes], *, cids: Sequence[CID] | None = None
+    ) -> tuple[CID, ...]:
+        """Store several exact dag-cbor blocks with ONE ``dag/import`` of a CARv1 that
+        names no roots (``pin-roots=false``: nothing pinned); return their CIDs.
+
+        What :meth:`block_put_many` does, for a quarter of the CPU on both sides: Kubo
+        answers nothing and keeps the connection (:mod:`pulsarcast_ipfs.kubo._car`).
+        ``cids``: the blocks' CIDs as the caller computed them (else computed here).
+        Kubo hashes every block and refuses the archive if one does not match its CID,
+        and stores all of it or none: any refusal (a block over Kubo's limit, a
+        mismatch) is a :class:`KuboAPIError` with Kubo's reason, which names the block,
+        and nothing of the call was stored. An empty ``blocks`` makes no request.
+        """
+        if not blocks:
+            return ()
+        endpoint = "dag/import"
+        if cids is None:
+            cids = [dag_cbor_cid(data) for data in blocks]
+        elif len(cids) != len(blocks):
+            raise ValueError(f"{len(cids)} CIDs for {len(blocks)} blocks")
+        archive = encode_car(zip(cids, blocks, strict=True))
+        _, stream_error = await self._call_partial(endpoint, _DAG_IMPORT_PARAMS, parts=(archive,))
+        if stream_error:
+            raise error_from_response(endpoint, 500, stream_error)
+        return tuple(cids)
 
     async def block_get(self, cid: str | CID, *, max_wait: float | None = None) -> bytes:
         """``block/get``: the raw bytes of a block (fetched from the network if needed).
