@@ -120,6 +120,10 @@ def _key_plan(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
     return plan
 
 
+_LINK_HEAD: Final = b"\xd8\x2a\x58\x25\x00"
+"""Tag 42, a byte string of 37 bytes, the identity multibase prefix: a 36-byte CID."""
+
+
 def _enc(value: Any, out: bytearray, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise CborError("value nested too deeply")
@@ -131,6 +135,8 @@ def _enc(value: Any, out: bytearray, depth: int) -> None:
         n = len(raw)
         if n < 24:
             out.append(0x60 | n)
+        elif n < 0x100:
+            out += b"\x78%c" % n
         else:
             _head(3, n, out)
         out += raw
@@ -140,7 +146,11 @@ def _enc(value: Any, out: bytearray, depth: int) -> None:
             out += enc
             _enc(value[k], out, depth + 1)
     elif t is bytes:
-        _head(2, len(value), out)
+        n = len(value)
+        if 24 <= n < 0x100:
+            out += b"\x58%c" % n
+        else:
+            _head(2, n, out)
         out += value
     elif t is int:
         if 0 <= value < 24:
@@ -151,9 +161,12 @@ def _enc(value: Any, out: bytearray, depth: int) -> None:
             _head(1, -1 - value, out)
     elif t is CID:
         raw = value._raw
-        out += b"\xd8\x2a"
-        _head(2, len(raw) + 1, out)
-        out.append(0)
+        if len(raw) == 36:  # every protocol link: tag 42, 37 bytes, the 0x00 prefix
+            out += _LINK_HEAD
+        else:
+            out += b"\xd8\x2a"
+            _head(2, len(raw) + 1, out)
+            out.append(0)
         out += raw
     elif t is list:
         _head(4, len(value), out)
@@ -284,6 +297,9 @@ def _dec(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
         raise CborError("only false, true, null and 64-bit floats are DAG-CBOR simple values")
     if info < 24:
         n = info
+    elif info == 24 and pos < len(data) and data[pos] >= 24:  # the usual long head
+        n = data[pos]
+        pos += 1
     else:
         n, pos = _long_arg(data, pos, info)
     if major == 0:
