@@ -24,14 +24,13 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
-    Ed25519PublicKey,
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from . import _dagcbor
+from ._ed25519 import verify as ed25519_verify
 from ._errors import LocalProtocolError
 from ._signing import KUBO_SIGN_PREFIX, verify_signature
 
@@ -91,21 +90,12 @@ def verify_delegation(peer: str, delegation: Delegation) -> bool:
     return verify_signature(peer, delegation.statement(peer), delegation.signature)
 
 
-@functools.lru_cache(maxsize=4096)
-def _public_key(key: bytes) -> Ed25519PublicKey:
-    return Ed25519PublicKey.from_public_bytes(key)
-
-
 def verify_delegated(delegation: Delegation, data: bytes, signature: bytes) -> bool:
     """Whether ``signature`` is the delegated key's over ``data`` (same framing as
     Kubo's ``key/sign``: ``b"libp2p-key signed message:" + data``)."""
     if not isinstance(signature, bytes) or len(signature) != _SIGNATURE_SIZE:
         return False
-    try:
-        _public_key(delegation.key).verify(signature, KUBO_SIGN_PREFIX + data)
-    except (InvalidSignature, ValueError):
-        return False
-    return True
+    return ed25519_verify(delegation.key, signature, KUBO_SIGN_PREFIX + data)
 
 
 class DelegateKey:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import functools
 from typing import Final
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
-    Ed25519PublicKey,
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_id_bytes, peer_id_from_bytes
 
+from ._ed25519 import verify as ed25519_verify
 from ._errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
@@ -57,9 +56,9 @@ def peer_public_key(peer: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
-def _public_key(peer: str) -> Ed25519PublicKey:
-    """The key object of ``peer`` (memoised: every hop verifies the same few peers)."""
-    return Ed25519PublicKey.from_public_bytes(peer_public_key(peer))
+def _public_key(peer: str) -> bytes:
+    """The key of ``peer`` (memoised: every hop verifies the same few peers)."""
+    return peer_public_key(peer)
 
 
 def verify_signature(peer: str, data: bytes, signature: bytes) -> bool:
@@ -70,11 +69,7 @@ def verify_signature(peer: str, data: bytes, signature: bytes) -> bool:
         key = _public_key(peer)
     except (SignatureError, ValueError):
         return False
-    try:
-        key.verify(signature, KUBO_SIGN_PREFIX + data)
-    except InvalidSignature:
-        return False
-    return True
+    return ed25519_verify(key, signature, KUBO_SIGN_PREFIX + data)
 
 
 class Ed25519Signer:
