@@ -15,9 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Final
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_id_bytes, peer_id_from_bytes
