@@ -46,6 +46,7 @@ from pulsarcast_ipfs.core import (
     SendRpc,
     SignRequest,
     StoreBlock,
+    TopicDescriptor,
     TopicOptions,
     author_statement,
     compute_cid,
@@ -142,6 +143,12 @@ def _result(world: World, value: Any) -> Any:
     return value
 
 
+def _meta_of(topic_block: bytes) -> CID:
+    meta = TopicDescriptor.decode(topic_block).meta
+    assert meta is not None
+    return meta
+
+
 def build_world(seed: int = 0) -> World:
     """Topics by a foreign author (open, restricted, CUSTOM), events, and seed frames."""
     keys = make_signers(10, seed=seed)
@@ -200,6 +207,9 @@ def build_world(seed: int = 0) -> World:
     world.frames += [
         encode_frame(Join(topic=opened, descriptor=t)),
         encode_frame(JoinAck(topic=opened, ok=True)),
+        # the meta-topic descriptor asked for and carried (wire 2.7)
+        encode_frame(Join(topic=opened, descriptor=t, want_meta=True)),
+        encode_frame(JoinAck(topic=opened, ok=True, meta=world.store[_meta_of(t)])),
         encode_frame(JoinAck(topic=restricted, ok=False)),
         encode_frame(Leave(topic=opened)),
         encode_frame(Ping(nonce=7)),

@@ -35,7 +35,10 @@ one change taken out, the code gave the previous two). Then (issue 13) a move aw
 from a lagging parent became one try, and a stale edge gets one LEAVE per
 ``ping_interval``: ``busy`` changed. Then (wire 2.6) a root sends a child that holds
 its previous MEMBERS list only what changed: ``busy`` and ``orphan`` changed (with
-deltas never chosen, the code of that commit gives the previous two).
+deltas never chosen, the code of that commit gives the previous two). Then (wire
+2.7) a subscriber's JOIN asks for the meta-topic descriptor and the JOIN_ACK carries
+it, the bitswap fetch waiting meanwhile: all three changed (with the JOIN never
+asking and the fetch not waiting, the code of that commit gives the previous three).
 """
 
 from __future__ import annotations
@@ -182,9 +185,9 @@ SCENARIOS: dict[str, Callable[[], CoreNet]] = {
 # busy with one-try lag moves and damped stale-edge LEAVEs, then busy and orphan
 # with MEMBERS deltas (module docstring).
 GOLDEN = {
-    "busy": "784e55eb37fc2f32abae3d649eb8cb29d5e39bf1e9e4a2cd1f9a0de52b2eb3dd",
-    "signed": "1a0c3bf48aa5fb418bdc7d01c1306371c0b482e37a8c157cf922e8af1d2395d9",
-    "orphan": "0e1bb283cb6498d428af5f4a233bed0a9fea7331e907c8ee6d31cf91ec421e8f",
+    "busy": "f4ea4333b0fdf15576f3c98ee00fc3547b4bffadcaa168ba05a014b5fa1decfd",
+    "signed": "74045757b309a9d8d971e8cafd0d3d9c1790dc0af83407ff08637f778d6faf4e",
+    "orphan": "156768391e74753e0d90b71667a81887d51aba37c08e9ed86f65c01d7604ce50",
 }
 
 

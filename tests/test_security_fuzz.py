@@ -23,6 +23,8 @@ from pulsarcast_ipfs.core import (
     GroupEvent,
     GroupJoin,
     GroupLeave,
+    Join,
+    JoinAck,
     Members,
     MembersWant,
     RemoteProtocolError,
@@ -80,7 +82,8 @@ def _body(frame: bytes) -> bytes:
 
 
 def _seed_messages() -> list[dict[str, Any]]:
-    """One real message of each op: the world's frames, plus MEMBERS (a delta),
+    """One real message of each op: the world's frames, plus JOIN and JOIN_ACK with
+    their wire-2.7 fields, MEMBERS (a delta),
     MEMBERS_WANT and DIGEST."""
     by_op: dict[str, dict[str, Any]] = {}
     for frame in WORLD.frames:
@@ -97,6 +100,11 @@ def _seed_messages() -> list[dict[str, Any]]:
         removed=(WORLD.peers[4],),
     ).to_ipld()
     by_op["MEMBERS_WANT"] = MembersWant(topic=topic).to_ipld()
+    # the meta-topic descriptor asked for and carried (wire 2.7)
+    by_op["JOIN"] = Join(
+        topic=topic, descriptor=WORLD.store[topic], summary=("ups >= 10",), want_meta=True
+    ).to_ipld()
+    by_op["JOIN_ACK"] = JoinAck(topic=topic, ok=True, meta=WORLD.store[topic]).to_ipld()
     by_op["DIGEST"] = Digest(
         topic=topic,
         lo=1.0,

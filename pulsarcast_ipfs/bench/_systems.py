@@ -75,6 +75,7 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
 PULSARCAST_PROTOCOLS: tuple[str, ...] = (
+    "/x/pulsarcast/2.7.0",
     "/x/pulsarcast/2.6.0",
     "/x/pulsarcast/2.5.0",
     "/x/pulsarcast/2.4.0",
@@ -82,8 +83,8 @@ PULSARCAST_PROTOCOLS: tuple[str, ...] = (
     "/x/pulsarcast/2.2.0",
     "/x/pulsarcast/1.0.0",
 )
-"""The tree stream protocol (wire 2.6: MEMBERS deltas), and the earlier ones, for
-older run sets."""
+"""The tree stream protocol (wire 2.7: the meta-topic descriptor in JOIN_ACK), and
+the earlier ones, for older run sets."""
 
 
 class System(abc.ABC):

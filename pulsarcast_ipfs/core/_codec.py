@@ -202,7 +202,7 @@ class Join(_Message):
     """JOIN (Algorithm 2): the sender asks to become a child in ``topic``'s tree."""
 
     op: ClassVar[str] = "JOIN"
-    _wire: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {"want_meta": "wantMeta"}
     topic: CID
     descriptor: bytes
     """The first-version topic block, so the receiver can route without a fetch."""
@@ -216,7 +216,11 @@ class Join(_Message):
     summary: tuple[str, ...] | None = None
     """(issue 15, ``NodeConfig.tree_filters``) What the sender's subtree wants, as in
     SUMMARY; left out (None) by a node that does not send summaries: it wants all."""
-    _optional: ClassVar[frozenset[str]] = frozenset({"summary"})
+    want_meta: bool | None = None
+    """(wire 2.7) True: the sender does not hold the topic's meta-topic descriptor yet
+    and asks for it in the JOIN_ACK (``meta``) instead of fetching it over bitswap;
+    left out otherwise (never false on the wire)."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"summary", "want_meta"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -227,6 +231,8 @@ class Join(_Message):
             raise ValueError("a JOIN is not both leaf and up")
         if self.summary is not None:
             _summary(self.summary, "summary")
+        if self.want_meta is not None and self.want_meta is not True:
+            raise ValueError("wantMeta: true when present")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,10 +243,19 @@ class JoinAck(_Message):
     _wire: ClassVar[dict[str, str]] = {}
     topic: CID
     ok: bool
+    meta: bytes | None = None
+    """(wire 2.7) The first-version descriptor of the topic's meta topic, for a JOIN
+    that asked (``wantMeta``) and was accepted by a node that holds it; the receiver
+    checks it against the CID its topic descriptor links (``#.meta``)."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"meta"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _bool(self.ok, "ok")
+        if self.meta is not None:
+            _bytes(self.meta, "meta", MAX_DESCRIPTOR_SIZE)
+            if not self.ok:
+                raise ValueError("meta: only in an accepting JOIN_ACK")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

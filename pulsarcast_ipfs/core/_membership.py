@@ -210,6 +210,7 @@ class Membership(NodeBase):
             leaf=leaf,
             up=up,
             summary=self._join_summary(tree),
+            want_meta=True if self._meta_wanted(tree) else None,
         )
         self._send(now, hop, rpc, tree.name)
 
@@ -383,16 +384,19 @@ class Membership(NodeBase):
                 self._drop_tree(tree)
             return
         self._set_child_summary(now, tree, peer, rpc.summary)
-        self._adopt_child(now, tree, peer)
+        self._adopt_child(now, tree, peer, meta=rpc.want_meta is True)
 
-    def _adopt_child(self, now: float, tree: Tree, peer: str) -> None:
+    def _adopt_child(self, now: float, tree: Tree, peer: str, *, meta: bool = False) -> None:
+        """Take ``peer`` as a child; ``meta``: its JOIN asked for the meta-topic
+        descriptor (sent with the JOIN_ACK if held)."""
         new = peer not in tree.children
         if new:
             self._readopted(tree, peer)
             self._stale_told.pop((peer, tree.key))
         tree.children[peer] = None
         self._last_heard[peer] = now
-        self._send(now, peer, JoinAck(topic=tree.key, ok=True), tree.name)
+        block = self._meta_block(tree) if meta else None
+        self._send(now, peer, JoinAck(topic=tree.key, ok=True, meta=block), tree.name)
         if new:
             tree.edges.pop(peer, None)
             self._tree_changed(now, tree)

@@ -260,6 +260,8 @@ class PulsarcastNode(
             self._on_join(now, peer, rpc)
         elif isinstance(rpc, JoinAck):
             self._on_join_ack(now, peer, rpc)
+            if rpc.ok:
+                self._join_ack_meta(now, peer, rpc)  # after: it may start another tree
         elif isinstance(rpc, Leave):
             self._on_leave(now, peer, rpc)
         elif isinstance(rpc, RequestToPublish):

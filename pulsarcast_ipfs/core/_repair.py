@@ -176,6 +176,15 @@ class Repair(NodeBase):
         if not grace:
             self._emit(FetchBlock(cid=cid))
 
+    def _fetch_now(self, now: float, cid: CID) -> None:
+        """A fetch of ``cid`` still in its grace: start it now (what it waited for
+        will not come by itself)."""
+        f = self._fetches.get(cid)
+        if f is not None and not f.outstanding and not f.wait_only:
+            f.outstanding = True
+            f.due = now + self.config.fetch_timeout
+            self._emit(FetchBlock(cid=cid))
+
     def _fetch_timers(self, now: float) -> None:
         """Fetches due: start the ones that waited out their grace, retry the others."""
         for cid, f in list(self._fetches.items()):

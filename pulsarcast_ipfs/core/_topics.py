@@ -17,6 +17,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import NodeBase
+from ._codec import JoinAck
 from ._descriptors import (
     EventDescriptor,
     PeerPolicy,
@@ -25,7 +26,7 @@ from ._descriptors import (
     cid_str,
     format_created,
 )
-from ._errors import LocalProtocolError, UnknownTopic
+from ._errors import DescriptorError, LocalProtocolError, UnknownTopic
 from ._filters import Filter, covers
 from ._history import HistoryKey, HistoryOrder
 from ._io import (
@@ -38,7 +39,11 @@ from ._signqueue import _Steps
 from ._tree import Tree
 from ._treestate import ACTING_ROOT_STATES, tree_state
 
-__all__ = ["Topics"]
+__all__ = ["META_ACK_WAIT", "Topics"]
+
+META_ACK_WAIT = 2
+"""A subscriber waits this many ``join_timeout`` for the JOIN_ACK that carries the
+meta-topic descriptor (wire 2.7) before it fetches the descriptor over bitswap."""
 
 
 class Topics(NodeBase):
@@ -293,10 +298,75 @@ class Topics(NodeBase):
                 self._follow(now, self._trees[meta_cid], tree)
             else:
                 self._resolving.setdefault(meta_cid, []).append(("follow", tree.key))
+                if self._topic_blocks.get(meta_cid) is None:
+                    # Asked for in the JOIN below (wantMeta): fetched over bitswap only
+                    # if no JOIN_ACK has brought it by then (wire 2.7).
+                    grace = META_ACK_WAIT * self.config.join_timeout
+                    self._fetch(now, meta_cid, "topic", None, None, grace=grace)
                 self._continue_resolutions(now)
         self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
         self._fast_subscribe(now, tree, fast)
+
+    # -- the meta-topic descriptor in a JOIN_ACK (wire 2.7) ----------------------------
+    #
+    # A subscriber follows the topic's meta topic, so it needs the meta topic's
+    # descriptor as well. Fetching it over bitswap asks every connected peer
+    # (want-have to each, an answer from each): ~3 KB and ~5 ms of the cluster's Kubo
+    # CPU per subscription at 20 nodes. The node that accepts its JOIN holds it (it
+    # follows the meta topic too), so the JOIN asks for it and the JOIN_ACK carries it,
+    # checked against the CID the topic links; the bitswap fetch waits that long.
+
+    def _meta_wanted(self, tree: Tree) -> bool:
+        """Whether a JOIN of ``tree`` asks for the meta-topic descriptor: it is being
+        resolved here (to be followed) and no copy is held."""
+        meta = tree.root.meta
+        return (
+            meta is not None
+            and meta in self._resolving
+            and meta not in self._trees
+            and self._topic_blocks.get(meta) is None
+        )
+
+    def _meta_block(self, tree: Tree) -> bytes | None:
+        """The meta-topic descriptor of ``tree`` for an accepting JOIN_ACK, if held."""
+        meta = tree.root.meta
+        if meta is None:
+            return None
+        held = self._trees.get(meta)
+        desc = held.root if held is not None else self._topic_blocks.get(meta)
+        return desc.encode() if desc is not None else None
+
+    def _join_ack_meta(self, now: float, peer: str, rpc: JoinAck) -> None:
+        """An accepting JOIN_ACK, handled: its ``meta`` if it brought one; if it did
+        not and we asked, the parent does not hold it either: fetch it now."""
+        tree = self._trees.get(rpc.topic)
+        if tree is None or tree.parent != peer or tree.root.meta is None:
+            return  # a late acknowledgement (answered with LEAVE)
+        if rpc.meta is not None:
+            self._meta_received(now, tree, peer, rpc.meta)
+        elif self._meta_wanted(tree):
+            self._fetch_now(now, tree.root.meta)
+
+    def _meta_received(self, now: float, tree: Tree, peer: str, data: bytes) -> None:
+        """A JOIN_ACK's ``meta``: taken as the answer to the meta-topic fetch if it is
+        the block ``tree``'s topic links and that is still being resolved; anything
+        else changes nothing (a bad block is dropped; the fetch still runs)."""
+        meta = tree.root.meta
+        if meta is None or meta not in self._resolving or self._topic_blocks.get(meta):
+            return
+        try:
+            desc = TopicDescriptor.decode(data, expected_cid=meta)
+            refused = self._topic_refused(desc)
+        except DescriptorError:
+            refused = "invalid"
+        if refused is not None:
+            self._drop(now, refused, topic=tree.name, peer=peer, event=cid_str(meta))
+            return
+        self._fetches.pop(meta, None)  # a bitswap answer still on its way is ignored
+        self._topic_blocks.put(meta, desc)
+        self._emit(StoreBlock(cid=meta, data=data))  # kept by Kubo, as a fetch would
+        self._continue_resolutions(now)
 
     def _follow(self, now: float, meta: Tree, tree: Tree) -> None:
         if not tree.subscribed or tree.key in meta.followers:
