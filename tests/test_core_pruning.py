@@ -38,6 +38,7 @@ from pulsarcast_ipfs.core._antientropy import AntiEntropy
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dissemination import Dissemination
 from pulsarcast_ipfs.core._io import FetchBlock
+from pulsarcast_ipfs.core._pruning import Pruning
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
 
@@ -397,3 +398,58 @@ def test_a_walk_past_its_reach_does_not_hold_the_event_back(
     check_deliveries(net, topic, subs, published, causal=False)
     filtered = [p for p, w in subs.items() if w is not None]
     assert held_back(net, filtered) == 0
+
+
+def _parents_sent(net: CoreNet, topic: CID) -> tuple[int, int]:
+    """(EVENT frames with ``parents``, CIDs named in them) over the whole net."""
+    frames = named = 0
+    for p in net.peers:
+        for s in net.logs[p].sent:
+            if isinstance(s.rpc, Event) and s.rpc.topic == topic and s.rpc.parents is not None:
+                frames += 1
+                named += len(s.rpc.parents)
+    return frames, named
+
+
+def _unreduced(self, out, own):  # type: ignore[no-untyped-def]
+    return out
+
+
+def _redundant(net: CoreNet, topic: CID, published: dict[CID, EventDescriptor]) -> int:
+    """CIDs named in EVENT ``parents`` (not the event's own parents) that are
+    ancestors of another CID the same list names."""
+    anc = ancestors(published)
+    count = 0
+    for p in net.peers:
+        for s in net.logs[p].sent:
+            if not isinstance(s.rpc, Event) or s.rpc.topic != topic or s.rpc.parents is None:
+                continue
+            own = set(EventDescriptor.decode(s.rpc.event).parents)
+            for c in s.rpc.parents:
+                if c in published and c not in own:
+                    count += any(c in anc[o] for o in s.rpc.parents if o in anc)
+    return count
+
+
+@pytest.mark.parametrize("config", [ON, FLAT], ids=["deep", "flat"])
+def test_parents_lists_leave_out_the_ancestors_of_another_and_deliver_the_same(
+    config: NodeConfig,
+) -> None:
+    """EVENT's ``parents`` leaves out the events that are ancestors of another it
+    names (besides the event's own parents), as far as the sender knows when it sends
+    (an event it holds later may show one more): the same deliveries, in causal
+    order, with fewer CIDs than without the reduction (the differential run)."""
+    net, topic, subs, published = run(config=config)
+    check_deliveries(net, topic, subs, published)
+    with planted(Pruning, "_reduced", _unreduced):
+        base, btopic, bsubs, bpublished = run(config=config)
+    check_deliveries(base, btopic, bsubs, bpublished)
+    frames, named = _parents_sent(net, topic)
+    base_frames, base_named = _parents_sent(base, btopic)
+    redundant, base_redundant = (
+        _redundant(net, topic, published),
+        _redundant(base, btopic, bpublished),
+    )
+    assert frames > 0 and base_frames > 0
+    assert named / frames < 0.8 * (base_named / base_frames)
+    assert redundant < base_redundant / 4

@@ -140,9 +140,45 @@ class Pruning(NodeBase):
             stack.extend(entry[1].parents if seen is None else seen)
         if not changed:
             return None
+        out = self._reduced(out, ev.parents)
         # The newest first when there are too many (their clocks bound the rest).
         ranked = sorted(out, key=lambda c: self._clock_of(c), reverse=True)
         return sort_parents(ranked[:MAX_SEEN_PARENTS])
+
+    def _reduced(self, out: set[CID], own: tuple[CID, ...]) -> set[CID]:
+        """``out`` without the events that are ancestors of another of its events:
+        the receiver delivers those before that one anyway (it waits for its parents
+        as they come named, recursively), and finds them through its links if lost.
+        The event's own parents (``own``) stay, so that none of them is taken for
+        one pruned (``_learn_seen_parents``); so do events this node does not hold.
+        A walk of at most ``_WALK_BUDGET`` events, never below the oldest candidate's
+        clock; what it does not reach stays (a longer list, never a wrong one)."""
+        if len(out) < 2:
+            return out
+        clocks = {c: self._clock_of(c) for c in out if c not in own}
+        removable = {c: k for c, k in clocks.items() if k >= 0}
+        if not removable:
+            return out
+        floor = min(removable.values())
+        redundant: set[CID] = set()
+        visited: set[CID] = set()
+        stack = sorted(out, key=lambda c: self._clock_of(c))  # the newest popped first
+        budget = _WALK_BUDGET
+        events = self._events
+        while stack and budget > 0:
+            entry = events.get(stack.pop())
+            if entry is None:
+                continue
+            budget -= 1
+            for p in self._parents_of(entry[1].cid, entry[1]):
+                if p in visited:
+                    continue
+                visited.add(p)
+                if p in removable:
+                    redundant.add(p)
+                if self._clock_of(p) > floor:
+                    stack.append(p)
+        return out - redundant if redundant else out
 
     def _clock_of(self, cid: CID) -> int:
         entry = self._events.get(cid)
