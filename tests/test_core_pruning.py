@@ -453,3 +453,64 @@ def test_parents_lists_leave_out_the_ancestors_of_another_and_deliver_the_same(
     assert frames > 0 and base_frames > 0
     assert named / frames < 0.8 * (base_named / base_frames)
     assert redundant < base_redundant / 4
+
+
+def _lost_on_the_way_up() -> tuple[FetchLog, CID, str, CID]:
+    """A filtered publisher's event its own summary does not match, every EVENT copy
+    of it from the publisher lost: only the publisher holds it, and anti-entropy on
+    the publisher's up edge must carry it (to the root, and down to who wants it)."""
+    net = FetchLog(12, seed=11, config=ON, bucket_size=2, latency=0.05)
+    author = net.peers[0]
+    topic: CID = net.call(author, "create_topic", "reddit")
+    net.run_for(0.5)
+    for i, p in enumerate(net.peers[1:]):
+        where = "ups >= 40" if i % 2 else "ups between 3 and 5"
+        net.call(p, "subscribe", topic, filter=parse_filter(where))
+    net.run_for(20)
+    publisher = next(
+        p
+        for p in net.peers[1:]
+        if net.nodes[p]._trees[topic].filter == parse_filter("ups >= 40")
+        and net.nodes[p].topic_state(topic).parent != author
+    )
+
+    def lose_its_copies(a: str, b: str, rpc: object) -> bool:
+        return a == publisher and isinstance(rpc, Event) and rpc.topic == topic
+
+    net.drop_if = lose_its_copies
+    res = net.call(publisher, "publish", topic, b"up", attributes={"ups": 4})
+    net.run_for(0.5)
+    net.drop_if = None
+    net.run_for(40)  # DIGEST rounds
+    return net, topic, publisher, res.event_cid
+
+
+def test_an_event_lost_on_its_way_up_a_filtered_edge_is_repaired() -> None:
+    net, topic, _, event = _lost_on_the_way_up()
+    want = parse_filter("ups between 3 and 5")
+    wanting = [p for p in net.peers[1:] if net.nodes[p]._trees[topic].filter == want]
+    assert wanting
+    for p in wanting:
+        assert event in net.delivered(p, topic), p
+    assert event in net.nodes[net.peers[0]]._trees[topic].recent  # the root has it
+
+
+def test_planted_window_without_the_up_edge_events_is_caught() -> None:
+    """Without the events that went up in the window of a child -> parent edge, the
+    event above reaches nobody."""
+    orig = AntiEntropy._window_items
+
+    def no_up(self, tree, lo, hi, peer=None):  # type: ignore[no-untyped-def]
+        edge = tree.edges.get(peer) if peer is not None else None
+        if edge is None:
+            return orig(self, tree, lo, hi, peer)
+        saved, edge.up = edge.up, set()
+        try:
+            return orig(self, tree, lo, hi, peer)
+        finally:
+            edge.up = saved
+
+    with planted(AntiEntropy, "_window_items", no_up):
+        net, topic, publisher, event = _lost_on_the_way_up()
+    others = [p for p in net.peers if p != publisher]
+    assert not any(event in net.delivered(p, topic) for p in others)

@@ -100,6 +100,7 @@ class AntiEntropy(NodeBase):
         for e in tree.edges.values():
             e.known.discard(cid)
             e.skipped.discard(cid)
+            e.up.discard(cid)
 
     def _heads_bound(self, now: float, tree: Tree) -> float:
         """Events created before this are not repaired here. A node with children
@@ -301,10 +302,11 @@ class AntiEntropy(NodeBase):
         summary = self._edge_summary(tree, peer)
         if summary is not None:
             events = self._events
+            up = edge.up if edge is not None else ()
             kept = []
             for e in items:
                 entry = events.get(e[0])
-                if entry is None or matches_any(summary, entry[1].attributes):
+                if entry is None or e[0] in up or matches_any(summary, entry[1].attributes):
                     kept.append(e)
             items = kept
         return items
@@ -362,6 +364,12 @@ class AntiEntropy(NodeBase):
             # Its listing: fetch what we lack, tell it what it lacks; compare again
             # next round (until a DIGEST matches).
             edge.differs = True
+            if self._edge_summary(tree, peer) is not None:
+                # (tree filters) An event it lists that we hold went up this edge or
+                # came another way (a first hop): in our window of this edge from now
+                # on, as it is in its.
+                held = tree.recent.keys() | tree.older.keys()
+                edge.up.update(c for c, _ in rpc.have if c in held and c not in edge.skipped)
             self._repair(now, tree, peer, rpc.have)
             listed = {c for c, _ in rpc.have}
             lacking = [

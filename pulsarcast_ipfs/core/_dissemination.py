@@ -123,6 +123,8 @@ class Dissemination(NodeBase):
         event's: :mod:`._pruning`)."""
         cid = ev.cid
         self._edge_knows(tree, sender, cid)
+        if sender in tree.children and self._target_summary(tree, sender) is not None:
+            tree.edge(sender).up.add(cid)  # (tree filters) it went up that edge
         pending = self._fetches.get(cid)
         if pending is not None and not pending.outstanding and pending.kind == "event":
             del self._fetches[cid]  # it came by itself within its grace
@@ -249,6 +251,8 @@ class Dissemination(NodeBase):
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
         for peer in targets:
             summary = self._target_summary(tree, peer) if peer != tree.parent else None
+            if peer == tree.parent and self._own_filters(tree) is not None:
+                tree.edge(peer).up.add(cid)  # (tree filters) repaired like the rest
             if summary is None:
                 self._send(now, peer, rpc, tree.name, data)
             elif not matches_any(summary, ev.attributes):

@@ -92,6 +92,11 @@ class EdgeSync:
     """(tree filters) Events not sent to this child because its summary did not
     match them (:mod:`._pruning`): in ``known``, and left out of this edge's DIGEST
     windows on our side until the child shows it has one after all."""
+    up: set[CID] = field(default_factory=set)
+    """(tree filters) Events that went up this edge: sent to our parent, received from
+    this child (or listed by it in a DIGEST while we hold them). In the edge's DIGEST
+    windows on both sides whatever the child's summary, so that an EVENT lost on its
+    way up to the root is repaired like any other."""
 
 
 @dataclass(slots=True, kw_only=True)
