@@ -10,9 +10,9 @@ made only if nothing brought the block, at once if the JOIN_ACK came without it.
 from __future__ import annotations
 
 import pytest
+from test_core_pruning import FetchLog
 
 from pulsarcast_ipfs.core import (
-    FetchBlock,
     Join,
     JoinAck,
     LocalProtocolError,
@@ -30,18 +30,6 @@ from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
 
 
-class _FetchLog(CoreNet):
-    """A CoreNet that remembers every block each node fetched (``FetchBlock``)."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        self.fetched: list[tuple[str, CID]] = []
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    def on_fetch_block(self, i: int, out: FetchBlock) -> None:
-        self.fetched.append((self.peers[i], out.cid))
-        super().on_fetch_block(i, out)
-
-
 def _topic(net: CoreNet, name: str = "news") -> tuple[CID, CID, str]:
     author = net.peers[0]
     topic = net.call(author, "create_topic", name)
@@ -49,6 +37,17 @@ def _topic(net: CoreNet, name: str = "news") -> tuple[CID, CID, str]:
     meta = TopicDescriptor.decode(net.store[topic]).meta
     assert meta is not None
     return topic, meta, author
+
+
+def _subscribe_unanswered(net: CoreNet, sub: str, topic: CID) -> None:
+    """``sub`` subscribes; the JOIN_ACKs to it are lost, so that a test can send its own."""
+
+    def no_ack_to_sub(a: str, b: str, rpc: object) -> bool:
+        return isinstance(rpc, JoinAck) and b == sub and rpc.topic == topic
+
+    net.drop_if = no_ack_to_sub
+    net.call(sub, "subscribe", topic)
+    net.run_for(0.2)
 
 
 def _joins(net: CoreNet) -> list[tuple[str, Join]]:
@@ -62,7 +61,7 @@ def _acks(net: CoreNet) -> list[tuple[str, JoinAck]]:
 
 
 def test_subscribers_get_the_meta_descriptor_from_the_join_ack_not_by_a_fetch() -> None:
-    net = _FetchLog(8, seed=3)
+    net = FetchLog(8, seed=3)
     topic, meta, author = _topic(net)
     members = net.peers[1:]
     for p in members:
@@ -90,17 +89,12 @@ def test_subscribers_get_the_meta_descriptor_from_the_join_ack_not_by_a_fetch() 
 
 
 def test_a_meta_block_that_is_not_the_linked_one_is_dropped_and_the_fetch_goes_on() -> None:
-    net = _FetchLog(4, seed=4)
+    net = FetchLog(4, seed=4)
     topic, meta, author = _topic(net)
     other, _, _ = _topic(net, "other")  # a real, valid descriptor: not this topic's meta
     sub = net.peers[1]
 
-    def no_ack_to_sub(a: str, b: str, rpc: object) -> bool:
-        return isinstance(rpc, JoinAck) and b == sub and rpc.topic == topic
-
-    net.drop_if = no_ack_to_sub
-    net.call(sub, "subscribe", topic)
-    net.run_for(0.2)
+    _subscribe_unanswered(net, sub, topic)
     assert any(j.want_meta for p, j in _joins(net) if p == sub and j.topic == topic)
     net.inject(author, sub, JoinAck(topic=topic, ok=True, meta=net.store[other]))
     net.drop_if = None
@@ -116,16 +110,11 @@ def test_a_meta_block_that_is_not_the_linked_one_is_dropped_and_the_fetch_goes_o
 
 
 def test_a_join_ack_without_the_meta_block_starts_the_fetch_at_once() -> None:
-    net = _FetchLog(4, seed=5)
+    net = FetchLog(4, seed=5)
     topic, meta, author = _topic(net)
     sub = net.peers[1]
 
-    def no_ack_to_sub(a: str, b: str, rpc: object) -> bool:
-        return isinstance(rpc, JoinAck) and b == sub and rpc.topic == topic
-
-    net.drop_if = no_ack_to_sub
-    net.call(sub, "subscribe", topic)
-    net.run_for(0.2)
+    _subscribe_unanswered(net, sub, topic)
     net.drop_if = None
     assert (sub, meta) not in net.fetched
     net.inject(author, sub, JoinAck(topic=topic, ok=True))  # a parent that lacks it
@@ -136,7 +125,7 @@ def test_a_join_ack_without_the_meta_block_starts_the_fetch_at_once() -> None:
 
 
 def test_an_unasked_meta_block_is_ignored() -> None:
-    net = _FetchLog(4, seed=6)
+    net = FetchLog(4, seed=6)
     topic, meta, author = _topic(net)
     sub, reader = net.peers[1], net.peers[2]
     net.call(sub, "subscribe", topic)

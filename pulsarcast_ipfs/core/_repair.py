@@ -231,14 +231,10 @@ class Repair(NodeBase):
             return
         del self._fetches[cid]
         if f.kind == "topic":
-            try:
-                desc = TopicDescriptor.decode(data, expected_cid=cid)
-                refused = self._topic_refused(desc)
-            except DescriptorError:
-                refused = "invalid"
-            if refused is not None:
-                if refused != "invalid":
-                    self._drop(now, refused, event=cid_str(cid))
+            desc = self._checked_topic(data, cid)
+            if isinstance(desc, str):
+                if desc != "invalid":
+                    self._drop(now, desc, event=cid_str(cid))
                 f.attempts = self.config.fetch_attempts
                 self._fetches[cid] = f
                 self._fetch_failed(now, cid, f)
@@ -284,6 +280,16 @@ class Repair(NodeBase):
             return
         if not self._accept_event(now, tree, ev, sender=f.hint, recovered=True):
             self._release(now, cid)
+
+    def _checked_topic(self, data: bytes, cid: CID) -> TopicDescriptor | str:
+        """A topic block that should be ``cid``: the descriptor, or why it is refused
+        (``invalid``: not that block, or no descriptor)."""
+        try:
+            desc = TopicDescriptor.decode(data, expected_cid=cid)
+        except DescriptorError:
+            return "invalid"
+        refused = self._topic_refused(desc)
+        return refused if refused is not None else desc
 
     def _continue_resolutions(self, now: float) -> None:
         for cid in list(self._resolving):

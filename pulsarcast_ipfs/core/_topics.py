@@ -26,7 +26,7 @@ from ._descriptors import (
     cid_str,
     format_created,
 )
-from ._errors import DescriptorError, LocalProtocolError, UnknownTopic
+from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import Filter, covers
 from ._history import HistoryKey, HistoryOrder
 from ._io import (
@@ -355,13 +355,9 @@ class Topics(NodeBase):
         meta = tree.root.meta
         if meta is None or meta not in self._resolving or self._topic_blocks.get(meta):
             return
-        try:
-            desc = TopicDescriptor.decode(data, expected_cid=meta)
-            refused = self._topic_refused(desc)
-        except DescriptorError:
-            refused = "invalid"
-        if refused is not None:
-            self._drop(now, refused, topic=tree.name, peer=peer, event=cid_str(meta))
+        desc = self._checked_topic(data, meta)
+        if isinstance(desc, str):
+            self._drop(now, desc, topic=tree.name, peer=peer, event=cid_str(meta))
             return
         self._fetches.pop(meta, None)  # a bitswap answer still on its way is ignored
         self._topic_blocks.put(meta, desc)
