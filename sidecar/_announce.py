@@ -21,6 +21,14 @@ Membership changes are followed: a node that moves into the ``k`` closest announ
 at the next housekeeping tick, one that moves out lets its record expire (it does not
 refresh it every :data:`~sidecar._driver.TOPIC_REANNOUNCE`). ``k = 0``: every
 subscriber announces, as before.
+
+Only a holder of the topic's *whole* history announces it, and only such holders are
+ranked: a subscriber whose subtree's summary prunes (tree filters: it and the nodes
+below it want part of the topic) keeps only the events that summary matches, so a
+reader sent to it would find a history with holes. The root's list carries each
+member's summary (MEMBERS), so every node leaves out the same members. A topic whose
+subscribers all filter is announced by its author alone, which is also the only node
+holding all its events.
 """
 
 from __future__ import annotations
@@ -73,12 +81,27 @@ def announcers(topic: CID, members: Iterable[str], author: str, k: int) -> list[
 
 
 def should_announce(
-    *, topic: CID, me: str, author: str, members: Iterable[str], k: int
+    *,
+    topic: CID,
+    me: str,
+    author: str,
+    members: Iterable[str],
+    k: int,
+    whole: bool = True,
+    partial: Iterable[str] = (),
 ) -> bool | None:
-    """Whether node ``me`` announces ``topic``; ``None``: it cannot tell yet (no list)."""
-    if k == 0 or me == author:
+    """Whether node ``me`` announces ``topic``; ``None``: it cannot tell yet (no list).
+
+    ``whole``: ``me`` keeps the topic's whole history; ``partial``: the ``members``
+    that keep part of it (tree filters). Only holders of the whole history announce
+    and are ranked: a provider record says "the topic's history is here"."""
+    if me == author:
+        return True
+    if not whole:
+        return False
+    if k == 0:
         return True
     listed = set(members)
     if not listed:
         return None
-    return me in announcers(topic, listed | {me}, author, k)
+    return me in announcers(topic, (listed - set(partial)) | {me}, author, k)

@@ -718,6 +718,8 @@ class Driver:
             author=st.author,
             members=st.members,
             k=self.config.topic_announcers,
+            whole=st.whole_history,
+            partial=st.partial_members,
         )
         if decided is None:  # no member list yet: wait for one, not for ever
             since = self._announce_wait.setdefault(root, now)
@@ -732,11 +734,18 @@ class Driver:
             self._not_announcing.pop(root, None)
             return True
         if root not in self._not_announcing:
-            log.info(
-                "topic %s: not announcing it, the %d members closest to it do",
-                cid_str(root),
-                self.config.topic_announcers,
-            )
+            if st.whole_history:
+                log.info(
+                    "topic %s: not announcing it, the %d members closest to it do",
+                    cid_str(root),
+                    self.config.topic_announcers,
+                )
+            else:
+                log.info(
+                    "topic %s: not announcing it, this node keeps only the events its"
+                    " filters match",
+                    cid_str(root),
+                )
             self._not_announcing[root] = now
         return False
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
@@ -68,3 +69,44 @@ async def test_two_subscribers_closest_to_the_topic_announce_it(sc: LocalSidecar
 
         await wait_until(listed, deadline=40, what="the author and the two announcers", interval=1)
     assert found == expected | {peers[AUTHOR]}, "a subscriber outside the two announced"
+
+
+async def test_subscribers_that_filter_leave_the_topic_to_its_author(
+    sc: LocalSidecarCluster,
+) -> None:
+    """A subscriber whose filter prunes what reaches it keeps part of the history,
+    so it does not announce the topic (docs/sidecar.md "Providing"): with every
+    subscriber filtering, each counts the topic as left to others, none announces
+    it, and the DHT lists the author alone."""
+    async with sc.client(AUTHOR) as c:
+        topic = (await c.post("/v1/topics", json={"name": "filtered"})).json()["cid"]
+    names = ("pulsarcast_topics_left_to_announcers", "pulsarcast_topics_announced_total")
+    before = {(i, n): await _gauge(sc, i, n) for i in SUBSCRIBERS for n in names}
+    for i in SUBSCRIBERS:
+        async with sc.client(i) as c:
+            r = await c.post(f"/v1/topics/{topic}/subscribe", json={"filter": f"ups >= {i}"})
+            assert r.status_code == 200, r.text
+
+    async def decided() -> bool:
+        for i in SUBSCRIBERS:
+            if await _gauge(sc, i, names[0]) != before[i, names[0]] + 1:
+                return False
+        return True
+
+    await wait_until(decided, deadline=40, what="every subscriber leaving it", interval=0.5)
+    peers = [n.peer_id for n in sc.cluster.nodes]
+    found: set[str] = set()
+    async with sc.cluster.nodes[AUTHOR].client(routing_timeout=20.0) as kubo:
+
+        async def author_listed() -> bool:
+            found.clear()
+            providers = await kubo.find_providers(cid_from_str(topic), count=20)
+            found.update(p.peer_id for p in providers)
+            return peers[AUTHOR] in found
+
+        await wait_until(author_listed, deadline=40, what="the author's record", interval=1)
+        await anyio.sleep(3)  # time for a wrong announcement to land
+        await author_listed()
+    assert found == {peers[AUTHOR]}, "a subscriber that filters announced the topic"
+    for i in SUBSCRIBERS:
+        assert await _gauge(sc, i, names[1]) == before[i, names[1]], f"node{i} announced"

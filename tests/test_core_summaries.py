@@ -302,3 +302,35 @@ def test_off_the_wire_is_that_of_2_4() -> None:
         assert not sent(net, p, Summary)
         assert all(j.summary is None for j in sent(net, p, Join))  # type: ignore[attr-defined]
         assert net.nodes[p].filter_forwards == {"down": 0, "false_positive": 0, "pruned": 0}
+
+
+def test_topic_state_says_who_holds_the_whole_history() -> None:
+    """``TopicState.whole_history`` (what the sidecar's announcers go by,
+    docs/sidecar.md "Providing"): a node that says it keeps the whole history holds
+    every event published after the tree settled; one that says it does not lacks
+    some; and every node's ``partial_members`` names exactly the members that say
+    ``False`` themselves, so that every node ranks the same candidates."""
+    net, topic, author, _ = setup()
+    rng = random.Random(3)
+    for _ in range(60):
+        net.call(author, "publish", topic, b"x", attributes=attrs(rng))
+        net.run_for(0.1)
+    net.run_for(5)
+    state = states(net, topic)
+    whole = {p for p, st in state.items() if st.whole_history}
+    assert author in whole and whole != set(state), "both kinds expected in this tree"
+    for p, st in state.items():
+        if not (st.subscribed or p == author):
+            continue
+        if p in whole:
+            assert st.retained >= 60, p
+        else:
+            assert st.retained < 60, p
+    listed = 0
+    for p, st in state.items():
+        if st.members:
+            listed += 1
+            assert st.partial_members == tuple(
+                m for m in st.members if not state[m].whole_history
+            ), p
+    assert listed > len(state) // 2

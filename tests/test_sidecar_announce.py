@@ -66,6 +66,32 @@ def test_no_list_is_undecided_k_zero_is_everyone_and_outsiders_rank_themselves()
     assert got is (me in ranked)
 
 
+def test_only_holders_of_the_whole_history_announce_and_are_ranked() -> None:
+    """A subscriber whose filters prune keeps part of the history: it never announces
+    (``k = 0`` included), and the members listed as partial are not ranked, so the
+    next closest holders announce in their place, every node deciding alone."""
+    members = [AUTHOR, *_peers(20, seed=9)]
+    closest = announcers(TOPIC, members, AUTHOR, 5)
+    partial = closest[:2]
+    yes = [
+        p
+        for p in members
+        if p not in partial
+        and should_announce(topic=TOPIC, me=p, author=AUTHOR, members=members, k=3, partial=partial)
+    ]
+    assert set(yes) == {AUTHOR, *closest[2:5]}
+    for p in partial:
+        for k in (0, 3):
+            assert (
+                should_announce(topic=TOPIC, me=p, author=AUTHOR, members=members, k=k, whole=False)
+                is False
+            )
+    # no list yet: a partial holder knows at once; the author always announces
+    alone = should_announce(topic=TOPIC, me="x", author=AUTHOR, members=(), k=3, whole=False)
+    assert alone is False
+    assert should_announce(topic=TOPIC, me=AUTHOR, author=AUTHOR, members=(), k=3, whole=False)
+
+
 class _Tasks:
     """Stands in for the driver's task group: records what it would start."""
 
@@ -88,7 +114,7 @@ def _driver(tmp_path: Path, members: list[str], **flags: Any) -> tuple[Driver, _
     return d, tasks, now
 
 
-def _state(members: list[str]) -> TopicState:
+def _state(members: list[str], *, whole: bool = True) -> TopicState:
     return TopicState(
         topic_cid=TOPIC,
         latest_cid=TOPIC,
@@ -102,6 +128,7 @@ def _state(members: list[str]) -> TopicState:
         acting_root=False,
         heads=(),
         members=tuple(members),
+        whole_history=whole,
     )
 
 
@@ -132,6 +159,23 @@ def test_the_driver_announces_only_as_one_of_the_k_closest_and_follows_the_list(
     d2.peer_id = chosen[0]
     d2.announce_topics()
     assert tasks2.started == [("_pin_topic", TOPIC)] and TOPIC in d2._announced
+
+
+def test_the_driver_does_not_announce_a_partial_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Among the closest, with no list, with ``--topic-announcers 0``: a node that
+    keeps only the events its filters match announces nothing, and says so (gauge)."""
+    members = [AUTHOR, *_peers(19, seed=11)]
+    for k, listed in ((3, members), (3, []), (0, members)):
+        d, tasks, now = _driver(tmp_path / f"{k}-{len(listed)}", members, topic_announcers=k)
+        d.peer_id = announcers(TOPIC, members, AUTHOR, 1)[0]
+        monkeypatch.setattr(d, "_topic_state", lambda cid, m=listed: _state(m, whole=False))
+        for _ in range(3):
+            d.announce_topics()
+            now[0] += MEMBERS_WAIT
+        assert tasks.started == [] and TOPIC not in d._announced
+        assert list(d._not_announcing) == [TOPIC]
 
 
 def test_without_a_member_list_the_driver_waits_then_announces(

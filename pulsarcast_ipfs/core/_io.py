@@ -215,6 +215,13 @@ class TopicState:
     """The root's member list (MEMBERS: the root and its children) as this node holds
     it: the root's own current list, a node below it the last list its parent passed
     on; empty while unknown."""
+    whole_history: bool = True
+    """This node keeps every event of the topic (within its retention): no tree
+    filter prunes what reaches it. ``False``: its subtree's summary does, so it holds
+    only the events its subtree wants (and its own)."""
+    partial_members: tuple[str, ...] = ()
+    """(tree filters) The peers of ``members`` whose subtree summary prunes: like this
+    node when ``whole_history`` is ``False``, they hold part of the history."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

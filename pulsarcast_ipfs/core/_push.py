@@ -89,6 +89,19 @@ class FirstHopPush(NodeBase):
             return tree.members
         return ()
 
+    def _partial_members(self, tree: Tree) -> tuple[str, ...]:
+        """(tree filters) The members of :meth:`_members_known` whose subtree summary
+        prunes: they keep only part of the topic's history (``TopicState``)."""
+        if not self.config.tree_filters:
+            return ()
+        summaries = tree.child_summaries if self._is_root(tree) else tree.member_summaries
+        partial = []
+        for m in self._members_known(tree):
+            summary = summaries.get(m)
+            if summary is not None and MATCH_ALL not in summary:
+                partial.append(m)
+        return tuple(partial)
+
     def _send_members(self, now: float, tree: Tree) -> None:
         tree.members_due = None
         if not self._is_root(tree) or not tree.children:

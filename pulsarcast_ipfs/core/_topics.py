@@ -543,4 +543,6 @@ class Topics(NodeBase):
             retained=len(tree.history) if tree.history is not None else 0,
             retained_bytes=tree.history.bytes if tree.history is not None else 0,
             members=self._members_known(tree),
+            whole_history=self._own_filters(tree) is None,
+            partial_members=self._partial_members(tree),
         )
