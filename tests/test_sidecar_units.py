@@ -1037,6 +1037,31 @@ async def test_pins_wait_for_kubo_to_come_back() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("settled", [True, False])
+async def test_a_topic_its_author_subscribes_to_is_announced_once(settled: bool) -> None:
+    """Creating a topic pinned and announced it (fast-provide-root): subscribing to it
+    on the same node does not ``provide/once`` it again, whether the creation's pin
+    is done (``settled``) or still queued, and counts it as announced."""
+    (topic, data), (other, other_data) = _blocks(2, "topic")
+    told: list[tuple[CID, bool]] = []
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.on_topic_announced = lambda cid, ok: told.append((cid, ok))
+        store.store(topic, data, own=True, announce=True)
+        if settled:
+            await anyio.wait_all_tasks_blocked()
+        store.pin_topic(topic, data)
+        store.pin_topic(other, other_data)  # someone else's: announced as before
+        await anyio.wait_all_tasks_blocked()
+        assert store.topics_announced == 2
+
+    kubo, _ = await _with_store(steps, provide_once=False)
+    assert kubo.of("pin_own") == [topic]
+    assert kubo.of("provide") == [other]
+    assert told == [(topic, True), (other, True)]
+
+
+@pytest.mark.anyio
 async def test_a_topic_is_pinned_and_announced_once() -> None:
     (topic, data), (event, event_data) = _blocks(2, "topic")
 
