@@ -190,6 +190,47 @@ def test_heads_rounds_send_nothing_when_events_crossed_the_edges() -> None:
         assert chatter == [], (p, chatter)
 
 
+def digests_per_edge(net: CoreNet) -> dict[tuple[str, str], int]:
+    """Plain DIGESTs (no answer, no listing) sent on each directed edge."""
+    out: dict[tuple[str, str], int] = {}
+    for p in net.peers:
+        for s in net.logs[p].sent:
+            if isinstance(s.rpc, Digest) and s.rpc.have is None and not s.rpc.ranges:
+                out[p, s.peer] = out.get((p, s.peer), 0) + 1
+    return out
+
+
+def test_a_window_compared_both_ways_is_not_repeated() -> None:
+    """One event crosses each edge of a quiet star: each side sends one DIGEST of the
+    new window, the other's compares equal, and neither repeats it (it was sent five
+    times each way while a DIGEST was repeated whatever the other side's said)."""
+    net, topic, author, members = star(5)
+    net.call(author, "publish", topic, b"zero")
+    net.run_for(100)  # the windows are settled
+    for p in net.peers:
+        net.logs[p].sent.clear()
+    net.call(author, "publish", topic, b"one")
+    net.run_for(100)
+    sent = digests_per_edge(net)
+    assert sorted(sent) == sorted([(author, m) for m in members] + [(m, author) for m in members])
+    assert set(sent.values()) == {1}, sent
+
+
+def test_a_lost_digest_is_still_repeated() -> None:
+    """The child's DIGESTs of the new window are lost: the root has compared none,
+    so its own is repeated (after 1, 2, 4 and 8 rounds)."""
+    net, topic, author, members = star(3)
+    net.call(author, "publish", topic, b"zero")
+    net.run_for(100)
+    for p in net.peers:
+        net.logs[p].sent.clear()
+    net.drop_if = lambda s, r, rpc: r == author and isinstance(rpc, Digest)
+    net.call(author, "publish", topic, b"one")
+    net.run_for(100)
+    sent = digests_per_edge(net)
+    assert all(sent[author, m] == 5 for m in members), sent
+
+
 def test_a_lost_tree_event_is_found_by_digest_not_by_resending_heads() -> None:
     net, topic, author, members = star(4)
     victim = members[2]

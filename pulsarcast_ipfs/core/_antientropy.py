@@ -34,8 +34,13 @@ still lack, without resending what just crossed the edge:
   - Each side learns where the other's window starts (``peer_lo``) and sends its
     DIGESTs from there on, so that both can compare.
   - An unchanged DIGEST is repeated after 1, 2, 4 and 8 rounds, then no more (a
-    lost DIGEST must not stall a repair; an idle topic then sends nothing); an edge
-    that found a difference compares every round until a DIGEST matches.
+    lost DIGEST must not stall a repair; an idle topic then sends nothing), unless
+    the neighbour's own DIGEST of the same window (same ``lo``, count and sum) has
+    compared equal here (``EdgeSync.confirmed``): each side then knows that both
+    compared, and a change of an edge's window costs one DIGEST each way, where
+    it cost five (the sparse edges of a filtered tree change seldom, so nearly
+    every change was repeated four times on both sides). An edge that found a
+    difference compares every round until a DIGEST matches.
 
   That catches an EVENT lost on an edge (a stream that broke, a message dropped
   under load) within ``heads_refresh_every * heads_interval`` plus the fetch.
@@ -60,7 +65,10 @@ __all__ = ["DIGEST_REPEATS", "AntiEntropy", "fingerprint"]
 
 _MASK = (1 << 64) - 1
 DIGEST_REPEATS = 4
-"""An unchanged DIGEST is sent again this many times (after 1, 2, 4, 8 rounds)."""
+"""An unchanged DIGEST is sent again this many times (after 1, 2, 4, 8 rounds),
+unless the neighbour's DIGEST of the same window compared equal."""
+CONFIRMED_KEPT = 4
+"""Windows known equal on both sides kept per edge (``EdgeSync.confirmed``)."""
 
 
 def fingerprint(cids: Iterable[CID]) -> tuple[int, int]:
@@ -344,6 +352,8 @@ class AntiEntropy(NodeBase):
             edge.repeat_tick = tick + 1
         elif edge.differs:
             pass
+        elif (lo, count, total) in edge.confirmed:
+            return  # the neighbour's DIGEST of this very window compared equal here
         elif edge.repeats < DIGEST_REPEATS and tick >= edge.repeat_tick:
             edge.repeats += 1
             edge.repeat_tick = tick + (1 << edge.repeats)
@@ -403,6 +413,10 @@ class AntiEntropy(NodeBase):
                 # In step again: say so, so that the neighbour stops comparing too.
                 edge.differs = False
                 self._send(now, peer, replace(rpc, ranges=(), have=None), tree.name)
+            key = (rpc.lo, count, total)
+            if key not in edge.confirmed:
+                edge.confirmed.append(key)
+                del edge.confirmed[:-CONFIRMED_KEPT]
             return
         edge.differs = True
         # Answer with the window split in ranges: the sender lists those that differ.

@@ -85,6 +85,10 @@ class EdgeSync:
     """...unless the last comparison on this edge found a difference (and no matching
     DIGEST has come since): then every round, so that a lost listing or HEADS cannot
     stall the repair."""
+    confirmed: list[tuple[float, int, int]] = field(default_factory=list)
+    """``(lo, count, sum)`` of the neighbour's last few DIGESTs that compared equal
+    here. Ours of the same window is then sent once (the neighbour compares it in
+    turn) and not repeated: both sides have compared."""
     peer_lo: float = 0.0
     """Where the neighbour's window starts (from its DIGESTs): ours are sent from
     there on, so that it can compare them."""
