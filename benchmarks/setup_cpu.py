@@ -6,7 +6,7 @@ a run, with the bench's own system (``make_system``), schedule and readiness che
 and prints the CPU seconds of each kind of process (Kubo, sidecar) in each step, the
 settle period in 2.5 s slices (what comes after the last subscription), and the
 cluster's bitswap counters (``bitswap/stat``: blocks received, duplicates, messages)
-and bitswap bytes (``stats/bw``):
+and bitswap bytes (``stats/bw``), and the LAN DHT bytes of each step (CPU in seconds):
 
     PYTHONPATH=. .venv/bin/python benchmarks/setup_cpu.py --system pulsarcast
     PYTHONPATH=. .venv/bin/python benchmarks/setup_cpu.py --system gossipsub --settle 20
@@ -17,6 +17,7 @@ Figures are printed, not asserted (``PULSARCAST_IPFS_BIN`` as for the Kubo tests
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import tempfile
 import time
@@ -31,6 +32,7 @@ from pulsarcast_ipfs.bench._schedule import build_schedule, load_bench_workload
 from pulsarcast_ipfs.bench._systems import make_system
 
 SLICE = 2.5
+LAN_DHT = "/ipfs/lan/kad/1.0.0"
 
 
 async def measure(args: argparse.Namespace) -> None:
@@ -52,17 +54,31 @@ async def measure(args: argparse.Namespace) -> None:
                 procs.append(("kubo", psutil.Process(node.pid)))
                 procs += [(k, psutil.Process(p)) for k, p in system.other_processes(i).items()]
 
+            stack = contextlib.AsyncExitStack()
+            kubos = [await stack.enter_async_context(n.client()) for n in system.kubo_nodes]
+            dht = 0.0
+
+            async def lan_dht() -> float:
+                total = 0.0
+                for kubo in kubos:
+                    bw = await kubo.stats_bw(protocol=LAN_DHT)
+                    total += (bw.total_in + bw.total_out) / 2
+                return total
+
             def cpu() -> dict[str, float]:
-                out: dict[str, float] = {}
+                out: dict[str, float] = {"LAN DHT MB": dht / 1e6}
                 for kind, p in procs:
                     out[kind] = out.get(kind, 0.0) + sum(p.cpu_times()[:2])
                 return out
 
             await anyio.sleep(3)
+            dht = await lan_dht()
             marks = [("start", time.monotonic(), cpu())]
             await system.create_topics(schedule)
+            dht = await lan_dht()
             marks.append(("create", time.monotonic(), cpu()))
             await system.subscribe(schedule)
+            dht = await lan_dht()
             marks.append(("subscribe", time.monotonic(), cpu()))
             pairs = sum(len(ts) for ts in schedule.participants().values())
             await wait_until_ready(
@@ -71,16 +87,18 @@ async def measure(args: argparse.Namespace) -> None:
                 limit=120.0,
                 progress=lambda done, total: None,
             )
+            dht = await lan_dht()
             marks.append(("join", time.monotonic(), cpu()))
             for k in range(int(args.settle / SLICE)):
                 await anyio.sleep(SLICE)
+                dht = await lan_dht()
                 marks.append((f"settle +{SLICE * (k + 1):.1f} s", time.monotonic(), cpu()))
             print(f"{args.system}, {args.nodes} nodes, {pairs} subscriptions and publishers")
             for (_, t0, c0), (name, t1, c1) in itertools.pairwise(marks):
-                per = ", ".join(f"{k} {c1[k] - c0[k]:.2f} s" for k in sorted(c1))
+                per = ", ".join(f"{k} {c1[k] - c0[k]:.2f}" for k in sorted(c1))
                 print(f"  {name:14s} {t1 - t0:5.1f} s wall: {per}")
             total = {k: marks[-1][2][k] - marks[0][2][k] for k in marks[0][2]}
-            print("  total          " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()))
+            print("  total          " + ", ".join(f"{k} {v:.2f}" for k, v in total.items()))
             stats = {"BlocksReceived": 0, "DupBlksReceived": 0, "MessagesReceived": 0}
             wire = 0.0
             for node in system.kubo_nodes:
@@ -90,6 +108,7 @@ async def measure(args: argparse.Namespace) -> None:
                         stats[key] += int(doc.get(key) or 0)
                     bw = await kubo.stats_bw(protocol="/ipfs/bitswap/1.2.0")
                     wire += (bw.total_in + bw.total_out) / 2
+            await stack.aclose()
             print(
                 f"  bitswap: {stats['BlocksReceived']} blocks received "
                 f"({stats['DupBlksReceived']} duplicates), {stats['MessagesReceived']} "
