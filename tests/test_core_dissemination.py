@@ -10,6 +10,8 @@ from pulsarcast_ipfs.core import (
     Digest,
     Event,
     Heads,
+    Join,
+    JoinAck,
     Leave,
     Members,
     NodeConfig,
@@ -310,6 +312,31 @@ def test_members_from_a_non_parent_are_ignored() -> None:
     before = node._trees[topic].members
     node.receive_rpc(net.now, members[1], Members(topic=topic, epoch=99, members=(members[1],)))
     assert node._trees[topic].members == before
+
+
+def test_a_list_that_overtakes_its_join_ack_is_kept() -> None:
+    """On a transport that does not keep order (CoreNet's links do not), the MEMBERS
+    a relay sends right after its JOIN_ACK (``_members_to_new_child``) can come
+    first: the joining node keeps it (from the peer it is joining, from nobody
+    else) and uses it once that peer accepts."""
+    net, topic, author, members = star(4)
+    late, other = members[-1], members[0]
+    net.call(late, "unsubscribe", topic)
+    net.run_for(NodeConfig().members_interval + 1)
+    net.drop_if = lambda s, r, rpc: s == late and isinstance(rpc, Join)
+    net.call(late, "subscribe", topic)
+    net.run_for(0.1)
+    tree = net.nodes[late]._trees[topic]
+    assert tree.join is not None and tree.parent is None
+    target = tree.join.peer
+    listed = (author, *members[:-1])
+    net.inject(other, late, Members(topic=topic, epoch=7, members=listed))
+    assert tree.members_epoch is None  # not from the peer it is joining
+    net.inject(target, late, Members(topic=topic, epoch=8, members=listed))
+    assert tree.members_epoch == 8
+    net.inject(target, late, JoinAck(topic=topic, ok=True))
+    assert tree.parent == target
+    assert net.nodes[late].topic_state(topic).members == listed
 
 
 def test_config_default_is_one_round() -> None:

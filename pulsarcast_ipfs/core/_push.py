@@ -167,8 +167,14 @@ class FirstHopPush(NodeBase):
 
     def _on_members(self, now: float, peer: str, rpc: Members) -> None:
         tree = self._trees.get(rpc.topic)
-        if tree is None or tree.parent != peer:
-            return  # only a root's children use its list; anything else is stale
+        if tree is None:
+            return
+        if tree.parent != peer and (tree.join is None or tree.join.peer != peer):
+            # Only a root's children use its list; anything else is stale. But the
+            # parent we are joining sends its list right after its JOIN_ACK, and on
+            # a transport that does not keep order the list can come first: kept, it
+            # is used once the JOIN_ACK makes that peer our parent.
+            return
         summaries: dict[str, tuple[Filter, ...]]
         if rpc.base is None:
             members = rpc.members
