@@ -204,8 +204,8 @@ def digests_per_edge(net: CoreNet) -> dict[tuple[str, str], int]:
 
 def test_a_window_compared_both_ways_is_not_repeated() -> None:
     """One event crosses each edge of a quiet star: each side sends one DIGEST of the
-    new window, the other's compares equal, and neither repeats it (it was sent five
-    times each way while a DIGEST was repeated whatever the other side's said)."""
+    new window, the other's compares equal, and neither repeats it (five each way
+    while a DIGEST was repeated whatever the other side had compared)."""
     net, topic, author, members = star(5)
     net.call(author, "publish", topic, b"zero")
     net.run_for(100)  # the windows are settled
