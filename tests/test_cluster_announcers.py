@@ -43,6 +43,27 @@ async def _gauge(sc: LocalSidecarCluster, i: int, name: str) -> float:
     return float(found.group(1))
 
 
+async def _providers(
+    sc: LocalSidecarCluster, topic: str, wanted: set[str], *, what: str, linger: float = 0
+) -> set[str]:
+    """The topic's providers the DHT lists, once ``wanted`` are among them; looked up
+    again ``linger`` seconds later (time for a wrong announcement to land)."""
+    found: set[str] = set()
+    async with sc.cluster.nodes[AUTHOR].client(routing_timeout=20.0) as kubo:
+
+        async def listed() -> bool:
+            found.clear()
+            providers = await kubo.find_providers(cid_from_str(topic), count=20)
+            found.update(p.peer_id for p in providers)
+            return wanted <= found
+
+        await wait_until(listed, deadline=40, what=what, interval=1)
+        if linger:
+            await anyio.sleep(linger)
+            await listed()
+    return found
+
+
 async def test_two_subscribers_closest_to_the_topic_announce_it(sc: LocalSidecarCluster) -> None:
     topic = await setup_topic(sc, AUTHOR, "announced", SUBSCRIBERS)
     peers = [n.peer_id for n in sc.cluster.nodes]
@@ -58,16 +79,9 @@ async def test_two_subscribers_closest_to_the_topic_announce_it(sc: LocalSidecar
         left = await _gauge(sc, i, "pulsarcast_topics_left_to_announcers")
         assert (left == 0) is (peers[i] in expected), f"node{i}"
 
-    found: set[str] = set()
-    async with sc.cluster.nodes[AUTHOR].client(routing_timeout=20.0) as kubo:
-
-        async def listed() -> bool:
-            found.clear()
-            providers = await kubo.find_providers(cid_from_str(topic), count=20)
-            found.update(p.peer_id for p in providers)
-            return expected | {peers[AUTHOR]} <= found
-
-        await wait_until(listed, deadline=40, what="the author and the two announcers", interval=1)
+    found = await _providers(
+        sc, topic, expected | {peers[AUTHOR]}, what="the author and the two announcers"
+    )
     assert found == expected | {peers[AUTHOR]}, "a subscriber outside the two announced"
 
 
@@ -95,18 +109,7 @@ async def test_subscribers_that_filter_leave_the_topic_to_its_author(
 
     await wait_until(decided, deadline=40, what="every subscriber leaving it", interval=0.5)
     peers = [n.peer_id for n in sc.cluster.nodes]
-    found: set[str] = set()
-    async with sc.cluster.nodes[AUTHOR].client(routing_timeout=20.0) as kubo:
-
-        async def author_listed() -> bool:
-            found.clear()
-            providers = await kubo.find_providers(cid_from_str(topic), count=20)
-            found.update(p.peer_id for p in providers)
-            return peers[AUTHOR] in found
-
-        await wait_until(author_listed, deadline=40, what="the author's record", interval=1)
-        await anyio.sleep(3)  # time for a wrong announcement to land
-        await author_listed()
+    found = await _providers(sc, topic, {peers[AUTHOR]}, what="the author's record", linger=3)
     assert found == {peers[AUTHOR]}, "a subscriber that filters announced the topic"
     for i in SUBSCRIBERS:
         assert await _gauge(sc, i, names[1]) == before[i, names[1]], f"node{i} announced"
