@@ -86,6 +86,10 @@ class RecordKind(enum.StrEnum):
     """This node's place in a topic's tree changed (role, parent, children)."""
     RESOURCE_SAMPLE = "resource_sample"
     """Periodic CPU, memory and bandwidth sample of one process."""
+    PEER_PENALISED = "peer_penalised"
+    """A tree neighbour was found lying (docs/protocol.md "Relays that lie"): a parent
+    that withheld announced events (``withheld``), or a child that took events and
+    joined no anti-entropy (``silent_child``). It is left and avoided a while."""
 
 
 # field name -> (JSON type(s), required)
@@ -160,6 +164,13 @@ FIELDS: Final[dict[RecordKind, dict[str, _T]]] = {
         "role": (_STR, True),  # "root" | "subscriber" | "relay" | "none"
         "parent": (_OSTR, False),
         "children": (("array",), True),
+    },
+    RecordKind.PEER_PENALISED: {
+        "topic": (_STR, True),
+        "peer": (_STR, True),
+        "reason": (_STR, True),  # "withheld" | "silent_child"
+        "publisher": (_OSTR, False),  # withheld: only this publisher's events (a censor)
+        "misses": (_INT, False),  # withheld: announced events it did not send, of the last 8
     },
     RecordKind.RESOURCE_SAMPLE: {
         "process": (_STR, True),  # "sidecar" | "kubo" | "node"

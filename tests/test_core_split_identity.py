@@ -44,6 +44,10 @@ repeated: ``busy`` and ``signed`` changed (without that check, the code of that
 commit gives the previous two). Then a MEMBERS list from the peer a node is joining,
 come before its JOIN_ACK (CoreNet's links do not keep order), is kept: ``busy``
 changed (with the old check, the code of that commit gives the previous one).
+Then (wire 2.8, docs/protocol.md "Relays that lie") a node below a relay watches
+witnesses (WATCH, announcements in HEADS, parent scores) and a parent drops children
+silent in anti-entropy: ``busy`` and ``orphan`` changed (with ``witnesses=0`` and
+``silent_child_after=0`` the code of that commit gives the previous two).
 """
 
 from __future__ import annotations
@@ -188,11 +192,11 @@ SCENARIOS: dict[str, Callable[[], CoreNet]] = {
 # LEAVE to a dropped child, then all three with tree filters on by default, then
 # busy and orphan when a deep child's MEMBERS list carried the summaries, then
 # busy with one-try lag moves and damped stale-edge LEAVEs, then busy and orphan
-# with MEMBERS deltas (module docstring).
+# with MEMBERS deltas, then busy and orphan with witnesses (module docstring).
 GOLDEN = {
-    "busy": "c59d493f4f08b7ce44763e4a21b82a66ab6be353025ec7a3563642df981f8f15",
+    "busy": "b3a92ec13dc675bea8643bfc7e16d56582e637a2b6f70456d8334cbb4ffdb0ac",
     "signed": "84929fbf004dd7c86b3aa4c54b26ba48b052f1e87d28c7e8ca8e2f2575fcaab7",
-    "orphan": "156768391e74753e0d90b71667a81887d51aba37c08e9ed86f65c01d7604ce50",
+    "orphan": "70b677fcf9a79812100cd39cfa25eafc822d3b9a76b93b52f56b32efa45272e1",
 }
 
 

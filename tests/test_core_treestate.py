@@ -79,6 +79,9 @@ ENTRY_POINTS: dict[str, Callable[..., Labels]] = {
     "_maybe_leave": lambda n, now, tree: _one(n, tree, TreeInput.UNWANTED),
     "_recheck_root": lambda n, now, tree: _one(n, tree, TreeInput.RECHECK),
     "_room_at_root": lambda n, now, tree: _one(n, tree, TreeInput.ROOM_AT_ROOT),
+    # relays that lie (core/_guard.py): a withholding parent left, a silent child dropped
+    "_leave_bad_parent": lambda n, now, tree, blame: _one(n, tree, TreeInput.PARENT_LOST),
+    "_evict_silent": lambda n, now, tree, child: _one(n, tree, TreeInput.CHILD_LOST),
 }
 
 

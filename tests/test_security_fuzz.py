@@ -29,6 +29,7 @@ from pulsarcast_ipfs.core import (
     MembersWant,
     RemoteProtocolError,
     Summary,
+    Watch,
     _codec,
     _dagcbor,
 )
@@ -117,7 +118,9 @@ def _seed_messages() -> list[dict[str, Any]]:
     by_op["SUMMARY"] = Summary(
         topic=topic, filters=('ups >= 10 and user in ["a", "b"]', "x between 1 and 2.5")
     ).to_ipld()
-    # fast groups (issue 15)
+    # a witness asked for announcements (wire 2.8)
+    by_op["WATCH"] = Watch(topic=topic, ttl=60, filters=("ups >= 10",)).to_ipld()
+    # fast groups
     by_op["GROUP_JOIN"] = GroupJoin(topic=topic, spare=4).to_ipld()
     by_op["GROUP_ACK"] = GroupAck(topic=topic, ok=True, helper=WORLD.peers[2], ttl=30.0).to_ipld()
     by_op["GROUP_LEAVE"] = GroupLeave(topic=topic).to_ipld()

@@ -15,9 +15,12 @@ examples:
   pulsarcast sim --nodes 1000 --topics 23 --events 20000 --seed 1 --out runs/a
   pulsarcast sim --nodes 1000 --events 3000 --crash 10%@60s --loss 5% --out runs/b
   pulsarcast sim --nodes 200 --events 500 --latency 500ms±300ms --ordered --out runs/c
+  pulsarcast sim --nodes 1000 --events 800 --loss 5% --byzantine 10% --attack silent --out runs/d
+  pulsarcast sim --nodes 1000 --events 800 --attack sybil=1000 --out runs/e
 
 syntax: durations 250ms, 1.5s, 2m; latency 50ms | 500ms±300ms | 10ms..90ms;
-fractions 5% or 0.05; crash waves <P%|N>@<time after publication starts>, comma-separated.
+fractions 5% or 0.05; crash waves <P%|N>@<time after publication starts>, comma-separated;
+attacks blackhole | silent | censor | delay=D | sybil=N (docs/simulator.md "Attacks").
 """
 
 
@@ -99,6 +102,34 @@ def add_parser(sub: Any) -> None:
         default=16,
         help="peers a publisher sends each event to directly along its group (default 16)",
     )
+    p.add_argument(
+        "--byzantine",
+        default="0%",
+        metavar="P%",
+        help="fraction of the nodes that attack (none creates a topic, none publishes; "
+        "needs --attack)",
+    )
+    p.add_argument(
+        "--attack",
+        default=None,
+        metavar="KIND",
+        help="what attackers do: blackhole (drop EVENTs), silent (also DIGEST, HEADS, "
+        "groups), censor (one publisher's EVENTs), delay=D (forward D late), sybil=N "
+        "(N extra identities take the topics first, then stay silent)",
+    )
+    p.add_argument(
+        "--witnesses",
+        type=int,
+        default=2,
+        help="witnesses a node below a relay watches (0: off; docs/protocol.md "
+        "'Relays that lie'; default 2)",
+    )
+    p.add_argument(
+        "--flat-fanout",
+        type=int,
+        default=64,
+        help="children a root takes before trees grow relays (default 64)",
+    )
     p.add_argument("--workload", default=None, help="workload file (default: shipped 25k)")
     p.add_argument("--run", default=None, help="run identifier written in every record")
     p.add_argument("--gzip", action="store_true", help="write records.jsonl.gz")
@@ -120,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
         SimConfig,
         SimulationError,
         SpecError,
+        parse_attack,
         parse_crashes,
         parse_duration,
         parse_fraction,
@@ -153,6 +185,10 @@ def _run(args: argparse.Namespace) -> int:
             tree_filters=args.tree_filters,
             fast=args.fast,
             group_capacity=args.group_capacity,
+            byzantine=parse_fraction(args.byzantine),
+            attack=parse_attack(args.attack) if args.attack else None,
+            witnesses=args.witnesses,
+            flat_fanout=args.flat_fanout,
             workload=args.workload,
             run=args.run or f"sim-{args.seed}",
         )
@@ -252,6 +288,35 @@ def summary_table(s: dict[str, Any]) -> Any:
         ("nodes crashed / restarted", f"{s['crashed']:,} / {s['restarted']:,}"),
         ("topic roots crashed", f"{s['crashed_roots']}"),
     ]
+    if s.get("attackers"):
+        cleared = s.get("root_slots_cleared_after")
+        rows += [
+            ("attackers (not counted as subscribers)", f"{s['attackers']:,}"),
+            (
+                "deliveries below an attacker (p50 / p99 / max)",
+                f"{s['below_attacker_deliveries']:,} ({_fmt_s(s['below_attacker_p50'])} / "
+                f"{_fmt_s(s['below_attacker_p99'])} / {_fmt_s(s['below_attacker_max'])})",
+            ),
+            (
+                "attackers at the roots at the end / cleared after",
+                f"{s['root_slots_attackers']:,} / "
+                + (
+                    "-"
+                    if cleared is None
+                    else "not cleared"
+                    if cleared < 0
+                    else f"{cleared:,.1f} s"
+                ),
+            ),
+        ]
+    if s.get("attackers") or s.get("penalties_withheld") or s.get("penalties_silent_child"):
+        rows.append(
+            (
+                "penalised: withholding parents / silent children / honest",
+                f"{s.get('penalties_withheld', 0):,} / {s.get('penalties_silent_child', 0):,} / "
+                f"{s.get('false_penalties', 0):,}",
+            )
+        )
     if s.get("filtered_subscriptions"):
         rows.append(
             (

@@ -46,6 +46,7 @@ _LIMITED_OPS = {
     "REQUEST_TO_PUBLISH": "request",
     "SUMMARY": "join",
     "MEMBERS_WANT": "join",
+    "WATCH": "join",
     "GROUP_JOIN": "join",
     "GROUP_EVENT": "event",
     "GROUP_ACK": "event",

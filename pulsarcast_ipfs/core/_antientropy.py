@@ -134,6 +134,9 @@ class AntiEntropy(NodeBase):
             rpc = Heads(topic=tree.key, heads=chunk)
             self._send(now, peer, rpc, tree.name, encode_frame(rpc))
             known.update(c for c, _ in chunk)
+            if peer == tree.parent:
+                for c, _ in chunk:
+                    self._guard.parent_sent(tree.key, peer, c)  # told it: not a miss
 
     def _send_delta(self, now: float, tree: Tree, peer: str) -> None:
         """HEADS of the recent CIDs ``peer`` is not known to have (if any); tree

@@ -45,6 +45,7 @@ from ._delegation import DelegateKey
 from ._descriptors import EventDescriptor, TopicDescriptor
 from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import Filter
+from ._guard import RelayGuard
 from ._io import (
     Output,
     Pending,
@@ -135,6 +136,7 @@ class NodeBase:
     _helped: LRU
     _fast_counts: dict[str, int]
     _fast_wanted: dict[CID, None]
+    _guard: RelayGuard
 
     if TYPE_CHECKING:
         # Methods defined in one module (named above each group) and called from another.

@@ -38,7 +38,11 @@ the dissemination tree across updates)::
                         the list of epoch base, removed: the peers gone
     MEMBERS_WANT       {op, topic}   a child to its parent: send me the whole list
     SUMMARY            {op, topic, filters: [filter text, ...]}   a child to its parent: the
-                        summary of what its subtree wants (issue 15, NodeConfig.tree_filters)
+                        summary of what its subtree wants (NodeConfig.tree_filters)
+    WATCH              {op, topic, ttl[, filters]}   wire 2.8: a node below a relay asks a
+                        witness (a member of the root's list, or the root) to announce
+                        the topic's new events to it in HEADS for ttl seconds (0: stop);
+                        filters: what it wants, as in SUMMARY (left out: everything)
     DIGEST             {op, topic, lo, hi, count, sum, ranges, have}
                         ranges: [[upper, count, sum], ...] (an answer: the window
                         split) or []; have: [[CID, created], ...] (the sender's
@@ -82,6 +86,7 @@ __all__ = [
     "MAX_MEMBERS",
     "MAX_RANGES",
     "MAX_SEEN_PARENTS",
+    "MAX_WATCH_TTL",
     "Digest",
     "Event",
     "FrameDecoder",
@@ -102,6 +107,7 @@ __all__ = [
     "RequestToPublish",
     "Rpc",
     "Summary",
+    "Watch",
     "decode_rpc",
     "encode_frame",
     "encode_rpc",
@@ -402,6 +408,35 @@ class Summary(_Message):
     def _validate(self) -> None:
         _cid(self.topic, "topic")
         _summary(self.filters, "filters")
+
+
+MAX_WATCH_TTL: Final = 600
+"""The longest a WATCH asks to be announced to (seconds); it is refreshed before."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watch(_Message):
+    """WATCH (wire 2.8, docs/protocol.md "Relays that lie"): a node whose parent is
+    not the root asks a *witness* — a peer fed independently of that parent — to
+    announce the topic's new events to it (HEADS, one per event it accepts) for ``ttl``
+    seconds; ``ttl = 0`` ends it. ``filters``: the events the watcher's subtree wants
+    (canonical filter texts, as SUMMARY; ``None``: every event)."""
+
+    op: ClassVar[str] = "WATCH"
+    _wire: ClassVar[dict[str, str]] = {}
+    _optional: ClassVar[frozenset[str]] = frozenset({"filters"})
+    topic: CID
+    ttl: int
+    filters: tuple[str, ...] | None = None
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        if not isinstance(self.ttl, int) or isinstance(self.ttl, bool):
+            raise _bad("ttl: expected an integer")
+        if not 0 <= self.ttl <= MAX_WATCH_TTL:
+            raise _bad(f"ttl: expected 0 to {MAX_WATCH_TTL} seconds")
+        if self.filters is not None:
+            _summary(self.filters, "filters")
 
 
 def _uint(value: object, where: str) -> int:
@@ -725,6 +760,7 @@ Rpc = (
     | MembersWant
     | Digest
     | Summary
+    | Watch
     | GroupJoin
     | GroupAck
     | GroupLeave
@@ -747,6 +783,7 @@ _ALL: Final[tuple[type[_Message], ...]] = (
     MembersWant,
     Digest,
     Summary,
+    Watch,
     GroupJoin,
     GroupAck,
     GroupLeave,

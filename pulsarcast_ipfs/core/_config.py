@@ -145,6 +145,25 @@ class NodeConfig:
     summary_interval: float = 1.0
     """At most one SUMMARY per tree this often (changes in between are coalesced)."""
 
+    witnesses: int = 2
+    """(docs/protocol.md "Relays that lie") A node whose parent is not the author asks
+    this many witnesses — members of the root's list, else the author — to announce
+    the topic's events to it (WATCH); an announced event its parent does not send is
+    fetched and counted against the parent. 0: off (at most 8)."""
+    witness_grace: float = 1.0
+    """An announced event not come is fetched this long after the announcement (the
+    parent's copy normally wins; a slow link adds its lag limit)."""
+    blame_window: float = 2.0
+    """...and the parent is scored this long after that: a copy from it by then (a
+    parent repairing too) counts as delivered."""
+    penalty_ttl: float = 600.0
+    """A parent found withholding, or a silent child, is avoided this long (no JOIN to
+    it, none accepted from it)."""
+    silent_child_after: float = 30.0
+    """A child sent live events in this many seconds' worth of heads rounds (six at
+    least), and heard from by no DIGEST or HEADS since, takes part in no
+    anti-entropy: it is dropped. 0: off."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -152,15 +171,21 @@ class NodeConfig:
                 if not isinstance(value, RetentionPolicy):
                     raise LocalProtocolError("retention must be a RetentionPolicy")
                 continue
-            if f.name in ("group_capacity", "group_spare", "flat_fanout"):
+            if f.name in ("group_capacity", "group_spare", "flat_fanout", "witnesses"):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise LocalProtocolError(f"NodeConfig.{f.name} must be an integer >= 0")
                 if f.name == "group_spare" and value > 64:
                     raise LocalProtocolError("NodeConfig.group_spare must be at most 64")
+                if f.name == "witnesses" and value > 8:
+                    raise LocalProtocolError("NodeConfig.witnesses must be at most 8")
                 continue
             if f.name in ("rpc_records", "require_signatures", "tree_filters"):
                 if not isinstance(value, bool):
                     raise LocalProtocolError(f"{f.name} must be a bool")
+                continue
+            if f.name == "silent_child_after":
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise LocalProtocolError(f"NodeConfig.{f.name} must be a number >= 0")
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise LocalProtocolError(f"NodeConfig.{f.name} must be a positive number")

@@ -20,7 +20,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import _MAX_VERSIONS, NodeBase
-from ._codec import Event, encode_frame
+from ._codec import Event, Heads, encode_frame
 from ._descriptors import (
     MAX_PARENTS,
     EventDescriptor,
@@ -83,6 +83,8 @@ class Dissemination(NodeBase):
                 # A stale edge (e.g. a JOIN acknowledged too late): tell the sender.
                 # (A publisher's direct first hop is no edge: docs "First hop".)
                 self._stale_edge(now, peer, tree.key, tree.name)
+        if peer == tree.parent:
+            self._guard.parent_sent(tree.key, peer, ev.cid)  # (witnesses score the parent)
         if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         seen_parents = rpc.parents
@@ -172,8 +174,25 @@ class Dissemination(NodeBase):
         self._note_recent(tree, cid, ev)
         if forward:
             self._forward_received(now, tree, cid, sender, pushed)
+            self._announce_to_watchers(now, tree, ev, sender)
         self._offer(now, tree, cid, recovered)
         return True
+
+    def _announce_to_watchers(
+        self, now: float, tree: Tree, ev: EventDescriptor, sender: str | None
+    ) -> None:
+        """(witness) A new event: one HEADS entry to each watcher that wants it
+        (docs/protocol.md "Relays that lie")."""
+        guard = self._guard
+        guard.accepted_elsewhere(tree.key, sender)
+        watchers = guard.watchers(now, tree.key)
+        if not watchers:
+            return
+        rpc = Heads(topic=tree.key, heads=((ev.cid, ev.created_ts),))
+        data = encode_frame(rpc)
+        for peer, filters in watchers:
+            if peer != sender and (filters is None or matches_any(filters, ev.attributes)):
+                self._send(now, peer, rpc, tree.name, data)
 
     def _note_recent(self, tree: Tree, cid: CID, ev: EventDescriptor) -> None:
         created = ev.created_ts
@@ -251,8 +270,10 @@ class Dissemination(NodeBase):
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
         for peer in targets:
             summary = self._target_summary(tree, peer) if peer != tree.parent else None
-            if peer == tree.parent and self._own_filters(tree) is not None:
-                tree.edge(peer).up.add(cid)  # (tree filters) repaired like the rest
+            if peer == tree.parent:
+                self._guard.parent_sent(tree.key, peer, cid)  # it has it: not a miss
+                if self._own_filters(tree) is not None:
+                    tree.edge(peer).up.add(cid)  # (tree filters) repaired like the rest
             if summary is None:
                 self._send(now, peer, rpc, tree.name, data)
             elif not matches_any(summary, ev.attributes):
@@ -262,6 +283,9 @@ class Dissemination(NodeBase):
                 self._send_pruned(now, tree, peer, rpc, data, summary, ev)
             tree.edge(peer).known.add(cid)
             self._count_forward(tree, peer, ev)
+            if peer != tree.parent and now - ev.created_ts < self.config.heads_interval:
+                # A live event changes the child's DIGEST window: it owes a DIGEST.
+                self._guard.forwarded(tree.key, peer)
         for peer, parents in direct.items():
             if parents is None:
                 self._send(now, peer, rpc, tree.name, data)

@@ -77,6 +77,7 @@ class Membership(NodeBase):
     def _drop_tree(self, tree: Tree) -> None:
         self._release_history(tree)
         self._trees.pop(tree.key, None)
+        self._guard.forget(tree.key)
         for v in tree.versions:
             if self._version_of.get(v) == tree.key:
                 del self._version_of[v]
@@ -101,6 +102,7 @@ class Membership(NodeBase):
         """
         skip = set(exclude)
         skip.update(tree.children)  # never below one's own child (a reader's leaf JOIN)
+        skip.update(self._guard.penalised_peers(now))  # found lying: avoided a while
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
         target = tree.author_pos
@@ -360,7 +362,9 @@ class Membership(NodeBase):
                 self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
                 return
             tree = self._new_tree(now, root)
-        if rpc.leaf:
+        if self._guard.penalised(now, peer):
+            refuse = True  # found lying (a silent child, a withholding parent): not for a while
+        elif rpc.leaf:
             # A reader asks to hang below a holder of the history, whatever its
             # distance: it takes no children there, so no cycle can form.
             refuse = tree.parent == peer or tree.history is None or not tree.joined

@@ -72,9 +72,11 @@ signatures one part calls in another, checked by mypy):
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
@@ -100,6 +102,7 @@ from ._codec import (
     RequestToPublish,
     Rpc,
     Summary,
+    Watch,
     encode_frame,
 )
 from ._config import NodeConfig
@@ -107,6 +110,8 @@ from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
 from ._errors import LocalProtocolError
 from ._fastgroup import FastGroups
+from ._filters import matches_any, parse_filter
+from ._guard import ACK_HEADS, Blame, RelayGuard
 from ._io import Output
 from ._liveness import Liveness
 from ._membership import Membership
@@ -118,7 +123,7 @@ from ._requests import Requests
 from ._signqueue import SigningQueue
 from ._summaries import Summaries
 from ._topics import Topics
-from ._tree import LRU
+from ._tree import LRU, Tree
 
 __all__ = ["PulsarcastNode"]
 
@@ -221,6 +226,16 @@ class PulsarcastNode(
         self._helped = LRU(c.event_cache_size)  # events forwarded as a helper
         self._fast_counts = {}
         self._fast_wanted = {}  # subscribe(fast=True) calls waiting for their topic
+        self._guard = RelayGuard(
+            witnesses=c.witnesses,
+            witness_grace=c.witness_grace,
+            blame_window=c.blame_window,
+            penalty_ttl=c.penalty_ttl,
+            silent_rounds=max(6, math.ceil(c.silent_child_after / c.heads_interval))
+            if c.silent_child_after > 0
+            else 0,
+            rng=rng,
+        )
 
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
         """An RPC from the authenticated ``peer`` (§6)."""
@@ -249,9 +264,16 @@ class PulsarcastNode(
         elif isinstance(rpc, Pong):
             self._on_pong(now, peer, rpc)
         elif isinstance(rpc, Heads):
-            self._on_heads(now, peer, rpc)
+            self._guard.child_heard(rpc.topic, peer)
+            if self._guard.was_witness(rpc.topic, peer) and not self._is_neighbour(rpc.topic, peer):
+                self._on_announce(now, peer, rpc)
+            else:
+                self._on_heads(now, peer, rpc)
         elif isinstance(rpc, Digest):
+            self._guard.child_heard(rpc.topic, peer)
             self._on_digest(now, peer, rpc)
+        elif isinstance(rpc, Watch):
+            self._on_watch(now, peer, rpc)
         elif isinstance(rpc, Members):
             self._on_members(now, peer, rpc)
         elif isinstance(rpc, MembersWant):
@@ -311,6 +333,9 @@ class PulsarcastNode(
         at = self._group_at
         if at is not None and (best is None or at < best):
             best = at
+        at = self._guard.next_due()
+        if at is not None and (best is None or at < best):
+            best = at
         for f in self._fetches.values():
             if best is None or f.due < best:
                 best = f.due
@@ -329,10 +354,14 @@ class PulsarcastNode(
             self._heads_at = now + c.heads_interval
             self._heads_tick += 1
             self._heads_round(now)
+            self._guard_round(now)
         if self._lag_at is not None and now >= self._lag_at:
             self._check_lag(now)
         if self._group_at is not None and now >= self._group_at:
             self._group_tick(now)
+        at = self._guard.next_due()
+        if at is not None and now >= at:
+            self._score_parents(now)
         for tree in list(self._trees.values()):
             if tree.key not in self._trees:
                 continue
@@ -349,6 +378,153 @@ class PulsarcastNode(
                 self._summary_timer(now, tree)
         self._fetch_timers(now)
         self._request_timers(now)
+
+    # ------------------------------------------------- relays that lie (._guard)
+
+    def _is_neighbour(self, topic: CID, peer: str) -> bool:
+        tree = self._trees.get(topic)
+        return tree is not None and (peer == tree.parent or peer in tree.children)
+
+    def _publisher_of(self, cid: CID) -> str | None:
+        entry = self._events.get(cid)
+        return entry[1].publisher if entry is not None else None
+
+    def _event_of(self, cid: CID) -> tuple[str, float] | None:
+        if cid not in self._seen:
+            return None
+        entry = self._events.get(cid)
+        return (entry[1].publisher, entry[1].created_ts) if entry is not None else None
+
+    def _parent_of(self, key: CID) -> str | None:
+        tree = self._trees.get(key)
+        return tree.parent if tree is not None else None
+
+    def _guard_round(self, now: float) -> None:
+        """Every heads round: choose and refresh witnesses; drop silent children."""
+        guard = self._guard
+        for tree in list(self._trees.values()):
+            if tree.key not in self._trees:
+                continue
+            parent = tree.parent
+            eligible = tree.joined and parent is not None and parent != tree.author
+            plan = guard.plan(
+                now,
+                tree.key,
+                eligible=eligible,
+                members=self._members_known(tree),
+                author=tree.author,
+                exclude={self.peer_id, *(p for p in (parent,) if p), *tree.children},
+            )
+            if plan.sends:
+                own = self._own_filters(tree)
+                texts = tree.summary_sent if own is not None else None
+                for peer, ttl in plan.sends:
+                    filters = texts if ttl else None
+                    self._send(
+                        now, peer, Watch(topic=tree.key, ttl=ttl, filters=filters), tree.name
+                    )
+            if tree.children:
+                for child in guard.silent_children(tree.key, tree.children):
+                    self._evict_silent(now, tree, child)
+
+    def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
+        """A child that takes events and joins no anti-entropy: dropped, refused a while."""
+        self._guard.penalise(now, child)
+        self._record(
+            now, RecordKind.PEER_PENALISED, topic=tree.name, peer=child, reason="silent_child"
+        )
+        del tree.children[child]
+        tree.edges.pop(child, None)
+        self._send(now, child, Leave(topic=tree.key), tree.name)
+        self._tree_changed(now, tree)
+        self._members_changed(now, tree)
+        self._maybe_leave(now, tree)
+
+    def _on_watch(self, now: float, peer: str, rpc: Watch) -> None:
+        """(witness) A node asks for announcements of a topic's events."""
+        tree = self._trees.get(rpc.topic)
+        if tree is None or not tree.joined:
+            return  # not in that tree (yet): the watcher finds another witness
+        filters = None
+        if rpc.filters is not None:
+            filters = tuple(parse_filter(t) for t in rpc.filters)  # checked by the codec
+        if not self._guard.on_watch(now, tree.key, peer, rpc.ttl, filters):
+            return
+        # The answer: our newest few events it wants (maybe none), at once.
+        entries: list[tuple[CID, float]] = []
+        for cid, created in reversed(tree.recent.items()):
+            if len(entries) >= ACK_HEADS:
+                break
+            entry = self._events.get(cid)
+            if filters is not None and (
+                entry is None or not matches_any(filters, entry[1].attributes)
+            ):
+                continue
+            entries.append((cid, created))
+        self._send(now, peer, Heads(topic=tree.key, heads=tuple(entries)), tree.name)
+
+    def _on_announce(self, now: float, peer: str, rpc: Heads) -> None:
+        """(watcher) A witness's HEADS: fetch, after the grace, what has not come."""
+        tree = self._trees.get(rpc.topic)
+        if tree is None:
+            return
+        cids = self._guard.announced(
+            now,
+            tree.key,
+            peer,
+            rpc.heads,
+            parent=tree.parent,
+            publisher_of=self._publisher_of,
+            seen=self._seen.__contains__,
+        )
+        if not cids:
+            return
+        bound = self._heads_bound(now, tree)
+        grace = self.config.witness_grace
+        if tree.parent is not None:
+            grace += max(0.0, self._lag_limit(tree.parent) - self.config.slow_parent_after)
+        hint = tree.parent if tree.parent is not None else peer
+        created = dict(rpc.heads)
+        for cid in cids:
+            if cid in self._seen or cid in self._fetches or created[cid] < bound:
+                continue
+            # The fetched copy is not sent back to the parent (hint): the parent's own
+            # copy, if it comes, is what scores it.
+            self._fetch(now, cid, "event", tree.key, hint, grace=grace)
+
+    def _score_parents(self, now: float) -> None:
+        for blame in self._guard.due(now, parent_of=self._parent_of, event_of=self._event_of):
+            tree = self._trees.get(blame.tree)
+            if tree is not None and tree.parent == blame.parent:
+                self._leave_bad_parent(now, tree, blame)
+
+    def _leave_bad_parent(self, now: float, tree: Tree, blame: Blame) -> None:
+        """A parent that withheld what witnesses announced: LEAVE it, avoid it a while,
+        re-join through another peer (children kept)."""
+        guard = self._guard
+        guard.penalise(now, blame.parent)
+        guard.parent_left(tree.key, blame.parent)
+        self._record(
+            now,
+            RecordKind.PEER_PENALISED,
+            topic=tree.name,
+            peer=blame.parent,
+            reason="withheld",
+            publisher=blame.publisher,
+            misses=blame.misses,
+        )
+        self._send(now, blame.parent, Leave(topic=tree.key), tree.name)
+        self._parent_lost(now, tree, avoid=blame.parent)
+
+    @property
+    def guard_counts(self) -> dict[str, int]:
+        """Parents left as withholding, silent children dropped, silent witnesses."""
+        g = self._guard
+        return {
+            "detections": g.detections,
+            "evictions": g.evictions,
+            "witness_drops": g.witness_drops,
+        }
 
     # ----------------------------------------------------------------- outputs
 

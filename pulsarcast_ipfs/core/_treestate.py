@@ -101,10 +101,10 @@ class TreeInput(enum.Enum):
     JOIN_ACK_LATE = "JOIN_ACK from another peer"
     JOIN_TIMEOUT = "`join_timeout` passed"
     JOIN_PEER_LOST = "LEAVE from / failure of the JOIN's peer"
-    PARENT_LOST = "LEAVE from parent, parent silent, `peer_unreachable`"
+    PARENT_LOST = "LEAVE from parent, parent silent, `peer_unreachable`, parent withholding"
     PARENT_LAGGING = "parent lagging (PINGs or probe unanswered in time)"
     ROOM_AT_ROOT = "MEMBERS from the parent: the root's list has room, we are not in it"
-    CHILD_LOST = "LEAVE from child, child silent or failed"
+    CHILD_LOST = "LEAVE from child, child silent or failed, child silent in anti-entropy"
     UNWANTED = "unsubscribe / reader expired / last child gone"
     RECHECK = "`root_recheck_interval` passed"
 

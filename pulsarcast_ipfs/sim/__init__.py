@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pulsarcast_ipfs.core import EventHeap, make_peer_ids, make_signers, substream
 
+from ._attack import ATTACKS, Attacker, AttackSpec, parse_attack
 from ._network import RoutingTables
 from ._runner import T0, SimConfig, SimNode, Simulation, SimulationError, run_simulation
 from ._spec import (
@@ -22,7 +23,10 @@ from ._spec import (
 from ._stats import RunStats, SimSummary
 
 __all__ = [
+    "ATTACKS",
     "T0",
+    "AttackSpec",
+    "Attacker",
     "CrashSpec",
     "EventHeap",
     "LatencySpec",
@@ -36,6 +40,7 @@ __all__ = [
     "SpecError",
     "make_peer_ids",
     "make_signers",
+    "parse_attack",
     "parse_crashes",
     "parse_duration",
     "parse_fraction",

@@ -96,6 +96,7 @@ from pulsarcast_ipfs.core import (
 )
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
+from pulsarcast_ipfs.sim._attack import Attacker, AttackSpec
 from pulsarcast_ipfs.sim._network import RoutingTables
 from pulsarcast_ipfs.sim._spec import CrashSpec, LatencySpec, SpecError
 from pulsarcast_ipfs.sim._stats import RunStats, SimSummary
@@ -187,6 +188,15 @@ class SimConfig:
     tree_filters: bool = True
     """Nodes send subtree summaries (``NodeConfig.tree_filters``): the summary counts
     EVENTs sent down the trees and the false positives among them."""
+    byzantine: float = 0.0
+    """Fraction of the nodes that are attackers (none of them a topic's creator;
+    docs/simulator.md "Attacks"), doing :attr:`attack`."""
+    attack: AttackSpec | None = None
+    """What the attackers do (``--attack``); ``sybil=N`` adds N attacker identities."""
+    witnesses: int = 2
+    """``NodeConfig.witnesses`` of the honest nodes (0: no witnesses, no scores)."""
+    flat_fanout: int = 64
+    """``NodeConfig.flat_fanout``: a root's children (and so a tree's width near it)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -211,6 +221,16 @@ class SimConfig:
             raise SpecError("crash_roots must be non-negative")
         if self.group_capacity < 0:
             raise SpecError("--group-capacity must be non-negative")
+        if not 0.0 <= self.byzantine < 1.0:
+            raise SpecError("--byzantine must be at least 0% and below 100%")
+        if self.attack is None and self.byzantine > 0:
+            raise SpecError("--byzantine needs --attack (what the attackers do)")
+        if self.attack is not None and self.attack.kind != "sybil" and self.byzantine == 0:
+            raise SpecError(f"--attack {self.attack} needs --byzantine P% (how many attack)")
+        if not 0 <= self.witnesses <= 8:
+            raise SpecError("--witnesses must be between 0 and 8")
+        if self.flat_fanout < 0:
+            raise SpecError("--flat-fanout must be non-negative")
         if self.warmup < self.subscribe_window:
             raise SpecError("warmup must not be shorter than the subscribe window")
         for text in self.filters:
@@ -287,7 +307,8 @@ class Simulation(NetDriver):
             seed=c.seed,
             communities=c.communities,
         )
-        n = c.nodes
+        sybils = c.attack.sybils if c.attack is not None else 0
+        n = c.nodes + sybils
         signers = make_signers(n, seed=c.seed) if c.signatures else []
         peer_ids = [s.peer_id for s in signers] if signers else make_peer_ids(n, seed=c.seed)
         lat_rng, sample = substream(c.seed, "latency"), c.latency.sample
@@ -323,6 +344,13 @@ class Simulation(NetDriver):
             topics=self.topic_names,
             calls=len(self.scaled.publications),
         )
+        self.attackers: frozenset[int] = self._choose_attackers()
+        """Indices of the attacking nodes (docs/simulator.md "Attacks")."""
+        self.stats.set_byzantine(self.attackers)
+        self._attacker_ids = frozenset(self.peer_ids[i] for i in self.attackers)
+        self._censored = (
+            self._busiest_publisher() if c.attack and c.attack.kind == "censor" else None
+        )
         self.sub_filters: dict[tuple[int, int], Filter] = {}
         """(node, topic index) -> the subscription's filter (none: unfiltered)."""
         if c.filters:
@@ -351,14 +379,42 @@ class Simulation(NetDriver):
 
     # -- set-up -----------------------------------------------------------------------
 
-    def _real_node(self, peer_id: str, rng: Random, now: float) -> PulsarcastNode:
+    def _choose_attackers(self) -> frozenset[int]:
+        """``byzantine`` of the workload's nodes, none a topic's creator (seeded), and
+        the Sybil identities beyond them."""
+        c = self.config
+        if c.attack is None:
+            return frozenset()
+        if c.attack.kind == "sybil":
+            return frozenset(range(c.nodes, len(self.peer_ids)))
+        creators = {t.creator for t in self.scaled.topics}
+        pool = [i for i in range(c.nodes) if i not in creators]
+        count = min(len(pool), round(c.byzantine * c.nodes))
+        return frozenset(substream(c.seed, "byzantine").sample(pool, count))
+
+    def _busiest_publisher(self) -> str:
+        """(censor) The honest node that makes the most publish calls."""
+        counts: dict[int, int] = {}
+        for pub in self.scaled.publications:
+            if pub.node not in self.attackers:
+                counts[pub.node] = counts.get(pub.node, 0) + 1
+        best = min(counts, key=lambda i: (-counts[i], i)) if counts else 0
+        return self.peer_ids[best]
+
+    def _real_node(self, peer_id: str, rng: Random, now: float) -> Any:
+        c = self.config
         cfg = NodeConfig(
-            rpc_records=self.config.rpc_records,
-            require_signatures=self.config.signatures,
-            tree_filters=self.config.tree_filters,
-            group_capacity=self.config.group_capacity,
+            rpc_records=c.rpc_records,
+            require_signatures=c.signatures,
+            tree_filters=c.tree_filters,
+            group_capacity=c.group_capacity,
+            witnesses=c.witnesses,
+            flat_fanout=c.flat_fanout,
         )
-        return PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
+        node = PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
+        if peer_id in self._attacker_ids and c.attack is not None:
+            return Attacker(node, c.attack, censored=self._censored)
+        return node
 
     def _topic_options(self, creator: int) -> TopicOptions:
         if not self.config.ordered:
@@ -381,7 +437,7 @@ class Simulation(NetDriver):
         c = self.config
         h = self.heap
         t0 = T0
-        for i in range(c.nodes):
+        for i in range(len(self.peer_ids)):
             self._make_node(i, t0)
         for ti, t in enumerate(self.scaled.topics):
             node = self.nodes[t.creator]
@@ -395,6 +451,12 @@ class Simulation(NetDriver):
             self.topic_cids[ti] = cid
             self.sub_started[(t.creator, ti)] = t0
         sub_rng = substream(c.seed, "subscribe")
+        if c.attack is not None and c.attack.kind == "sybil":
+            # The Sybils take every topic before the honest nodes subscribe.
+            sybil_rng = substream(c.seed, "sybil-subscribe")
+            for i in sorted(self.attackers):
+                for ti in range(len(self.scaled.topics)):
+                    h.push(t0 + 0.5 + sybil_rng.uniform(0.0, 0.4), self._SUBSCRIBE, i, ti)
         for i, subs in enumerate(self.scaled.subscriptions):
             for name in subs:
                 ti = self._topic_pos[name]
@@ -438,6 +500,8 @@ class Simulation(NetDriver):
                 h.push(start + wave.at, self._CRASH, chosen)
         roots = {t.creator for t in self.scaled.topics}
         self.stats.crashed_roots = len({p for _, ps in self.crash_plan for p in ps} & roots)
+        self.stats.roots = {t.name: t.creator for t in self.scaled.topics}
+        self.stats.publication_start = start
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -527,7 +591,7 @@ class Simulation(NetDriver):
             kw["filter"] = where
         self.nodes[i].subscribe(self.heap.now, cid, **kw)
         self._drain(i)
-        if self.stats_subscribed_records == before:
+        if self.stats_subscribed_records == before and i not in self.attackers:
             # the core did not record it: the runner does (same schema)
             self._write(
                 MetricRecord(
@@ -547,6 +611,9 @@ class Simulation(NetDriver):
         i = pub.node
         if not self.alive[i]:
             self.stats.skipped += 1
+            return
+        if i in self.attackers:
+            self.stats.byzantine_calls += 1  # attackers publish nothing
             return
         ti = self._topic_pos[pub.topic]
         cid = self.topic_cids[ti]
@@ -589,7 +656,8 @@ class Simulation(NetDriver):
         """Unpinning: the simulated stores never collect garbage, so nothing changes."""
 
     def on_deliver(self, i: int, out: Any) -> None:
-        self.stats.on_deliver(i, cid_str(out.event_cid), bool(out.recovered))
+        if i not in self.attackers:
+            self.stats.on_deliver(i, cid_str(out.event_cid), bool(out.recovered))
 
     def on_topic_updated(self, i: int, out: Any) -> None:
         pass
@@ -698,6 +766,10 @@ def _config_json(c: SimConfig) -> dict[str, Any]:
         "filters": list(c.filters),
         "attributes": c.with_attributes,
         "tree_filters": c.tree_filters,
+        "byzantine": c.byzantine,
+        "attack": str(c.attack) if c.attack is not None else None,
+        "witnesses": c.witnesses,
+        "flat_fanout": c.flat_fanout,
     }
 
 

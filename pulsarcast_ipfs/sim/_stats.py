@@ -109,6 +109,29 @@ class SimSummary:
     deliveries_by_path: dict[str, int] = field(default_factory=dict)
     """Fast subscriptions (``--fast``): deliveries by the path of the first copy,
     ``group`` (from the publisher), ``helper``, ``tree``; empty without them."""
+    attackers: int = 0
+    """Attacking nodes (``--byzantine``, ``--attack``): not counted as subscribers, so
+    every coverage figure above is that of the honest nodes."""
+    byzantine_calls: int = 0
+    """Publish calls of attackers, not made (attackers publish nothing)."""
+    below_attacker_deliveries: int = 0
+    """Deliveries to an honest node with an attacker among its tree ancestors then."""
+    below_attacker_p50: float | None = None
+    below_attacker_p99: float | None = None
+    below_attacker_max: float | None = None
+    """Latency (event created to delivery) of those deliveries."""
+    penalties_withheld: int = 0
+    """Parents left for withholding announced events (``peer_penalised``)."""
+    penalties_silent_child: int = 0
+    """Children dropped for joining no anti-entropy."""
+    false_penalties: int = 0
+    """Of those, penalties of honest peers (a clean run must have none)."""
+    root_slots_attackers: int = 0
+    """(attacks) Attackers among the topic roots' children at the end."""
+    root_slots_cleared_after: float | None = None
+    """(attacks) Over the topics whose roots had attacker children: the latest time,
+    from the start of publication, at which the last of them was dropped (None: none
+    had any; ``-1``: some root still has one)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,6 +204,38 @@ class RunStats:
         self.forwards_down = 0
         self.forwards_false_positive = 0
         self.forwards_pruned = 0
+        # attacks (docs/simulator.md "Attacks")
+        self.byzantine: frozenset[int] = frozenset()
+        self.byzantine_calls = 0
+        self.below_hist: dict[int, int] = {}
+        self.below_count = 0
+        self.below_max: float | None = None
+        self.penalties: dict[str, int] = {}
+        self.false_penalties = 0
+        self.roots: dict[str, int] = {}
+        self.root_attackers: dict[str, int] = {}
+        self.root_cleared: dict[str, float | None] = {}
+        self.publication_start = 0.0
+
+    def set_byzantine(self, nodes: frozenset[int]) -> None:
+        """These nodes attack: never subscribers, their deliveries not counted."""
+        self.byzantine = nodes
+
+    def _below_attacker(self, node: int, topic: str) -> bool:
+        tree = self.trees.get(topic)
+        if tree is None:
+            return False
+        entry = tree.get(node)
+        for _ in range(32):
+            if entry is None:
+                return False
+            parent = entry[1]
+            if parent is None:
+                return False
+            if parent in self.byzantine:
+                return True
+            entry = tree.get(parent)
+        return False
 
     # -- membership -------------------------------------------------------------------
 
@@ -192,7 +247,7 @@ class RunStats:
 
     def set_subscribed(self, node: int, topic: str, value: bool) -> None:
         t = self.topic_index.get(topic)
-        if t is None:
+        if t is None or node in self.byzantine:
             return
         self._set_bit(self._members[t], node, value)
         self._snapshot[t] = None
@@ -247,6 +302,23 @@ class RunStats:
         kind = rec.kind
         f = rec.fields
         if kind is RecordKind.EVENT_DELIVERED:
+            if self.byzantine:
+                node = self.index.get(rec.node)
+                if node in self.byzantine:
+                    return
+                lat = f.get("latency")
+                topic = f.get("topic")
+                if (
+                    node is not None
+                    and isinstance(topic, str)
+                    and isinstance(lat, int | float)
+                    and self._below_attacker(node, topic)
+                ):
+                    k = round(lat * 10_000)
+                    self.below_hist[k] = self.below_hist.get(k, 0) + 1
+                    self.below_count += 1
+                    if self.below_max is None or lat > self.below_max:
+                        self.below_max = float(lat)
             path = f.get("path")
             if isinstance(path, str):
                 self.paths[path] = self.paths.get(path, 0) + 1
@@ -263,6 +335,11 @@ class RunStats:
             self.injected += 1
         elif kind is RecordKind.TREE_CHANGED:
             self._on_tree(rec)
+        elif kind is RecordKind.PEER_PENALISED:
+            reason = str(f.get("reason"))
+            self.penalties[reason] = self.penalties.get(reason, 0) + 1
+            if self.index.get(str(f.get("peer"))) not in self.byzantine:
+                self.false_penalties += 1
         elif kind is RecordKind.SUBSCRIBED:
             node = self.index.get(rec.node)
             if node is not None and isinstance(f.get("topic"), str):
@@ -314,6 +391,14 @@ class RunStats:
         parent = f.get("parent")
         pidx = self.index.get(parent) if isinstance(parent, str) else None
         role = str(f.get("role"))
+        if self.byzantine and self.roots.get(topic) == node and isinstance(children, list):
+            bad = sum(1 for c in children if self.index.get(c) in self.byzantine)
+            before = self.root_attackers.get(topic, 0)
+            self.root_attackers[topic] = bad
+            if bad == 0 and before > 0:
+                self.root_cleared[topic] = rec.ts - self.publication_start
+            elif bad > 0:
+                self.root_cleared[topic] = None
         tree = self.trees.setdefault(topic, {})
         if role == "none":
             tree.pop(node, None)
@@ -463,7 +548,35 @@ class RunStats:
             forwards_down=self.forwards_down,
             forwards_false_positive=self.forwards_false_positive,
             forwards_pruned=self.forwards_pruned,
+            **self._attack_summary(),
         )
+
+    def _attack_summary(self) -> dict[str, Any]:
+        if not self.byzantine:
+            return {
+                "penalties_withheld": self.penalties.get("withheld", 0),
+                "penalties_silent_child": self.penalties.get("silent_child", 0),
+                "false_penalties": self.false_penalties,
+            }
+        cleared: float | None = None
+        if self.root_cleared:
+            times = list(self.root_cleared.values())
+            cleared = (
+                -1.0 if any(t is None for t in times) else max(t for t in times if t is not None)
+            )
+        return {
+            "attackers": len(self.byzantine),
+            "byzantine_calls": self.byzantine_calls,
+            "below_attacker_deliveries": self.below_count,
+            "below_attacker_p50": _percentile(self.below_hist, self.below_count, 0.50),
+            "below_attacker_p99": _percentile(self.below_hist, self.below_count, 0.99),
+            "below_attacker_max": self.below_max,
+            "penalties_withheld": self.penalties.get("withheld", 0),
+            "penalties_silent_child": self.penalties.get("silent_child", 0),
+            "false_penalties": self.false_penalties,
+            "root_slots_attackers": sum(self.root_attackers.values()),
+            "root_slots_cleared_after": cleared,
+        }
 
     def missing_report(self, limit: int = 20) -> list[tuple[int, int, list[int]]]:
         """Up to ``limit`` published calls some live expected node missed: (call, topic, nodes)."""

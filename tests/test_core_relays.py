@@ -1,0 +1,227 @@
+"""Relays that lie (core/_guard.py, docs/protocol.md "Relays that lie").
+
+A relay that drops EVENTs (black hole), also its DIGESTs and HEADS (silent), or only
+one publisher's events (censor) is planted with CoreNet's ``drop_if``; the nodes
+below it must get every event from their witnesses and leave it. Each guarantee is
+checked against the same network with witnesses off, where the planted relay does
+cut its subtree off: the tests can fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pulsarcast_ipfs.core import (
+    CID,
+    Digest,
+    Event,
+    GroupEvent,
+    Heads,
+    Join,
+    NodeConfig,
+    Watch,
+    encode_frame,
+    make_peer_ids,
+)
+from pulsarcast_ipfs.core._guard import RelayGuard
+from pulsarcast_ipfs.core.testing import CoreNet
+from pulsarcast_ipfs.records import RecordKind
+
+Drop = Callable[[str, str, object], bool]
+
+
+def tree_net(
+    n: int = 30, *, seed: int = 1, **cfg: object
+) -> tuple[CoreNet, CID, str, list[str], str, list[str]]:
+    """``n`` nodes, one topic, trees with relays (flat trees off, small k-buckets):
+    a ``relay`` (not the author) and the members below it."""
+    config = NodeConfig(flat_fanout=0, dead_after=10, **cfg)  # type: ignore[arg-type]
+    net = CoreNet(n, seed=seed, config=config, bucket_size=4)
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "news")
+    net.run_for(0.5)
+    members = net.peers[1:]
+    for p in members:
+        net.call(p, "subscribe", topic)
+    net.run_for(12)  # joined, MEMBERS out, WATCHes answered
+    below: dict[str, list[str]] = {}
+    for p in members:
+        parent = net.nodes[p].topic_state(topic).parent
+        if parent not in (None, author):
+            below.setdefault(parent, []).append(p)
+    relay = max(sorted(below), key=lambda r: len(below[r]))
+    return net, topic, author, members, relay, below[relay]
+
+
+def publish_many(net: CoreNet, topic: CID, publishers: list[str], count: int) -> list[CID]:
+    cids = []
+    for i in range(count):
+        res = net.call(publishers[i % len(publishers)], "publish", topic, b"e%d" % i)
+        cids.append(res.event_cid)
+        net.run_for(0.2)
+    net.run_for(15)
+    return cids
+
+
+def blackhole(relay: str) -> Drop:
+    return lambda s, r, rpc: s == relay and isinstance(rpc, Event | GroupEvent)
+
+
+def silent(relay: str) -> Drop:
+    return lambda s, r, rpc: s == relay and isinstance(rpc, Event | GroupEvent | Digest | Heads)
+
+
+def penalised(net: CoreNet, peer: str, reason: str) -> list[str]:
+    """Nodes that penalised ``peer`` for ``reason``."""
+    return [
+        p
+        for p in net.peers
+        for r in net.records(p, RecordKind.PEER_PENALISED)
+        if r.fields["peer"] == peer and r.fields["reason"] == reason
+    ]
+
+
+@pytest.mark.parametrize("attack", [blackhole, silent])
+def test_a_lying_relay_cuts_nobody_off_and_is_left(attack: Callable[[str], Drop]) -> None:
+    net, topic, _author, members, relay, below = tree_net()
+    assert below, "the seeded tree has a relay with children"
+    net.drop_if = attack(relay)
+    publishers = [p for p in members if p != relay and p not in below][:3]
+    cids = publish_many(net, topic, publishers, 20)
+    for p in below:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+        assert net.nodes[p].topic_state(topic).parent != relay, p  # left it
+    assert set(penalised(net, relay, "withheld")) == set(below)
+
+
+@pytest.mark.parametrize("attack", [blackhole, silent])
+def test_planted_without_witnesses_the_subtree_is_cut_off(
+    attack: Callable[[str], Drop],
+) -> None:
+    """The same network and relay with witnesses off: the relay's children do miss
+    events (silent: for good, within the run) and stay below it."""
+    net, topic, _author, members, relay, below = tree_net(witnesses=0)
+    net.drop_if = attack(relay)
+    publishers = [p for p in members if p != relay and p not in below][:3]
+    cids = publish_many(net, topic, publishers, 20)
+    missed = [p for p in below if not set(cids) <= set(net.delivered(p, topic))]
+    if attack is silent:
+        assert missed == below
+    else:  # anti-entropy with the relay repairs, but late and from below the relay
+        assert all(net.nodes[p].topic_state(topic).parent == relay for p in below)
+    assert not penalised(net, relay, "withheld")
+
+
+def test_a_censor_is_left_for_one_publishers_events() -> None:
+    net, topic, _author, members, relay, below = tree_net()
+    victim = next(p for p in members if p != relay and p not in below)
+    others = [p for p in members if p not in (relay, victim) and p not in below][:2]
+
+    def censor(s: str, r: str, rpc: object) -> bool:
+        if s != relay or not isinstance(rpc, Event):
+            return False
+        ev = net.nodes[relay]._events.get(_event_cid(rpc))
+        return ev is not None and ev[1].publisher == victim
+
+    net.drop_if = censor
+    cids = publish_many(net, topic, [victim, *others], 30)
+    for p in below:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+    recs = [
+        r
+        for p in below
+        for r in net.records(p, RecordKind.PEER_PENALISED)
+        if r.fields["peer"] == relay
+    ]
+    assert recs and all(r.fields["publisher"] in (victim, None) for r in recs)
+    assert any(r.fields["publisher"] == victim for r in recs)
+
+
+def _event_cid(rpc: Event) -> CID:
+    from pulsarcast_ipfs.core import EventDescriptor
+
+    return EventDescriptor.decode(rpc.event).cid
+
+
+def test_no_honest_peer_is_penalised_under_loss() -> None:
+    """5 % of all messages lost, nobody lying: every event everywhere, no penalty."""
+    net, topic, _author, members, _relay, _below = tree_net(seed=2)
+    net.links.loss = 0.05
+    cids = publish_many(net, topic, members[:6], 60)
+    net.run_for(30)
+    for p in members:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+    assert [r.fields for p in net.peers for r in net.records(p, RecordKind.PEER_PENALISED)] == []
+
+
+def test_a_silent_child_is_dropped_and_refused() -> None:
+    """A child that takes events and sends no DIGEST or HEADS: after six heads rounds
+    with traffic its parent drops it and refuses its JOINs for ``penalty_ttl``."""
+    net, topic, _author, members, relay, below = tree_net()
+    child = below[0]
+    net.drop_if = lambda s, r, rpc: s == child and r == relay and isinstance(rpc, Digest | Heads)
+    publishers = [p for p in members if p != relay and p not in below][:2]
+    for i in range(45):  # 45 s of traffic: nine heads rounds
+        net.call(publishers[i % 2], "publish", topic, b"t%d" % i)
+        net.run_for(1.0)
+    assert penalised(net, child, "silent_child") == [relay]
+    assert child not in net.nodes[relay].topic_state(topic).children
+    net.inject(
+        child, relay, Join(topic=topic, descriptor=_descriptor(net, topic), leaf=False, up=False)
+    )
+    net.run_for(1)
+    assert child not in net.nodes[relay].topic_state(topic).children  # refused
+
+
+def _descriptor(net: CoreNet, topic: CID) -> bytes:
+    return net.store[topic]
+
+
+def test_a_witness_announcing_made_up_events_frames_nobody() -> None:
+    """A witness that announces CIDs nobody has (or replays old ones) gets no honest
+    parent penalised; the made-up announcer is dropped as a witness."""
+    net, topic, _author, _members, relay, below = tree_net()
+    child = below[0]
+    fakes = [CID.decode(str(c)) for c in _fake_cids(12)]
+    witnesses = net.nodes[child]._guard.watched(topic)
+    assert witnesses
+    liar = witnesses[0]
+    for i, fake in enumerate(fakes):
+        net.inject(liar, child, Heads(topic=topic, heads=((fake, net.now - 0.1 * i),)))
+        net.run_for(0.3)
+    net.run_for(20)
+    assert not penalised(net, relay, "withheld")
+    assert net.nodes[child].topic_state(topic).parent == relay
+    assert liar not in net.nodes[child]._guard.watched(topic)
+
+
+def _fake_cids(n: int) -> list[CID]:
+    from pulsarcast_ipfs.core import compute_cid
+
+    return [compute_cid(b"\xa1amx" + bytes([i])) for i in range(n)]
+
+
+def test_watch_is_validated_and_bounded() -> None:
+    peers = make_peer_ids(70, seed=5)
+    topic = _fake_cids(1)[0]
+    with pytest.raises(Exception, match="ttl"):
+        Watch(topic=topic, ttl=601)
+    with pytest.raises(Exception, match="canonical"):
+        Watch(topic=topic, ttl=60, filters=("ups>=10",))
+    assert encode_frame(Watch(topic=topic, ttl=60))
+    import random
+
+    g = RelayGuard(
+        witnesses=2,
+        witness_grace=1.0,
+        blame_window=2.0,
+        penalty_ttl=600.0,
+        silent_rounds=6,
+        rng=random.Random(1),
+    )
+    taken = [g.on_watch(0.0, topic, p, 60, None) for p in peers]
+    assert taken.count(True) == 64  # MAX_WATCHERS: the rest are not answered
+    assert len(g.watchers(1.0, topic)) == 64
+    assert g.watchers(61.0, topic) == []  # expired
