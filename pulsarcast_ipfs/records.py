@@ -87,7 +87,7 @@ class RecordKind(enum.StrEnum):
     RESOURCE_SAMPLE = "resource_sample"
     """Periodic CPU, memory and bandwidth sample of one process."""
     PEER_PENALISED = "peer_penalised"
-    """A tree neighbour was found lying (docs/protocol.md "Relays that lie"): a parent
+    """A tree neighbour was found lying (docs/protocol-notes.md "Relays that lie"): a parent
     that withheld announced events (``withheld``), or a child that took events and
     joined no anti-entropy (``silent_child``). It is left and avoided a while."""
 

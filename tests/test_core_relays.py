@@ -1,4 +1,4 @@
-"""Relays that lie (core/_guard.py, docs/protocol.md "Relays that lie").
+"""Relays that lie (core/_guard.py, docs/protocol-notes.md "Relays that lie").
 
 A relay that drops EVENTs (black hole), also its DIGESTs and HEADS (silent), or only
 one publisher's events (censor) is planted with CoreNet's ``drop_if``; the nodes

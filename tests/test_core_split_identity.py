@@ -44,7 +44,7 @@ repeated: ``busy`` and ``signed`` changed (without that check, the code of that
 commit gives the previous two). Then a MEMBERS list from the peer a node is joining,
 come before its JOIN_ACK (CoreNet's links do not keep order), is kept: ``busy``
 changed (with the old check, the code of that commit gives the previous one).
-Then (wire 2.8, docs/protocol.md "Relays that lie") a node below a relay watches
+Then (wire 2.8, docs/protocol-notes.md "Relays that lie") a node below a relay watches
 witnesses (WATCH, announcements in HEADS, parent scores) and a parent drops children
 silent in anti-entropy: ``busy`` and ``orphan`` changed (with ``witnesses=0`` and
 ``silent_child_after=0`` the code of that commit gives the previous two).

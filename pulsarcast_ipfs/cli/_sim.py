@@ -121,7 +121,7 @@ def add_parser(sub: Any) -> None:
         "--witnesses",
         type=int,
         default=2,
-        help="witnesses a node below a relay watches (0: off; docs/protocol.md "
+        help="witnesses a node below a relay watches (0: off; docs/protocol-notes.md "
         "'Relays that lie'; default 2)",
     )
     p.add_argument(

@@ -416,7 +416,7 @@ MAX_WATCH_TTL: Final = 600
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Watch(_Message):
-    """WATCH (wire 2.8, docs/protocol.md "Relays that lie"): a node whose parent is
+    """WATCH (wire 2.8, docs/protocol-notes.md "Relays that lie"): a node whose parent is
     not the root asks a *witness* — a peer fed independently of that parent — to
     announce the topic's new events to it (HEADS, one per event it accepts) for ``ttl``
     seconds; ``ttl = 0`` ends it. ``filters``: the events the watcher's subtree wants

@@ -146,7 +146,7 @@ class NodeConfig:
     """At most one SUMMARY per tree this often (changes in between are coalesced)."""
 
     witnesses: int = 2
-    """(docs/protocol.md "Relays that lie") A node whose parent is not the author asks
+    """(docs/protocol-notes.md "Relays that lie") A node whose parent is not the author asks
     this many witnesses — members of the root's list, else the author — to announce
     the topic's events to it (WATCH); an announced event its parent does not send is
     fetched and counted against the parent. 0: off (at most 8)."""

@@ -182,7 +182,7 @@ class Dissemination(NodeBase):
         self, now: float, tree: Tree, ev: EventDescriptor, sender: str | None
     ) -> None:
         """(witness) A new event: one HEADS entry to each watcher that wants it
-        (docs/protocol.md "Relays that lie")."""
+        (docs/protocol-notes.md "Relays that lie")."""
         guard = self._guard
         guard.accepted_elsewhere(tree.key, sender)
         watchers = guard.watchers(now, tree.key)

@@ -1,4 +1,4 @@
-"""Relays that lie: witnesses, parent scores, silent children (docs/protocol.md
+"""Relays that lie: witnesses, parent scores, silent children (docs/protocol-notes.md
 "Relays that lie").
 
 Theory of operation
