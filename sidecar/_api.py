@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import nullcontext
@@ -70,7 +72,7 @@ from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnava
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 
-__all__ = ["REFUSALS", "ApiError", "build_app", "serve_api"]
+__all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
 
 log = logging.getLogger("pulsarcast.sidecar.api")
 
@@ -786,12 +788,45 @@ class _Server(uvicorn.Server):
                 await self._exit.wait()
 
 
+def bind_api(host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound before the sidecar touches Kubo, so that a
+    busy port fails first (:class:`OSError` with one line that says which address)."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(f"cannot serve the API on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = exc.strerror or str(exc)
+        raise OSError(
+            f"cannot serve the API on {host}:{port}: {why} (another pulsarcast-sidecar? "
+            "choose another address with --api HOST:PORT)"
+        ) from None
+    return sock
+
+
 async def serve_api(
-    driver: Driver, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    driver: Driver,
+    *,
+    sock: socket.socket | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the API until ``driver`` stops: a driver service
-    (``driver.run(services=[serve_api])``); the driver does not know the API."""
+    (``driver.run(services=[serve_api])``); the driver does not know the API.
+
+    ``sock`` is the socket :func:`bind_api` bound ahead (``pulsarcast-sidecar`` binds
+    it before anything else); without it the configured address is bound here."""
     cfg = driver.config
+    if sock is None:
+        sock = bind_api(cfg.api_host, cfg.api_port)
     server = _Server(
         uvicorn.Config(
             build_app(driver),
@@ -806,7 +841,7 @@ async def serve_api(
     )
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
+        tg.start_soon(functools.partial(server.serve, sockets=[sock]))
         while not server.started:
             if server.should_exit:
                 raise OSError(f"cannot serve the API on {cfg.api}")
