@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
@@ -157,6 +158,49 @@ async def test_stream_mounting_off_prints_the_command_that_fixes_it(
             assert await kubo.config_get("Experimental.Libp2pStreamMounting") is True
     finally:
         await anyio.run_process([*off[:-1], "true"], env=env)
+
+
+async def test_the_watchdog_says_what_it_saw(sc: LocalSidecarCluster) -> None:
+    """The running sidecar's listener replaced by one to another live target is left
+    alone (one warning naming it); once nothing answers there, taken back; closed, it
+    is registered again (and the warning says it was absent)."""
+    own = f"/ip4/127.0.0.1/tcp/{sc[0].p2p_port}"
+    seen = len(sc[0].log_tail(10_000).splitlines())
+
+    def new_log() -> str:
+        return "\n".join(sc[0].log_tail(10_000).splitlines()[seen:])
+
+    async def logged(text: str) -> None:
+        async def check() -> bool:
+            return text in new_log()
+
+        await wait_until(check, deadline=10, what=text, interval=0.2)
+
+    other = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = other.extra(anyio.abc.SocketAttribute.local_port)
+    elsewhere = f"/ip4/127.0.0.1/tcp/{port}"
+    async with sc.cluster[0].client() as kubo:
+        await kubo.p2p_close(protocol=PROTOCOL, target_address=own)
+        await kubo.p2p_listen(PROTOCOL, elsewhere)
+        await logged(f"now points to {elsewhere}, not to this sidecar's {own}")
+        await anyio.sleep(2.5)
+        assert await listeners(sc) == [elsewhere]
+        assert new_log().count("now points to") == 1  # said once, not every second
+        await other.aclose()
+        await logged(f"points to {elsewhere}, where nothing answers: taking it back")
+        await wait_until(
+            lambda: _is(listeners(sc), [own]), deadline=10, what="taken back", interval=0.2
+        )
+        await kubo.p2p_close(protocol=PROTOCOL, target_address=own)
+        await logged("absent from Kubo")
+        await wait_until(
+            lambda: _is(listeners(sc), [own]), deadline=10, what="registered", interval=0.2
+        )
+    assert "restarted?" not in new_log()
+
+
+async def _is(got: Awaitable[list[str]], want: list[str]) -> bool:
+    return await got == want
 
 
 async def test_a_stale_listener_is_taken_over(sc: LocalSidecarCluster) -> None:
