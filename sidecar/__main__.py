@@ -36,8 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     p.add_argument("--config", type=Path, help="TOML configuration file")
-    p.add_argument("--kubo-api", help="Kubo RPC API URL (default http://127.0.0.1:5001)")
-    p.add_argument("--api", help="HOST:PORT of the HTTP API (default 127.0.0.1:5050)")
+    p.add_argument(
+        "--kubo-api",
+        help="Kubo RPC API: URL or multiaddr (default http://127.0.0.1:5001)",
+    )
+    p.add_argument(
+        "--api", help="HOST:PORT (or multiaddr) of the HTTP API (default 127.0.0.1:5050)"
+    )
     p.add_argument("--api-token", help="bearer token (required off loopback)")
     p.add_argument("--state-dir", help="state directory (default ~/.pulsarcast)")
     p.add_argument("--p2p-port", type=int, help="local TCP port behind `p2p listen` (default free)")

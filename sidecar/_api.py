@@ -207,13 +207,22 @@ def fast_json(st: FastGroupState | None) -> dict[str, Any] | None:
     }
 
 
-async def read_json(request: Request, max_body: int) -> dict[str, Any]:
-    """The JSON object body, read with a size limit (413 before reading everything)."""
+PAYLOAD_TOO_LARGE = f"payload over the limit of {MAX_PAYLOAD_SIZE} bytes (512 KiB)"
+"""The one answer to an over-limit payload, whether the payload or the whole request
+body was found too large (docs/http-api.md "Errors")."""
+
+
+async def read_json(
+    request: Request, max_body: int, *, too_large: str | None = None
+) -> dict[str, Any]:
+    """The JSON object body, read with a size limit (413 before reading everything,
+    saying ``too_large`` if given)."""
+    message = too_large or f"request body over {max_body} bytes"
     length = request.headers.get("content-length")
     if length is not None:
         try:
             if int(length) > max_body:
-                raise ApiError(413, "payload_too_large", f"request body over {max_body} bytes")
+                raise ApiError(413, "payload_too_large", message)
         except ValueError:
             raise ApiError(400, "bad_request", "bad Content-Length") from None
     chunks: list[bytes] = []
@@ -221,7 +230,7 @@ async def read_json(request: Request, max_body: int) -> dict[str, Any]:
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_body:
-            raise ApiError(413, "payload_too_large", f"request body over {max_body} bytes")
+            raise ApiError(413, "payload_too_large", message)
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
@@ -438,7 +447,7 @@ class _Api:
 
     async def publish(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
-        body = await read_json(request, self.max_body)
+        body = await read_json(request, self.max_body, too_large=PAYLOAD_TOO_LARGE)
         has_payload, has_text = "payload" in body, "text" in body
         if has_payload == has_text:
             raise ApiError(400, "bad_request", "give exactly one of payload (base64) or text")
@@ -454,11 +463,7 @@ class _Api:
                 raise ApiError(400, "bad_request", "text must be a string")
             payload = body["text"].encode("utf-8")
         if len(payload) > MAX_PAYLOAD_SIZE:
-            raise ApiError(
-                413,
-                "payload_too_large",
-                f"payload of {len(payload)} bytes is over the limit of {MAX_PAYLOAD_SIZE}",
-            )
+            raise ApiError(413, "payload_too_large", PAYLOAD_TOO_LARGE)
         parent = None
         if body.get("parent") is not None:
             if not isinstance(body["parent"], str):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from pulsarcast_ipfs.addresses import tcp_multiaddr
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboStreamMountingDisabled
 
 __all__ = [
@@ -76,25 +77,15 @@ class Listener:
         return f"{self.target} ({there})"
 
 
-def tcp_target(multiaddr: str) -> tuple[str, int] | None:
-    """``/ip4/H/tcp/P`` (also ``/ip6``, ``/dns*``) as ``(H, P)``; None for another form."""
-    parts = multiaddr.split("/")
-    if len(parts) < 5 or parts[0] or parts[3] != "tcp":
-        return None
-    if parts[1] not in ("ip4", "ip6", "dns", "dns4", "dns6"):
-        return None
-    try:
-        return parts[2], int(parts[4])
-    except ValueError:
-        return None
-
-
 async def answers(multiaddr: str) -> bool:
     """Whether something accepts a TCP connection at ``multiaddr`` (closed at once)."""
-    target = tcp_target(multiaddr)
+    try:
+        target = tcp_multiaddr(multiaddr)
+    except ValueError:
+        target = None
     if target is None:
         return True  # not a TCP target: cannot tell, so do not take it over
-    host, port = target
+    host, port, _ = target
     with anyio.move_on_after(PROBE_TIMEOUT):
         try:
             stream = await anyio.connect_tcp(host, port)
