@@ -16,6 +16,10 @@ def table_console() -> Console:
     """A console for tables: in a terminal its width, where the columns declared
     ``overflow="fold"`` (IDs, addresses) fold onto further lines rather than being
     cut; piped, lines as long as the rows, so that whole IDs reach ``grep``."""
-    if sys.stdout.isatty():
+    if stdout_is_terminal():
         return Console(highlight=False)
     return Console(highlight=False, width=PIPED_WIDTH)
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
