@@ -82,6 +82,12 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
     status = json.loads(out)
     (mine,) = [t for t in status["topics"] if t["root_cid"] == topic]
     assert mine["subscribed"] and mine["role"] == "subscriber" and mine["parent"]
+    # --json carries every field the API returns
+    async with sc.client(1) as api:
+        raw = (await api.get("/v1/status")).json()
+    assert set(status) == set(raw)
+    assert [set(t) for t in status["topics"]] == [set(t) for t in raw["topics"]]
+    assert {"filter", "retained", "retained_bytes", "fast"} <= set(mine)
     code, out, _ = await cli(sc, 0, "status")
     assert code == 0 and "shell-news" in out and "root" in out
 
