@@ -169,8 +169,8 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "unsub",
         _unsub,
         help="unsubscribe from a topic",
-        description="Unsubscribe this node from TOPIC: it leaves the topic's tree and stops "
-        "keeping its events (those kept so far stay until the retention policy drops them).",
+        description="Unsubscribe this node from TOPIC (the API's unsubscribe, the SDK's "
+        "unsubscribe()): it leaves the topic's tree and receives no more of its events.",
     )
     u.add_argument("topic", metavar="TOPIC", help="the topic CID")
     u.add_argument("--json", action="store_true", help="machine-readable output")
