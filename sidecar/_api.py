@@ -851,7 +851,8 @@ async def serve_api(
             if server.should_exit:
                 raise OSError(f"cannot serve the API on {cfg.api}")
             await anyio.sleep(0.02)
-        log.info("API on http://%s", cfg.api)
+        host, port = sock.getsockname()[:2]
+        log.info("API on http://%s:%d", f"[{host}]" if ":" in host else host, port)
         task_status.started()
         await driver.stopping.wait()
         server.should_exit = True  # serve() answers what is in flight, then returns

@@ -157,7 +157,9 @@ class SidecarConfig:
     half this time. 0: every event is signed through Kubo ``key/sign``, as before."""
 
     def __post_init__(self) -> None:
-        parse_hostport(self.api, "api")
+        host, port = parse_hostport(self.api, "api")
+        if self.api.startswith(("/", "http://", "https://")):  # kept as HOST:PORT
+            object.__setattr__(self, "api", f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         if self.kubo_api.startswith("/"):  # Kubo's own form: /ip4/127.0.0.1/tcp/5001
             try:
                 object.__setattr__(self, "kubo_api", http_url(self.kubo_api))
