@@ -348,6 +348,9 @@ class FakeTransport(Transport):
         self._incoming: dict[str, _Incoming] = {}
         peers.transport = self
 
+    async def claim(self) -> None:
+        pass  # no p2p listener in the fake Kubo to look at
+
     async def run(
         self,
         tg: anyio.abc.TaskGroup,

@@ -113,7 +113,9 @@ PAYLOAD_TOO_LARGE = ErrorCode(
     status=413,
     code="payload_too_large",
     sdk_class="PayloadTooLarge",
-    meaning="body or payload over the limit (payload limit = core `MAX_PAYLOAD_SIZE`)",
+    meaning="an event's payload over 512 KiB (524288 bytes, core `MAX_PAYLOAD_SIZE`), or a "
+    "request body over `max_body` (2 MiB). A publish says `payload over the limit of "
+    "524288 bytes (512 KiB)` in both cases",
 )
 INVALID_PARENT = ErrorCode(
     status=422,

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 
 import anyio
 
-from pulsarcast_ipfs.kubo import KuboError
+from pulsarcast_ipfs.kubo import KuboError, KuboStreamMountingDisabled, KuboUnavailable
 
-from ._api import serve_api
+from ._api import bind_api, serve_api
 from ._config import ANNOUNCE_MODES, ConfigError, SidecarConfig, load_config
-from ._driver import Driver
+from ._driver import VERSION, Driver
+from ._preflight import STREAM_MOUNTING_FIX, StartupRefused
 from ._state import StateError
 
 log = logging.getLogger("pulsarcast.sidecar")
@@ -31,9 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
             "(TOML), PULSARCAST_* environment variables, then these flags."
         ),
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     p.add_argument("--config", type=Path, help="TOML configuration file")
-    p.add_argument("--kubo-api", help="Kubo RPC API URL (default http://127.0.0.1:5001)")
-    p.add_argument("--api", help="HOST:PORT of the HTTP API (default 127.0.0.1:5050)")
+    p.add_argument(
+        "--kubo-api",
+        help="Kubo RPC API: URL or multiaddr (default http://127.0.0.1:5001)",
+    )
+    p.add_argument(
+        "--api", help="HOST:PORT (or multiaddr) of the HTTP API (default 127.0.0.1:5050)"
+    )
     p.add_argument("--api-token", help="bearer token (required off loopback)")
     p.add_argument("--state-dir", help="state directory (default ~/.pulsarcast)")
     p.add_argument("--p2p-port", type=int, help="local TCP port behind `p2p listen` (default free)")
@@ -151,11 +160,16 @@ def config_from_args(argv: list[str] | None = None) -> SidecarConfig:
     return load_config(file=file, flags=args)
 
 
-async def _run(config: SidecarConfig) -> str | None:
-    """Run until stopped; the reason if the sidecar stopped on its own (else None)."""
-    loop = type(asyncio.get_running_loop())
-    log.info("event loop: %s.%s", loop.__module__, loop.__qualname__)
+async def _run(config: SidecarConfig, api: socket.socket) -> str | None:
+    """Run until stopped, serving the API on ``api`` (bound ahead); the reason if the
+    sidecar stopped on its own (else None)."""
     driver = Driver(config)
+
+    async def started() -> None:
+        # logged once running: a refused start prints its one line and nothing else
+        await driver.ready.wait()
+        loop = type(asyncio.get_running_loop())
+        log.info("event loop: %s.%s", loop.__module__, loop.__qualname__)
 
     async def signals() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
@@ -166,7 +180,8 @@ async def _run(config: SidecarConfig) -> str | None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(signals)
-        await driver.run(services=[serve_api])
+        tg.start_soon(started)
+        await driver.run(services=[functools.partial(serve_api, sock=api)])
         tg.cancel_scope.cancel()
     return driver.fatal
 
@@ -194,22 +209,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("httpx", "httpcore", "uvicorn.error"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    # Bound first: a busy port fails before anything changes in Kubo.
     try:
-        try:
-            fatal = anyio.run(_run, config, backend_options=_loop_options(config))
-        except BaseExceptionGroup as group:
-            raise _first_leaf(group) from group
-    except StateError as exc:
-        print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
-        return 1
-    except KuboError as exc:
-        print(f"pulsarcast-sidecar: Kubo at {config.kubo_api}: {exc}", file=sys.stderr)
-        return 1
+        api = bind_api(config.api_host, config.api_port)
     except OSError as exc:
         print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
         return 1
+    try:
+        try:
+            fatal = anyio.run(_run, config, api, backend_options=_loop_options(config))
+        except BaseExceptionGroup as group:
+            raise _first_leaf(group) from group
+    except (StartupRefused, StateError, OSError) as exc:
+        print(f"pulsarcast-sidecar: {exc}", file=sys.stderr)
+        return 1
+    except KuboError as exc:
+        hint = ""
+        if isinstance(exc, KuboUnavailable):
+            hint = " (is the ipfs daemon running?)"
+        elif isinstance(exc, KuboStreamMountingDisabled):
+            hint = f"; fix: {STREAM_MOUNTING_FIX}"
+        print(f"pulsarcast-sidecar: Kubo at {config.kubo_api}: {exc}{hint}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: one line, the traceback in the log at debug level
+        log.debug("unexpected error", exc_info=exc)
+        print(
+            f"pulsarcast-sidecar: unexpected error: {type(exc).__name__}: {exc} "
+            "(--log-level debug shows where)",
+            file=sys.stderr,
+        )
+        return 3
+    finally:
+        api.close()
     if fatal is not None:
         print(f"pulsarcast-sidecar: {fatal}", file=sys.stderr)
         return 1

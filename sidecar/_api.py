@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import nullcontext
@@ -70,7 +72,7 @@ from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnava
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 
-__all__ = ["REFUSALS", "ApiError", "build_app", "serve_api"]
+__all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
 
 log = logging.getLogger("pulsarcast.sidecar.api")
 
@@ -205,13 +207,22 @@ def fast_json(st: FastGroupState | None) -> dict[str, Any] | None:
     }
 
 
-async def read_json(request: Request, max_body: int) -> dict[str, Any]:
-    """The JSON object body, read with a size limit (413 before reading everything)."""
+PAYLOAD_TOO_LARGE = f"payload over the limit of {MAX_PAYLOAD_SIZE} bytes (512 KiB)"
+"""The one answer to an over-limit payload, whether the payload or the whole request
+body was found too large (docs/http-api.md "Errors")."""
+
+
+async def read_json(
+    request: Request, max_body: int, *, too_large: str | None = None
+) -> dict[str, Any]:
+    """The JSON object body, read with a size limit (413 before reading everything,
+    saying ``too_large`` if given)."""
+    message = too_large or f"request body over {max_body} bytes"
     length = request.headers.get("content-length")
     if length is not None:
         try:
             if int(length) > max_body:
-                raise ApiError(413, "payload_too_large", f"request body over {max_body} bytes")
+                raise ApiError(413, "payload_too_large", message)
         except ValueError:
             raise ApiError(400, "bad_request", "bad Content-Length") from None
     chunks: list[bytes] = []
@@ -219,7 +230,7 @@ async def read_json(request: Request, max_body: int) -> dict[str, Any]:
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_body:
-            raise ApiError(413, "payload_too_large", f"request body over {max_body} bytes")
+            raise ApiError(413, "payload_too_large", message)
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
@@ -436,7 +447,7 @@ class _Api:
 
     async def publish(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
-        body = await read_json(request, self.max_body)
+        body = await read_json(request, self.max_body, too_large=PAYLOAD_TOO_LARGE)
         has_payload, has_text = "payload" in body, "text" in body
         if has_payload == has_text:
             raise ApiError(400, "bad_request", "give exactly one of payload (base64) or text")
@@ -452,11 +463,7 @@ class _Api:
                 raise ApiError(400, "bad_request", "text must be a string")
             payload = body["text"].encode("utf-8")
         if len(payload) > MAX_PAYLOAD_SIZE:
-            raise ApiError(
-                413,
-                "payload_too_large",
-                f"payload of {len(payload)} bytes is over the limit of {MAX_PAYLOAD_SIZE}",
-            )
+            raise ApiError(413, "payload_too_large", PAYLOAD_TOO_LARGE)
         parent = None
         if body.get("parent") is not None:
             if not isinstance(body["parent"], str):
@@ -786,12 +793,45 @@ class _Server(uvicorn.Server):
                 await self._exit.wait()
 
 
+def bind_api(host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound before the sidecar touches Kubo, so that a
+    busy port fails first (:class:`OSError` with one line that says which address)."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(f"cannot serve the API on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = exc.strerror or str(exc)
+        raise OSError(
+            f"cannot serve the API on {host}:{port}: {why} (another pulsarcast-sidecar? "
+            "choose another address with --api HOST:PORT)"
+        ) from None
+    return sock
+
+
 async def serve_api(
-    driver: Driver, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    driver: Driver,
+    *,
+    sock: socket.socket | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the API until ``driver`` stops: a driver service
-    (``driver.run(services=[serve_api])``); the driver does not know the API."""
+    (``driver.run(services=[serve_api])``); the driver does not know the API.
+
+    ``sock`` is the socket :func:`bind_api` bound ahead (``pulsarcast-sidecar`` binds
+    it before anything else); without it the configured address is bound here."""
     cfg = driver.config
+    if sock is None:
+        sock = bind_api(cfg.api_host, cfg.api_port)
     server = _Server(
         uvicorn.Config(
             build_app(driver),
@@ -806,12 +846,13 @@ async def serve_api(
     )
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
+        tg.start_soon(functools.partial(server.serve, sockets=[sock]))
         while not server.started:
             if server.should_exit:
                 raise OSError(f"cannot serve the API on {cfg.api}")
             await anyio.sleep(0.02)
-        log.info("API on http://%s", cfg.api)
+        host, port = sock.getsockname()[:2]
+        log.info("API on http://%s:%d", f"[{host}]" if ":" in host else host, port)
         task_status.started()
         await driver.stopping.wait()
         server.should_exit = True  # serve() answers what is in flight, then returns

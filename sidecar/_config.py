@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
+from pulsarcast_ipfs.addresses import host_port, http_url
+
 from ._announce import TOPIC_ANNOUNCERS
 
 __all__ = ["ConfigError", "SidecarConfig", "load_config", "parse_hostport"]
@@ -27,7 +29,15 @@ class ConfigError(ValueError):
 
 
 def parse_hostport(text: str, what: str = "address") -> tuple[str, int]:
-    """``"127.0.0.1:5050"`` → ``("127.0.0.1", 5050)``; a clear :class:`ConfigError` otherwise."""
+    """``"127.0.0.1:5050"`` → ``("127.0.0.1", 5050)``, also from ``http://127.0.0.1:5050``
+    or ``/ip4/127.0.0.1/tcp/5050`` (:mod:`pulsarcast_ipfs.addresses`); a clear
+    :class:`ConfigError` otherwise."""
+    try:
+        found = host_port(text)
+    except ValueError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if found is not None:
+        return found
     host, sep, port = text.rpartition(":")
     if not sep or not host:
         raise ConfigError(f"{what}: expected HOST:PORT, got {text!r}")
@@ -147,9 +157,18 @@ class SidecarConfig:
     half this time. 0: every event is signed through Kubo ``key/sign``, as before."""
 
     def __post_init__(self) -> None:
-        parse_hostport(self.api, "api")
+        host, port = parse_hostport(self.api, "api")
+        if self.api.startswith(("/", "http://", "https://")):  # kept as HOST:PORT
+            object.__setattr__(self, "api", f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if self.kubo_api.startswith("/"):  # Kubo's own form: /ip4/127.0.0.1/tcp/5001
+            try:
+                object.__setattr__(self, "kubo_api", http_url(self.kubo_api))
+            except ValueError as exc:
+                raise ConfigError(f"kubo_api: {exc}") from None
         if not self.kubo_api.startswith(("http://", "https://")):
-            raise ConfigError(f"kubo_api: expected an http:// URL, got {self.kubo_api!r}")
+            raise ConfigError(
+                f"kubo_api: expected an http:// URL or a multiaddr, got {self.kubo_api!r}"
+            )
         if not 0 <= self.p2p_port <= 65535:
             raise ConfigError("p2p_port: out of range")
         if self.routing_k is not None and self.routing_k < 1:

@@ -844,6 +844,9 @@ class Driver:
                 self.kubo_version = (await self.kubo.version()).version
             except KuboError:
                 self.kubo_version = ""
+            # One sidecar per Kubo: refused here, before anything changes in Kubo or
+            # in the state directory (sidecar/_preflight.py).
+            await self.transport.claim()
             await self._choose_announce()
             self.state.load(self.peer_id)
             self.metrics.open(self.peer_id)

@@ -14,10 +14,16 @@ again on the next one (the core is idempotent for repeated frames: events are
 de-duplicated by CID). A connection is retried a bounded number of times with
 exponential backoff; then the driver is told (``node.peer_unreachable``).
 
+One sidecar per Kubo (:mod:`._preflight`): before it changes anything in Kubo,
+:meth:`Transport.claim` refuses to start when a live sidecar already holds the
+protocol's listener, and takes over a stale one (its target does not answer).
+
 Kubo restarts (issue 7): listeners and forwards live in the Kubo daemon, so a
 restarted daemon has none. A watchdog reads ``p2p/ls`` every ``watch_interval``
-and registers the listener again when it is missing; ``kubo_up`` tells whether
-Kubo answered last time. A forward whose local port refuses connections is
+and registers the listener again when it is missing, or when it points to a
+target where nothing answers; a listener that another live process holds is left
+to it, with one warning per target. ``kubo_up`` tells whether Kubo answered last
+time. A forward whose local port refuses connections is
 re-created on the next attempt, and attempts that fail because Kubo itself is
 down do not count against the neighbour (it is not the neighbour's fault).
 """
@@ -40,6 +46,8 @@ import anyio.abc
 from pulsarcast_ipfs.core import FrameDecoder, RemoteProtocolError, Rpc
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboClient, KuboError, KuboUnavailable
+
+from ._preflight import Listener, claim_protocol, find_listener
 
 __all__ = ["PROTOCOL", "Transport"]
 
@@ -224,6 +232,10 @@ class Transport:
         self.watch_interval = watch_interval
         self.kubo_up = True
         self.relistens = 0
+        self.registered = False
+        """Whether this transport registered its ``p2p listen`` (then :meth:`close` closes it)."""
+        self.ceded_to: str | None = None
+        """The target of another live listener of the protocol that this one left alone."""
         self._conns: dict[str, _Conn] = {}
         self._incoming_conns: set[_Incoming] = set()
         self._dirty: list[_Conn] = []
@@ -254,16 +266,31 @@ class Transport:
             lambda: _Incoming(self), host="127.0.0.1", port=self.port
         )
 
+    async def claim(self) -> None:
+        """Check, before any change to Kubo, that no live sidecar holds the protocol
+        (:class:`~._preflight.ProtocolInUse`, :class:`~._preflight.KuboMisconfigured`)."""
+        stale = await claim_protocol(self.kubo, PROTOCOL, own_target=self.target)
+        if stale is not None:
+            log.warning(
+                "taking over a stale p2p listener for %s: it points to %s, where nothing "
+                "answers (a sidecar that crashed?)",
+                PROTOCOL,
+                stale.target,
+            )
+
     async def run(
         self, tg: anyio.abc.TaskGroup, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
-        """Bind the port, register ``p2p listen``, then accept connections until cancelled."""
+        """Bind the port, register ``p2p listen``, then accept connections until cancelled
+        (after :meth:`claim`)."""
         self._tg = tg
         server = await self.listen()
         try:
-            # A crashed predecessor may have left its listener registered in Kubo.
+            # A crashed predecessor may have left its listener (and forwards) in Kubo:
+            # claim() found nothing live there.
             await self.kubo.p2p_close(protocol=PROTOCOL)
             await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
+            self.registered = True
             log.info("p2p listen %s -> %s (report-peer-id)", PROTOCOL, self.target)
             task_status.started()
             tg.start_soon(self._keep_listening, name="p2p-listen-watchdog")
@@ -275,20 +302,16 @@ class Transport:
                     conn.transport.close()
 
     async def _keep_listening(self) -> None:
-        """Register the p2p listener again when Kubo lost it (a restarted daemon)."""
+        """Register the p2p listener again when Kubo lost it (a restarted daemon), or
+        when it points to a target where nothing answers; say what was seen."""
         while not self._closing:
             await anyio.sleep(self.watch_interval)
             if time.monotonic() - self._last_in < self.watch_interval and self.kubo_up:
                 continue  # a frame came in through the listener since the last look
             try:
-                mine = any(
-                    x.protocol == PROTOCOL and x.target_address == self.target
-                    for x in await self.kubo.p2p_ls()
-                )
-                if not mine and not self._closing:
-                    log.warning("p2p listener missing in Kubo (restarted?): registering it again")
-                    await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
-                    self.relistens += 1
+                found = await find_listener(self.kubo, PROTOCOL)
+                if not self._closing:
+                    await self._check_listener(found)
             except KuboError as exc:
                 if self.kubo_up:
                     log.warning("Kubo unavailable, waiting for it: %s", exc)
@@ -298,15 +321,63 @@ class Transport:
                 log.info("Kubo is back")
             self.kubo_up = True
 
+    async def _check_listener(self, found: Listener | None) -> None:
+        """One look of the watchdog at the protocol's listener in Kubo."""
+        if found is not None and found.target == self.target:
+            self.ceded_to = None
+            return
+        if found is None:
+            log.warning(
+                "p2p listener for %s absent from Kubo (Kubo restarted, or it was closed): "
+                "registering it again -> %s",
+                PROTOCOL,
+                self.target,
+            )
+        elif found.live:
+            if self.ceded_to != found.target:
+                log.warning(
+                    "p2p listener for %s in Kubo now points to %s, not to this sidecar's %s, "
+                    "and something answers there (another sidecar?): leaving it; this "
+                    "sidecar receives no tree RPCs until it is free",
+                    PROTOCOL,
+                    found.target,
+                    self.target,
+                )
+                self.ceded_to = found.target
+            return
+        else:
+            log.warning(
+                "p2p listener for %s in Kubo points to %s, where nothing answers: "
+                "taking it back -> %s",
+                PROTOCOL,
+                found.target,
+                self.target,
+            )
+            await self.kubo.p2p_close(protocol=PROTOCOL, target_address=found.target)
+        self.ceded_to = None
+        await self.kubo.p2p_listen(PROTOCOL, self.target, report_peer_id=True)
+        self.registered = True
+        self.relistens += 1
+
     async def close(self) -> None:
         """Graceful shutdown: close our p2p listener and every forward (§ issue 4)."""
         self._closing = True
         for conn in self._conns.values():
             conn.closed = True
             conn.wake.set()
+        if not self.registered:
+            return  # nothing of ours in Kubo (claim() refused, or never started)
         with anyio.move_on_after(5, shield=True):
             try:
-                n = await self.kubo.p2p_close(protocol=PROTOCOL)
+                if self.ceded_to is None:
+                    n = await self.kubo.p2p_close(protocol=PROTOCOL)
+                else:  # another live sidecar holds the listener: close only our own
+                    n = await self.kubo.p2p_close(protocol=PROTOCOL, target_address=self.target)
+                    for conn in self._conns.values():
+                        if conn.port is not None:
+                            n += await self.kubo.p2p_close(
+                                listen_address=f"/ip4/127.0.0.1/tcp/{conn.port}"
+                            )
                 log.info("closed %d p2p listeners/forwards", n)
             except KuboError as exc:
                 log.warning("could not close p2p listeners: %s", exc)

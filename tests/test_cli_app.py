@@ -6,11 +6,15 @@ commands against a real sidecar are in ``tests/test_cli_app_sidecar.py``.
 
 from __future__ import annotations
 
+import argparse
 import base64
+import contextlib
 import io
 import json
+import re
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -64,6 +68,7 @@ class FakeSidecar:
             200, json={"status": "published", "event": "bafyreinew", "request_id": None}
         )
         self.history_complete = True
+        self.first_payload: bytes | None = None
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -87,6 +92,11 @@ class FakeSidecar:
                             "subscribed": False,
                             "acting_root": False,
                             "heads": [],
+                            "filter": None,
+                            "retained": 7,
+                            "retained_bytes": 700,
+                            "fast": {"subscribed_fast": True, "joined": []},
+                            "from_a_newer_sidecar": 1,
                         }
                     ],
                 },
@@ -99,6 +109,8 @@ class FakeSidecar:
             return httpx.Response(201, json=topic_doc(cid="bafyreiv2", parent=TOPIC))
         if path.endswith("/subscribe"):
             return httpx.Response(200, json={"topic": TOPIC, "subscribed": True})
+        if path.endswith("/unsubscribe"):
+            return httpx.Response(200, json={"topic": TOPIC, "subscribed": False})
         if path.endswith("/publish"):
             return self.publish_answer
         if path.endswith("/history"):
@@ -106,7 +118,7 @@ class FakeSidecar:
         if path == "/v1/deliveries":
             lines = []
             for seq in (4, 5):
-                d = event_doc(seq, b"\xff\x00" if seq == 5 else None)
+                d = event_doc(seq, b"\xff\x00" if seq == 5 else self.first_payload)
                 d.update(
                     seq=seq,
                     topic_root=TOPIC,
@@ -321,9 +333,12 @@ def test_history_and_status(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
     assert (docs[0]["parents"], docs[0]["clock"]) == (["bafyreiev8"], 8)
     code, out, _ = run("status")
     assert code == 0 and f"peer ID   {ME}" in out
-    assert "relay" in out and "12D3KooW…Parent" in out
+    assert "relay" in out and "12D3KooWParentParentParent" in out
     code, out, _ = run("status", "--json")
     assert json.loads(out)["topics"][0]["children"] == ["12D3KooWChildChildChild1"]
+    # --json carries every field the API returned, known to the SDK or not
+    api = fake(httpx.Request("GET", "http://sidecar/v1/status")).json()
+    assert json.loads(out) == api
 
 
 def test_history_oldest_first_pages_and_cursor(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
@@ -433,3 +448,140 @@ def test_sub_fast_asks_for_a_fast_subscription(sidecar: tuple[FakeSidecar, Any],
     run("sub", TOPIC, "--after", "3", "--no-follow")
     plain = [r for r in fake.requests if r.url.path.endswith("/subscribe")][-1]
     assert json.loads(plain.content or b"{}") == {}
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from pulsarcast_ipfs import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"pulsarcast {__version__}\n"
+
+
+def test_unsub(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    code, out, err = run("unsub", TOPIC)
+    assert (code, out) == (0, "") and f"unsubscribed from {TOPIC}" in err
+    assert fake.requests[-1].url.path == f"/v1/topics/{TOPIC}/unsubscribe"
+    code, out, _ = run("unsub", TOPIC, "--json")
+    assert json.loads(out) == {"topic": TOPIC, "subscribed": False}
+
+
+def test_one_flag_name_per_meaning(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    """--limit N for sub and history; --cursor CID for history; the old names work."""
+    fake, _ = sidecar
+    for flag in ("--limit", "-n", "--count"):
+        code, out, _ = run("sub", TOPIC, "--after", "3", "--no-follow", flag, "1")
+        assert (code, out) == (0, "event 4\n"), flag
+    for flag in ("--cursor", "--after", "--before"):
+        code, out, _ = run("history", TOPIC, "--limit", "2", flag, "bafyreiev7")
+        assert code == 0 and fake.requests[-1].url.params["after"] == "bafyreiev7", flag
+        assert [ln.split("\t")[0] for ln in out.splitlines()] == ["bafyreiev6", "bafyreiev5"]
+    helps = {cmd: _help(cmd) for cmd in ("sub", "history")}
+    assert "--limit N" in helps["sub"] and "--count" not in helps["sub"]
+    assert "-n " not in helps["sub"]
+    assert "--cursor CID" in helps["history"] and "--before" not in helps["history"]
+    assert "--after" not in helps["history"]
+
+
+def _help(*argv: str) -> str:
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        main([*argv, "--help"])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("stdin", "argv", "sent"),
+    [
+        (b"x\n", [], b"x"),
+        (b"x\r\n", [], b"x"),
+        (b"two\nlines\n\n", [], b"two\nlines\n"),  # exactly one newline dropped
+        (b"x", [], b"x"),
+        (b"x\n", ["--raw"], b"x\n"),
+    ],
+)
+def test_pub_drops_one_trailing_newline_from_stdin(
+    sidecar: tuple[FakeSidecar, Any],
+    run: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: bytes,
+    argv: list[str],
+    sent: bytes,
+) -> None:
+    fake, _ = sidecar
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    assert run("pub", TOPIC, *argv)[0] == 0
+    doc = body(fake.requests[-1])
+    got = base64.b64decode(doc["payload"]) if "payload" in doc else doc["text"].encode()
+    assert got == sent
+    # DATA given as an argument is sent as it is
+    run("pub", TOPIC, "y\n")
+    doc = body(fake.requests[-1])
+    got = base64.b64decode(doc["payload"]) if "payload" in doc else doc["text"].encode()
+    assert got == b"y\n"
+
+
+def test_sub_prints_payload_text_as_it_is(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    fake, _ = sidecar
+    fake.first_payload = b"two\nlines"
+    code, out, _ = run("sub", TOPIC, "--after", "3", "--no-follow")
+    assert code == 0 and out == "two\nlines\nbase64:/wA=\n"  # no literal backslash-n
+
+
+@pytest.mark.parametrize(
+    ("api", "url"),
+    [
+        ("/ip4/127.0.0.1/tcp/5150", "http://127.0.0.1:5150"),
+        ("/ip6/::1/tcp/5150", "http://[::1]:5150"),
+        ("/dns4/sidecar.example/tcp/5150", "http://sidecar.example:5150"),
+        ("/dns/sidecar.example/tcp/443/https", "https://sidecar.example:443"),
+        ("127.0.0.1:5150", "http://127.0.0.1:5150"),
+    ],
+)
+def test_api_takes_kubo_style_multiaddrs(
+    sidecar: tuple[FakeSidecar, list[ClientConfig]], run: Run, api: str, url: str
+) -> None:
+    _, configs = sidecar
+    assert run("--api", api, "status")[0] == 0
+    assert configs[-1].api == url
+
+
+def test_a_bad_multiaddr_is_a_usage_error(sidecar: tuple[FakeSidecar, Any], run: Run) -> None:
+    code, out, err = run("--api", "/ip4/127.0.0.1/udp/5150", "status")
+    assert (code, out) == (2, "") and "not a TCP multiaddr" in err and len(err.splitlines()) == 1
+
+
+def _commands(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> list[tuple[str, ...]]:
+    out = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _commands(sub, (*prefix, name))
+    return out
+
+
+def test_help_texts_point_at_real_sections() -> None:
+    """Every ``docs/X.md "Section"`` a help text names is a heading of that file (every
+    command and sub-command's --help, the sidecar's too)."""
+    from pulsarcast_ipfs.cli import build_parser
+    from sidecar.__main__ import build_parser as sidecar_parser
+
+    root = Path(__file__).resolve().parent.parent
+    texts = [_help(*argv) for argv in _commands(build_parser())]
+    texts.append(sidecar_parser().format_help())
+    refs = set()
+    for text in texts:
+        flat = " ".join(text.split())
+        refs |= set(re.findall(r'((?:docs/)?[\w.-]+\.md) "([^"]+)"', flat))
+    assert ("docs/http-api.md", "Attributes and filters") in refs
+    for path, section in sorted(refs):
+        headings = [
+            line.lstrip("#").strip()
+            for line in (root / path).read_text().splitlines()
+            if line.startswith("#")
+        ]
+        assert section in headings, f'{path} has no section "{section}"'

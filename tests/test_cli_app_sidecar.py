@@ -65,10 +65,10 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
     code, out, _ = await cli(sc, 1, "pub", topic, stdin=b"from stdin\n")
     assert code == 0 and out.strip().startswith("bafy")
 
-    # `sub --after 0` replays both deliveries, one payload per line (newlines escaped).
+    # `sub --after 0` replays both deliveries (stdin's trailing newline was dropped).
     code, out, err = await cli(sc, 1, "sub", topic, "--after", "0", "-n", "2")
     assert code == 0, err
-    assert out.splitlines() == ["first line", "from stdin\\n"]
+    assert out.splitlines() == ["first line", "from stdin"]
 
     code, out, _ = await cli(sc, 1, "history", topic, "--json")
     events = [json.loads(line) for line in out.splitlines()]
@@ -82,6 +82,12 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
     status = json.loads(out)
     (mine,) = [t for t in status["topics"] if t["root_cid"] == topic]
     assert mine["subscribed"] and mine["role"] == "subscriber" and mine["parent"]
+    # --json carries every field the API returns
+    async with sc.client(1) as api:
+        raw = (await api.get("/v1/status")).json()
+    assert set(status) == set(raw)
+    assert [set(t) for t in status["topics"]] == [set(t) for t in raw["topics"]]
+    assert {"filter", "retained", "retained_bytes", "fast"} <= set(mine)
     code, out, _ = await cli(sc, 0, "status")
     assert code == 0 and "shell-news" in out and "root" in out
 

@@ -10,12 +10,14 @@ __all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pulsarcast_ipfs import __version__
     from pulsarcast_ipfs.cli import _app, _bench, _cluster, _demo, _report, _sim
 
     parser = argparse.ArgumentParser(
         prog="pulsarcast",
         description="Reliable, persistent, topic-based publish/subscribe for IPFS.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _cluster.add_parser(sub)
     _demo.add_parser(sub)

@@ -1,4 +1,4 @@
-"""The application commands: ``pulsarcast topic|sub|pub|history|status``.
+"""The application commands: ``pulsarcast topic|sub|unsub|pub|history|status``.
 
 They talk to a running ``pulsarcast-sidecar`` through the SDK
 (:mod:`pulsarcast_ipfs.sdk`, docs/http-api.md) and feel like ``ipfs``: terse
@@ -7,7 +7,13 @@ output on stdout (``pub`` prints the event CID, ``topic create`` the topic CID),
 non-zero exit code (1 for a refusal or an unreachable sidecar, 2 for bad usage).
 
 ``--api URL`` and ``--token`` (env ``PULSARCAST_API``, ``PULSARCAST_API_TOKEN``)
-are accepted before the command (``pulsarcast --api … pub …``) and after it.
+are accepted before the command (``pulsarcast --api … pub …``) and after it; the
+address may also be ``HOST:PORT`` or a Kubo-style multiaddr (``/ip4/127.0.0.1/tcp/5050``).
+
+One flag name per meaning: ``--limit N`` stops after N items (``sub``, ``history``),
+``--after SEQ`` resumes deliveries after a delivery sequence number (``sub``),
+``--cursor CID`` pages a history after an event (``history``). Old spellings
+(``sub -n``/``--count``, ``history --after``/``--before``) are hidden aliases.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pulsarcast_ipfs.cli._output import table_console
 from pulsarcast_ipfs.sdk import (
     ApiError,
     AttributeValue,
@@ -55,7 +62,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
         "--api",
         metavar="URL",
         default=default,
-        help="the sidecar's HTTP API (env PULSARCAST_API; default http://127.0.0.1:5050)",
+        help="the sidecar's HTTP API: a URL, HOST:PORT or a multiaddr such as "
+        "/ip4/127.0.0.1/tcp/5050 (env PULSARCAST_API; default http://127.0.0.1:5050)",
     )
     group.add_argument(
         "--token",
@@ -66,7 +74,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
 
 
 def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
-    """Register ``topic``, ``sub``, ``pub``, ``history`` and ``status``."""
+    """Register ``topic``, ``sub``, ``unsub``, ``pub``, ``history`` and ``status``."""
     add_global_options(root)
 
     def command(name: str, handler: Handler, **kw: Any) -> argparse.ArgumentParser:
@@ -136,14 +144,15 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "--where",
         metavar="FILTER",
         help="deliver only the events this filter matches, e.g. "
-        '\'ups >= 10 and user = "alice"\' (grammar: docs/http-api.md "Filters"); the '
-        "subscription keeps it until subscribed again",
+        '\'ups >= 10 and user = "alice"\' (grammar: docs/http-api.md "Attributes and '
+        'filters"); the subscription keeps it until subscribed again',
     )
     s.add_argument(
         "--after", metavar="SEQ", type=int, help="first replay every delivery after this seq"
     )
     s.add_argument("--no-follow", action="store_true", help="stop after the replay")
-    s.add_argument("-n", "--count", type=int, metavar="N", help="stop after N deliveries")
+    s.add_argument("--limit", dest="count", type=int, metavar="N", help="stop after N deliveries")
+    s.add_argument("-n", "--count", dest="count", type=int, help=argparse.SUPPRESS)  # old name
     s.add_argument(
         "-l", "--long", action="store_true", help="also print seq, CID, author and recovered"
     )
@@ -155,6 +164,17 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "events here directly, in two hops at most",
     )
 
+    # unsub
+    u = command(
+        "unsub",
+        _unsub,
+        help="unsubscribe from a topic",
+        description="Unsubscribe this node from TOPIC (the API's unsubscribe, the SDK's "
+        "unsubscribe()): it leaves the topic's tree and receives no more of its events.",
+    )
+    u.add_argument("topic", metavar="TOPIC", help="the topic CID")
+    u.add_argument("--json", action="store_true", help="machine-readable output")
+
     # pub
     p = command(
         "pub",
@@ -162,11 +182,19 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         help="publish an event; prints its CID",
         description=(
             "Publish DATA (or standard input, with - or no DATA) on TOPIC and print the "
-            "event CID. If this node may only request to publish, prints the request id."
+            "event CID. If this node may only request to publish, prints the request id. "
+            "From standard input one trailing newline is dropped (echo x | pulsarcast pub "
+            "T publishes x); --raw keeps every byte. A payload is at most 512 KiB "
+            "(524288 bytes)."
         ),
     )
     p.add_argument("topic", metavar="TOPIC", help="the topic CID")
     p.add_argument("data", metavar="DATA", nargs="?", default="-", help="the payload, or -")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="publish standard input byte for byte (keep its trailing newline)",
+    )
     p.add_argument("--parent", metavar="CID", help="the parent event (CUSTOM linking)")
     p.add_argument(
         "--attr",
@@ -194,14 +222,17 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
     )
     h.add_argument("--oldest", action="store_true", help="oldest first")
     h.add_argument(
-        "--after",
-        "--before",
+        "--cursor",
         dest="after",
         metavar="CID",
-        help="start after this event in the chosen order (a page cursor; --before is its old name)",
+        help="start after this event in the chosen order (a page cursor: the last CID "
+        "of the previous page)",
     )
+    h.add_argument("--after", "--before", dest="after", help=argparse.SUPPRESS)  # old names
     h.add_argument(
-        "--where", metavar="FILTER", help="only the events this filter matches (see sub --where)"
+        "--where",
+        metavar="FILTER",
+        help='only the events this filter matches (docs/http-api.md "Attributes and filters")',
     )
     h.add_argument(
         "--json", action="store_true", help="one JSON event per line (with parents, clock)"
@@ -307,12 +338,12 @@ def short_peer(peer: str | None) -> str:
 
 
 def _text(payload: bytes) -> str:
-    """The payload as a line: UTF-8 text, or ``base64:…`` when it is not text."""
+    """The payload as printed: its UTF-8 text as it is (a text of several lines prints
+    as several lines; ``--json`` for exact framing), or ``base64:…`` when it is not text."""
     try:
-        text = payload.decode("utf-8")
+        return payload.decode("utf-8")
     except UnicodeDecodeError:
         return "base64:" + base64.b64encode(payload).decode("ascii")
-    return text.replace("\n", "\\n")
 
 
 # -- topic -------------------------------------------------------------------------------
@@ -419,10 +450,29 @@ def _sub(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def stdin_payload(raw: bytes, *, keep: bool = False) -> bytes:
+    """What ``pub`` publishes from standard input: without the one trailing newline
+    (``\n`` or ``\r\n``) that ``echo`` and editors add, unless ``keep`` (``--raw``)."""
+    if keep:
+        return raw
+    if raw.endswith(b"\r\n"):
+        return raw[:-2]
+    return raw[:-1] if raw.endswith(b"\n") else raw
+
+
+def _unsub(args: argparse.Namespace, client: Client) -> int:
+    root = client.unsubscribe(args.topic)
+    if args.json:
+        _emit({"topic": root, "subscribed": False})
+    else:
+        Console(stderr=True, highlight=False).print(f"[dim]unsubscribed from {root}[/dim]")
+    return 0
+
+
 def _pub(args: argparse.Namespace, client: Client) -> int:
     data: bytes | str
     if args.data == "-":
-        data = sys.stdin.buffer.read()
+        data = stdin_payload(sys.stdin.buffer.read(), keep=args.raw)
     else:
         data = args.data
     attributes = parse_attrs(args.attr)
@@ -517,17 +567,24 @@ def _status(args: argparse.Namespace, client: Client) -> int:
         print("topics    none")
         return 0
     table = Table(title=f"topics ({len(status.topics)})", title_justify="left")
-    for col in ("name", "topic", "role", "parent", "children", "subscribed"):
-        table.add_column(col)
+    table.add_column("name", overflow="fold")
+    table.add_column("topic", overflow="fold", min_width=12)
+    table.add_column("role", no_wrap=True)
+    table.add_column("parent", overflow="fold", min_width=12)
+    table.add_column("children", overflow="fold", min_width=12)
+    table.add_column("subscribed", no_wrap=True)
     for t in status.topics:
         role = f"{t.role} (acting root)" if t.acting_root else t.role
+        subscribed = "yes" if t.subscribed else "no"
+        if t.subscribed and t.filter is not None:
+            subscribed = f"yes, where {t.filter}"
         table.add_row(
-            t.name,
+            escape(t.name),
             t.root_cid,
             role,
-            short_peer(t.parent),
-            ", ".join(short_peer(c) for c in t.children) or "-",
-            "yes" if t.subscribed else "no",
+            t.parent or "-",
+            "\n".join(t.children) or "-",
+            escape(subscribed),
         )
-    Console(highlight=False).print(table)
+    table_console().print(table)
     return 0

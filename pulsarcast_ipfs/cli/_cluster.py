@@ -16,6 +16,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from pulsarcast_ipfs.cli._output import table_console
 from pulsarcast_ipfs.cluster import ClusterConfig, ClusterError, LocalCluster, default_state_dir
 from pulsarcast_ipfs.kubo import KuboError
 from pulsarcast_ipfs.tools import ToolNotFound
@@ -153,7 +154,9 @@ def print_status(cluster: LocalCluster, *, as_json: bool = False) -> None:
         return
     table = Table(title=f"local Kubo cluster ({len(rows)} nodes)")
     for col in ("node", "peer ID", "API", "dial address", "pid", "up", "LAN DHT", "conns", "RSS"):
-        table.add_column(col)
+        # IDs and addresses fold onto further lines in a narrow terminal, never cut
+        wide = col in ("peer ID", "API", "dial address")
+        table.add_column(col, overflow="fold", min_width=10 if wide else None, no_wrap=not wide)
     for r in rows:
         table.add_row(
             r["name"],
@@ -166,7 +169,7 @@ def print_status(cluster: LocalCluster, *, as_json: bool = False) -> None:
             "-" if r["connected"] is None else str(r["connected"]),
             "-" if r["rss_mib"] is None else f"{r['rss_mib']} MiB",
         )
-    Console().print(table)
+    table_console().print(table)
 
 
 def _status(args: argparse.Namespace) -> int:

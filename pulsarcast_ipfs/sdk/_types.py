@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
+from pulsarcast_ipfs.addresses import http_url
 from pulsarcast_ipfs.sdk._errors import InvalidResponse
 
 __all__ = [
@@ -44,12 +45,13 @@ AttributeValue = str | int | float
 
 
 def normalise_api(api: str) -> str:
-    """``127.0.0.1:5050`` (the sidecar's own ``--api`` form) → ``http://127.0.0.1:5050``."""
+    """``127.0.0.1:5050`` (the sidecar's own ``--api`` form) or a Kubo-style multiaddr
+    (``/ip4/127.0.0.1/tcp/5050``, ``/ip6/::1/tcp/5050``, ``/dns4/HOST/tcp/5050``) →
+    ``http://127.0.0.1:5050``."""
     api = api.strip().rstrip("/")
     if not api:
         raise ValueError("the sidecar API address is empty")
-    if "://" not in api:
-        api = f"http://{api}"
+    api = http_url(api)
     if not api.startswith(("http://", "https://")):
         raise ValueError(f"the sidecar API must be an http(s) URL, got {api!r}")
     return api
@@ -542,9 +544,20 @@ class TopicStatus:
     heads: tuple[str, ...]
     filter: str | None = None
     """The subscription's filter (canonical text), if it has one (issue 15)."""
+    retained: int = 0
+    """Events of the topic this node keeps (its retention policy)."""
+    retained_bytes: int = 0
+    """Their size in bytes."""
+    fast: Mapping[str, Any] | None = None
+    """The topic's fast groups as ``/v1/status`` gives them (docs/http-api.md), or None."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the answer this SDK does not know (a newer sidecar), kept for
+    :meth:`to_json`."""
 
     def to_json(self) -> dict[str, Any]:
+        """Every field the API returned, known or not."""
         doc = {
+            **self.extra,
             "cid": self.cid,
             "root_cid": self.root_cid,
             "name": self.name,
@@ -552,11 +565,13 @@ class TopicStatus:
             "parent": self.parent,
             "children": list(self.children),
             "subscribed": self.subscribed,
+            "filter": self.filter,
             "acting_root": self.acting_root,
             "heads": list(self.heads),
+            "retained": self.retained,
+            "retained_bytes": self.retained_bytes,
+            "fast": _plain(self.fast),
         }
-        if self.filter is not None:
-            doc["filter"] = self.filter
         return doc
 
     @classmethod
@@ -574,7 +589,40 @@ class TopicStatus:
             acting_root=_bool(d, "acting_root", what),
             heads=_strs(d, "heads", what),
             filter=_opt_str(d, "filter", what),
+            retained=_count(d, "retained", what),
+            retained_bytes=_count(d, "retained_bytes", what),
+            fast=_opt_obj(d, "fast", what),
+            extra=MappingProxyType({k: v for k, v in d.items() if k not in _TOPIC_STATUS_FIELDS}),
         )
+
+
+_TOPIC_STATUS_FIELDS = frozenset(
+    {"cid", "root_cid", "name", "role", "parent", "children", "subscribed", "filter"}
+    | {"acting_root", "heads", "retained", "retained_bytes", "fast"}
+)
+
+
+def _count(doc: Mapping[str, Any], key: str, what: str) -> int:
+    value = doc.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidResponse(f"{what}: field {key!r} must be a count, got {value!r}")
+    return value
+
+
+def _opt_obj(doc: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any] | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    return MappingProxyType(dict(_obj(value, f"{what} {key}")))
+
+
+def _plain(value: Any) -> Any:
+    """A read-only mapping (and what it holds) as plain JSON-able values."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -594,8 +642,13 @@ class NodeStatus:
                 return t
         return None
 
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the answer this SDK does not know, kept for :meth:`to_json`."""
+
     def to_json(self) -> dict[str, Any]:
+        """Every field the API returned, known or not."""
         return {
+            **self.extra,
             "peer_id": self.peer_id,
             "version": self.version,
             "kubo_version": self.kubo_version,
@@ -616,6 +669,13 @@ class NodeStatus:
             kubo_version=_str(d, "kubo_version", what),
             api=_str(d, "api", what),
             topics=tuple(TopicStatus.from_json(t) for t in topics),
+            extra=MappingProxyType(
+                {
+                    k: v
+                    for k, v in d.items()
+                    if k not in ("peer_id", "version", "kubo_version", "api", "topics")
+                }
+            ),
         )
 
 
