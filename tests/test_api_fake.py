@@ -123,7 +123,7 @@ async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
     assert topic in state["created"]
     assert before <= state["subscriptions"][topic] <= time.time() + CLOCK_OFFSET
     r = await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
-    assert r.json() == {"topic": topic, "subscribed": False}
+    assert r.json() == {"topic": topic, "subscribed": False, "consumers": 0}
     state = json.loads((sc.state_dir / "state.json").read_text())
     assert topic not in state["subscriptions"]
 
