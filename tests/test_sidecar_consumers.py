@@ -121,7 +121,9 @@ def test_consumers_survive_the_round_trip_through_the_state_file(tmp_path: Any) 
         ({"id": "anon-1"}, "consumers must be a list"),
     ],
 )
-def test_a_bad_persisted_consumer_is_a_clear_state_error(doc: Any, says: str, tmp_path: Any) -> None:
+def test_a_bad_persisted_consumer_is_a_clear_state_error(
+    doc: Any, says: str, tmp_path: Any
+) -> None:
     with pytest.raises(StateError, match=says):
         PersistedState.from_json({"version": 1, "consumers": doc}, tmp_path / "state.json")
 
