@@ -1,0 +1,187 @@
+"""Per-consumer subscriptions on real Kubo daemons (docs/http-api.md "Consumers").
+
+Two Kubo daemons, a sidecar on each. Node 0 creates the topic and publishes; on
+node 1 two consumers with different filters share one sidecar:
+
+1. each consumer's stream holds exactly the events its own filter matches, and the
+   node's subscription in the tree is their union (its subtree summary, as it tells
+   its parent; and the node keeps no event that neither wants);
+2. a third, unfiltered consumer joins (the union is everything: it gets the events
+   the other two do not want) and leaves (the union is back to the two filters);
+3. a named consumer resumes from its own cursor after its sidecar restarts: it gets
+   exactly the matching events published while the sidecar was down.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from _cluster_http import ok, wait_joined
+
+from pulsarcast_ipfs.cluster import LocalSidecarCluster
+from pulsarcast_ipfs.core import matches, parse_filter
+from pulsarcast_ipfs.testing import wait_until
+
+pytestmark = [pytest.mark.kubo, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(300)]
+
+HOT = "ups >= 10"
+ALICE = "user = 'alice'"
+
+
+@pytest.fixture(scope="module")
+async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
+    async with LocalSidecarCluster(nodes=2, run="consumers") as cluster:
+        yield cluster
+
+
+async def consumer(sc: LocalSidecarCluster, topic: str, **body: Any) -> str:
+    doc = await ok(sc, 1, "POST", f"/v1/topics/{topic}/consumers", json=body)
+    return str(doc["id"])
+
+
+async def served(sc: LocalSidecarCluster, consumer_id: str) -> list[str]:
+    """The payloads consumer ``consumer_id``'s stream serves from its cursor now."""
+    async with sc.client(1, timeout=60.0) as c:
+        r = await c.get("/v1/deliveries", params={"consumer": consumer_id, "follow": "false"})
+    assert r.status_code == 200, r.text
+    return [base64.b64decode(json.loads(x)["payload"]).decode() for x in r.text.splitlines() if x]
+
+
+async def node_log(sc: LocalSidecarCluster, topic: str) -> list[str]:
+    async with sc.client(1, timeout=60.0) as c:
+        r = await c.get("/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"})
+    return [base64.b64decode(json.loads(x)["payload"]).decode() for x in r.text.splitlines() if x]
+
+
+async def topic_status(sc: LocalSidecarCluster, topic: str) -> dict[str, Any]:
+    status = await ok(sc, 1, "GET", "/v1/status")
+    found: dict[str, Any] = next(t for t in status["topics"] if t["root_cid"] == topic)
+    return found
+
+
+async def publish(sc: LocalSidecarCluster, topic: str, posts: dict[str, dict[str, Any]]) -> None:
+    for text, attrs in posts.items():
+        await ok(
+            sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": text, "attributes": attrs}
+        )
+
+
+def matching(posts: dict[str, dict[str, Any]], where: str) -> list[str]:
+    f = parse_filter(where)
+    return [text for text, attrs in posts.items() if matches(f, attrs)]
+
+
+class Reader:
+    """What each consumer has been served so far (its stream read from its cursor)."""
+
+    def __init__(self, sc: LocalSidecarCluster) -> None:
+        self.sc = sc
+        self.got: dict[str, list[str]] = {}
+
+    async def until(self, cid: str, want: list[str]) -> list[str]:
+        async def there() -> bool:
+            self.got.setdefault(cid, []).extend(await served(self.sc, cid))
+            return set(want) <= set(self.got[cid])
+
+        await wait_until(there, deadline=60, what=f"{want} on consumer {cid}", interval=0.5)
+        return self.got[cid]
+
+
+POSTS_1 = {
+    "hot-1": {"ups": 12, "user": "bob"},
+    "alice-1": {"ups": 2, "user": "alice"},
+    "both-1": {"ups": 30, "user": "alice"},
+    "none-1": {"ups": 1, "user": "bob"},
+    "bare-1": {},
+}
+POSTS_2 = {
+    "hot-2": {"ups": 99, "user": "carol"},
+    "none-2": {"ups": 3, "user": "dave"},
+    "alice-2": {"ups": 0, "user": "alice"},
+}
+POSTS_3 = {"none-3": {"ups": 4}, "hot-3": {"ups": 10}}
+
+
+async def test_consumers_get_their_own_matches_and_the_tree_sees_the_union(
+    sc: LocalSidecarCluster,
+) -> None:
+    topic = str((await ok(sc, 0, "POST", "/v1/topics", json={"name": "consumers"}))["cid"])
+    hot = await consumer(sc, topic, filter=HOT)
+    alice = await consumer(sc, topic, filter=ALICE)
+    await wait_joined(sc, topic, (1,))
+    st = await topic_status(sc, topic)
+    union = sorted([str(parse_filter(HOT)), str(parse_filter(ALICE))])
+    assert st["consumers"] == 2 and not st["explicit"]
+    assert sorted(st["filters"]) == union and sorted(st["summary"]) == union
+    reader = Reader(sc)
+
+    await publish(sc, topic, POSTS_1)
+    assert sorted(await reader.until(hot, matching(POSTS_1, HOT))) == ["both-1", "hot-1"]
+    assert sorted(await reader.until(alice, matching(POSTS_1, ALICE))) == ["alice-1", "both-1"]
+
+    # a third consumer, unfiltered: the union is everything, in the tree too
+    everything = await consumer(sc, topic)
+    st = await topic_status(sc, topic)
+    assert st["filters"] is None and st["summary"] == ["*"] and st["consumers"] == 3
+    await anyio.sleep(1.5)  # summary_interval: the parent is told before the next events
+    await publish(sc, topic, POSTS_2)
+    assert sorted(await reader.until(everything, list(POSTS_2))) == sorted(POSTS_2)
+    await reader.until(hot, matching(POSTS_2, HOT))
+    await reader.until(alice, matching(POSTS_2, ALICE))
+
+    # it leaves: the union is the two filters again, in the tree too
+    await ok(sc, 1, "DELETE", f"/v1/consumers/{everything}")
+    st = await topic_status(sc, topic)
+    assert sorted(st["summary"]) == union and st["consumers"] == 2
+    await anyio.sleep(1.5)
+    await publish(sc, topic, POSTS_3)
+    await reader.until(hot, ["hot-3"])
+    await anyio.sleep(2)  # anything else would have come with hot-3
+    await reader.until(hot, [])
+    await reader.until(alice, [])
+    # exactly their own matches, each once
+    assert sorted(reader.got[hot]) == sorted(
+        matching(POSTS_1, HOT) + matching(POSTS_2, HOT) + matching(POSTS_3, HOT)
+    )
+    assert sorted(reader.got[alice]) == sorted(matching(POSTS_1, ALICE) + matching(POSTS_2, ALICE))
+    # the node delivered the union: what nobody wanted while only the two were there
+    # (none-1, bare-1, none-3) never reached its log
+    logged = set(await node_log(sc, topic))
+    assert {"none-1", "bare-1", "none-3"}.isdisjoint(logged)
+    assert set(POSTS_2) <= logged
+
+    # the last consumers go: the node leaves the topic
+    await ok(sc, 1, "DELETE", f"/v1/consumers/{hot}")
+    await ok(sc, 1, "DELETE", f"/v1/consumers/{alice}")
+    status = await ok(sc, 1, "GET", "/v1/status")
+    assert not any(t["subscribed"] for t in status["topics"] if t["root_cid"] == topic)
+
+
+async def test_a_named_consumer_resumes_from_its_cursor_after_a_sidecar_restart(
+    sc: LocalSidecarCluster,
+) -> None:
+    topic = str((await ok(sc, 0, "POST", "/v1/topics", json={"name": "durable"}))["cid"])
+    await consumer(sc, topic, name="keeper", filter=HOT)
+    await wait_joined(sc, topic, (1,))
+    reader = Reader(sc)
+    before = {"a": {"ups": 50}, "b": {"ups": 1}}
+    await publish(sc, topic, before)
+    assert await reader.until("keeper", ["a"]) == ["a"]
+    await sc.stop_sidecar(1)
+    missed = {"c": {"ups": 11}, "d": {"ups": 2}, "e": {"ups": 70}}
+    await publish(sc, topic, missed)
+    await sc.start_sidecar(1)
+    got = await ok(sc, 1, "GET", "/v1/consumers/keeper")
+    assert got["filter"] == str(parse_filter(HOT)) and got["durable"]
+    # taken up by name: its own cursor (not "only new ones"), the events it missed
+    await consumer(sc, topic, name="keeper", filter=HOT)
+    again = Reader(sc)
+    assert sorted(await again.until("keeper", ["c", "e"])) == ["c", "e"]
+    await anyio.sleep(2)
+    assert sorted(await again.until("keeper", [])) == ["c", "e"]
+    await ok(sc, 1, "DELETE", "/v1/consumers/keeper")
