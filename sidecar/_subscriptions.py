@@ -239,6 +239,7 @@ class Subscriptions:
         the subtree summary it tells its parent (``summary``)."""
         root_s = cid_str(root)
         summary = list(self.d.node.subtree_summary(root))
+        children = {p: list(t) for p, t in self.d.node.child_summaries(root).items()}
         if not subscribed:
             return {
                 "filter": None,
@@ -246,6 +247,7 @@ class Subscriptions:
                 "explicit": False,
                 "consumers": 0,
                 "summary": summary,
+                "child_summaries": children,
             }
         wanted = self.interest(root_s)
         everything = wanted is None or MATCH_ALL in wanted
@@ -259,6 +261,7 @@ class Subscriptions:
             "explicit": self.explicit(root_s),
             "consumers": len(self.registry.of_topic(root_s)),
             "summary": summary,
+            "child_summaries": children,
         }
 
 

@@ -64,6 +64,21 @@ async def topic_status(sc: LocalSidecarCluster, topic: str) -> dict[str, Any]:
     return found
 
 
+async def parent_sees(sc: LocalSidecarCluster, topic: str, want: list[str]) -> None:
+    """Wait until node 0, node 1's parent, holds ``want`` as node 1's subtree summary
+    (a SUMMARY goes at most every second)."""
+    me = (await ok(sc, 1, "GET", "/v1/status"))["peer_id"]
+    seen: list[Any] = []
+
+    async def there() -> bool:
+        status = await ok(sc, 0, "GET", "/v1/status")
+        st = next(t for t in status["topics"] if t["root_cid"] == topic)
+        seen[:] = [st["child_summaries"].get(me)]
+        return seen[0] is not None and sorted(seen[0]) == sorted(want)
+
+    await wait_until(there, deadline=20, what=f"node0 to see node1's summary {want}: {seen}")
+
+
 async def publish(sc: LocalSidecarCluster, topic: str, posts: dict[str, dict[str, Any]]) -> None:
     for text, attrs in posts.items():
         await ok(
@@ -118,6 +133,8 @@ async def test_consumers_get_their_own_matches_and_the_tree_sees_the_union(
     union = sorted([str(parse_filter(HOT)), str(parse_filter(ALICE))])
     assert st["consumers"] == 2 and not st["explicit"]
     assert sorted(st["filters"]) == union and sorted(st["summary"]) == union
+    assert st["parent"] is not None
+    await parent_sees(sc, topic, union)
     reader = Reader(sc)
 
     await publish(sc, topic, POSTS_1)
@@ -128,7 +145,7 @@ async def test_consumers_get_their_own_matches_and_the_tree_sees_the_union(
     everything = await consumer(sc, topic)
     st = await topic_status(sc, topic)
     assert st["filters"] is None and st["summary"] == ["*"] and st["consumers"] == 3
-    await anyio.sleep(1.5)  # summary_interval: the parent is told before the next events
+    await parent_sees(sc, topic, ["*"])
     await publish(sc, topic, POSTS_2)
     assert sorted(await reader.until(everything, list(POSTS_2))) == sorted(POSTS_2)
     await reader.until(hot, matching(POSTS_2, HOT))
@@ -138,7 +155,7 @@ async def test_consumers_get_their_own_matches_and_the_tree_sees_the_union(
     await ok(sc, 1, "DELETE", f"/v1/consumers/{everything}")
     st = await topic_status(sc, topic)
     assert sorted(st["summary"]) == union and st["consumers"] == 2
-    await anyio.sleep(1.5)
+    await parent_sees(sc, topic, union)
     await publish(sc, topic, POSTS_3)
     await reader.until(hot, ["hot-3"])
     await anyio.sleep(2)  # anything else would have come with hot-3

@@ -92,6 +92,15 @@ class Summaries(NodeBase):
         tree = self._tree_for(topic_cid)
         return tuple(render_filter(f) for f in self._subtree_summary(tree))
 
+    def child_summaries(self, topic_cid: CID) -> dict[str, tuple[str, ...]]:
+        """Each child's subtree summary as this node holds it and prunes by (canonical
+        texts; ``("*",)`` for a child that sent none): for status pages and tests."""
+        tree = self._tree_for(topic_cid)
+        return {
+            child: tuple(render_filter(f) for f in tree.child_summaries.get(child, (MATCH_ALL,)))
+            for child in tree.children
+        }
+
     def _summary_changed(self, now: float, tree: Tree) -> None:
         """Something the summary depends on changed: send SUMMARY soon (rate-limited)."""
         if not self.config.tree_filters or tree.parent is None:
