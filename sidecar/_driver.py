@@ -541,8 +541,10 @@ class Driver:
         fast: bool = False,
         filter: Filter | None = None,
     ) -> bool:
-        """Subscribe to topic ``cid`` (first version ``root``) and persist it, with its
-        ``filter`` (replacing any earlier one); whether the core knew the topic within
+        """Subscribe the node explicitly to topic ``cid`` (first version ``root``) and
+        persist it, with its ``filter`` (replacing the explicit subscription's earlier
+        one; the node subscribes in the tree with the union of it and its consumers'
+        filters: :mod:`._subscriptions`); whether the core knew the topic within
         ``max_wait`` (it may fetch its descriptor and meta topic first), so that a
         publish right after this finds it. ``fast``: join the fast groups of the
         topic's publishers (docs/protocol-notes.md)."""
@@ -931,7 +933,7 @@ class Driver:
 
     def _resume(self) -> None:
         """Re-subscribe what the persisted state says (§5 eventual delivery after a restart)."""
-        for root, since in self.state.state.subscriptions.items():
+        for root, since in list(self.state.state.subscriptions.items()):
             try:
                 cid = cid_from_str(root)
             except ValueError:
@@ -940,6 +942,10 @@ class Driver:
             wanted = self.subs.interest(root)
             if wanted is None:
                 log.info("dropping subscription %s: no consumer wants it any more", root)
+                del self.state.state.subscriptions[root]
+                if root in self.state.state.consumer_only:
+                    self.state.state.consumer_only.remove(root)
+                self._dirty = True
                 continue
             log.info(
                 "resuming subscription %s (since %.3f)%s",
