@@ -12,6 +12,7 @@ from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.testing import wait_until
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
 
@@ -143,6 +144,34 @@ async def test_an_idle_consumer_is_closed_after_the_grace(sc: Sidecar) -> None:
     _error(await sc.api.get(f"/v1/consumers/{c['id']}"), 404, "not_found")
     st = await _topic_status(sc, topic)
     assert not st["subscribed"]
+
+
+async def test_the_sidecar_closes_an_idle_consumer_by_itself(tmp_path: Path) -> None:
+    """The housekeeping loop (every 2 s) closes a consumer idle past its grace; one
+    with an open stream stays."""
+    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    async with sidecar_at(tmp_path, kubo, consumer_grace=0.5) as sc:
+        topic = await _topic(sc)
+        await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
+        idle = await _open(sc, topic, filter="ups >= 10")
+        busy = await _open(sc, topic, filter="ups < 10")
+        busy_c = sc.driver.subs.registry.get(busy["id"])
+        assert busy_c is not None
+        sc.driver.subs.registry.attach(busy_c)  # as a stream does while it is open
+
+        async def gone() -> bool:
+            return (await sc.api.get(f"/v1/consumers/{idle['id']}")).status_code == 404
+
+        await wait_until(gone, deadline=10, what="the idle consumer closed")
+        assert (await sc.api.get(f"/v1/consumers/{busy['id']}")).status_code == 200
+        st = await _topic_status(sc, topic)
+        assert st["filters"] == ["ups < 10"] and st["consumers"] == 1
+        sc.driver.subs.registry.detach(sc.driver.clock(), busy_c)
+
+        async def left() -> bool:
+            return not (await _topic_status(sc, topic))["subscribed"]
+
+        await wait_until(left, deadline=10, what="the node leaving the topic")
 
 
 async def test_a_named_consumer_resumes_from_its_cursor_after_a_restart(tmp_path: Path) -> None:

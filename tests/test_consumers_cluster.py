@@ -9,14 +9,19 @@ node 1 two consumers with different filters share one sidecar:
 2. a third, unfiltered consumer joins (the union is everything: it gets the events
    the other two do not want) and leaves (the union is back to the two filters);
 3. a named consumer resumes from its own cursor after its sidecar restarts: it gets
-   exactly the matching events published while the sidecar was down.
+   exactly the matching events published while the sidecar was down;
+4. as a user meets it: ``pulsarcast sub T`` and ``pulsarcast sub T --where …`` run at
+   once against one sidecar, and each prints exactly its own events.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +30,7 @@ from _cluster_http import ok, wait_joined
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import matches, parse_filter
+from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.testing import wait_until
 
 pytestmark = [pytest.mark.kubo, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -76,7 +82,8 @@ async def parent_sees(sc: LocalSidecarCluster, topic: str, want: list[str]) -> N
         seen[:] = [st["child_summaries"].get(me)]
         return seen[0] is not None and sorted(seen[0]) == sorted(want)
 
-    await wait_until(there, deadline=20, what=f"node0 to see node1's summary {want}: {seen}")
+    if not await poll_until(there, deadline=20, interval=0.2):
+        raise AssertionError(f"node0 holds node1's summary as {seen[0]}, not {want}")
 
 
 async def publish(sc: LocalSidecarCluster, topic: str, posts: dict[str, dict[str, Any]]) -> None:
@@ -202,3 +209,55 @@ async def test_a_named_consumer_resumes_from_its_cursor_after_a_sidecar_restart(
     await anyio.sleep(2)
     assert sorted(await again.until("keeper", [])) == ["c", "e"]
     await ok(sc, 1, "DELETE", "/v1/consumers/keeper")
+
+
+PULSARCAST = str(Path(sys.executable).parent / "pulsarcast")
+
+
+async def test_two_sub_processes_on_one_sidecar_each_print_their_own(
+    sc: LocalSidecarCluster,
+) -> None:
+    """The bug as reported: a second ``sub --where`` on the same sidecar replaced the
+    first one's (unfiltered) subscription, which then silently missed events."""
+    topic = str((await ok(sc, 0, "POST", "/v1/topics", json={"name": "two-subs"}))["cid"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSARCAST_API")}
+    env["PULSARCAST_API"] = sc[1].api_url
+    posts = {"p1": {"ups": 1}, "p2": {"ups": 20}, "p3": {}, "p4": {"ups": 15}}
+    outs: dict[str, bytes] = {}
+
+    async def sub(key: str, *argv: str) -> None:
+        result = await anyio.run_process([PULSARCAST, "sub", topic, *argv], env=env, check=False)
+        assert result.returncode == 0, result.stderr
+        outs[key] = result.stdout
+
+    with anyio.fail_after(90):  # a sub that misses an event would wait for ever
+        await both_subs(sub, posts, topic, sc)
+    assert outs["all"].decode().split() == list(posts)
+    assert outs["hot"].decode().split() == ["p2", "p4"]
+    # both exited: their (anonymous) consumers are closed, and the node left the topic
+    assert (await ok(sc, 1, "GET", "/v1/consumers"))["consumers"] == []
+    status = await ok(sc, 1, "GET", "/v1/status")
+    assert not any(t["subscribed"] for t in status["topics"] if t["root_cid"] == topic)
+
+
+async def both_subs(
+    sub: Any, posts: dict[str, dict[str, Any]], topic: str, sc: LocalSidecarCluster
+) -> None:
+    """Start ``sub T`` (unfiltered), then, once its consumer is open, ``sub T --where``
+    (the order of the report); once node 1 is in the tree, publish ``posts``; returns
+    once both exited."""
+
+    async def consumers_open(n: int) -> None:
+        async def there() -> bool:
+            return len((await ok(sc, 1, "GET", "/v1/consumers"))["consumers"]) == n
+
+        await wait_until(there, deadline=30, what=f"{n} sub processes' consumers")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sub, "all", "--count", str(len(posts)))
+        await consumers_open(1)
+        tg.start_soon(sub, "hot", "--where", HOT, "--count", "2")
+        await consumers_open(2)
+        await wait_joined(sc, topic, (1,))
+        await parent_sees(sc, topic, ["*"])
+        await publish(sc, topic, posts)
