@@ -261,3 +261,36 @@ async def both_subs(
         await wait_joined(sc, topic, (1,))
         await parent_sees(sc, topic, ["*"])
         await publish(sc, topic, posts)
+
+
+async def test_two_sdk_subscriptions_on_one_sidecar_follow_their_own(
+    sc: LocalSidecarCluster,
+) -> None:
+    """The async SDK: two subscriptions of one client, followed live at once."""
+    from pulsarcast_ipfs.sdk import AsyncClient, ClientConfig
+
+    topic = str((await ok(sc, 0, "POST", "/v1/topics", json={"name": "sdk-subs"}))["cid"])
+    posts = {"s1": {"ups": 50}, "s2": {"user": "alice"}, "s3": {"ups": 2}, "s4": {"ups": 10}}
+    got: dict[str, list[str]] = {"hot": [], "alice": []}
+    async with AsyncClient(config=ClientConfig(api=sc[1].api_url)) as pc:
+        async with (
+            pc.subscription(topic, filter=HOT) as hot,
+            pc.subscription(topic, filter=ALICE) as alice,
+        ):
+
+            async def follow(key: str, consumer_id: str, n: int) -> None:
+                async for d in pc.deliveries(consumer=consumer_id):
+                    got[key].append(d.event.text)
+                    if len(got[key]) == n:
+                        return
+
+            await wait_joined(sc, topic, (1,))
+            await parent_sees(sc, topic, sorted([str(parse_filter(HOT)), str(parse_filter(ALICE))]))
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(follow, "hot", hot.id, 2)
+                    tg.start_soon(follow, "alice", alice.id, 1)
+                    await publish(sc, topic, posts)
+            assert len(await pc.consumers()) == 2
+        assert await pc.consumers() == ()  # closed when the block ended
+    assert got == {"hot": ["s1", "s4"], "alice": ["s2"]}

@@ -874,3 +874,45 @@ def test_consumer_arguments_are_checked_before_any_request() -> None:
         _calls.open_consumer(CID_T, filter=3)  # type: ignore[arg-type]
     with pytest.raises(sdk.InvalidResponse, match="consumer"):
         _calls.open_consumer(CID_T).parse(201, b'{"id": "x"}')
+
+
+def anonymous_handler(seen: list[httpx.Request]) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/consumers"):
+            asked = json.loads(request.content or b"{}")
+            name = asked.get("name")
+            return httpx.Response(201, json=consumer_json(id=name or "anon-1", name=name))
+        if request.method == "DELETE":
+            return httpx.Response(
+                200, json={"id": "anon-1", "closed": True, "topic": CID_T, "subscribed": True}
+            )
+        raise AssertionError(request.url.path)
+
+    return handler
+
+
+async def test_an_async_subscription_closes_its_anonymous_consumer_even_on_error() -> None:
+    seen: list[httpx.Request] = []
+    async with aclient(anonymous_handler(seen)) as pc:
+        with pytest.raises(RuntimeError, match="boom"):
+            async with pc.subscription(CID_T, filter="ups >= 10") as c:
+                assert c.id == "anon-1"
+                raise RuntimeError("boom")
+        async with pc.subscription(CID_T, name="keep") as c:
+            assert c.durable
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("POST", f"/v1/topics/{CID_T}/consumers"),
+        ("DELETE", "/v1/consumers/anon-1"),
+        ("POST", f"/v1/topics/{CID_T}/consumers"),  # named: not closed
+    ]
+
+
+def test_a_sync_subscription_closes_its_anonymous_consumer() -> None:
+    seen: list[httpx.Request] = []
+    with sclient(anonymous_handler(seen)) as pc:
+        with pc.subscription(CID_T) as c:
+            assert not c.durable
+        with pc.subscription(CID_T, name="keep"):
+            pass
+    assert [r.method for r in seen] == ["POST", "DELETE", "POST"]

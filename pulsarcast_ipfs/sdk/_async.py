@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -11,7 +13,7 @@ import anyio
 import httpx
 
 from pulsarcast_ipfs.sdk import _calls
-from pulsarcast_ipfs.sdk._errors import SidecarUnavailable, error_from_response
+from pulsarcast_ipfs.sdk._errors import SdkError, SidecarUnavailable, error_from_response
 from pulsarcast_ipfs.sdk._retry import Reconnects, describe
 from pulsarcast_ipfs.sdk._types import (
     AttributeValue,
@@ -185,6 +187,28 @@ class AsyncClient:
         return await self._send(
             _calls.open_consumer(topic, filter=filter, name=name, fast=fast, after=after)
         )
+
+    @asynccontextmanager
+    async def subscription(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        name: str | None = None,
+        fast: bool = False,
+        after: int | None = None,
+    ) -> AsyncIterator[Consumer]:
+        """``async with pc.subscription(topic, filter=...) as c:`` — :meth:`open_consumer`
+        for the block, read with ``pc.deliveries(consumer=c.id)``. An anonymous consumer
+        is closed when the block ends (also on an error or a cancellation); a named one
+        stays, to be taken up again."""
+        c = await self.open_consumer(topic, filter=filter, name=name, fast=fast, after=after)
+        try:
+            yield c
+        finally:
+            if c.name is None:
+                with anyio.CancelScope(shield=True), contextlib.suppress(SdkError):
+                    await self.close_consumer(c.id)
 
     async def get_consumer(self, consumer_id: str) -> Consumer:
         """One consumer (:class:`NotFound` once it is closed or expired)."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Self, TypeVar
 
 import httpx
 
 from pulsarcast_ipfs.sdk import _calls
-from pulsarcast_ipfs.sdk._errors import SidecarUnavailable, error_from_response
+from pulsarcast_ipfs.sdk._errors import SdkError, SidecarUnavailable, error_from_response
 from pulsarcast_ipfs.sdk._retry import Reconnects, describe
 from pulsarcast_ipfs.sdk._types import (
     AttributeValue,
@@ -184,6 +186,28 @@ class Client:
         return self._send(
             _calls.open_consumer(topic, filter=filter, name=name, fast=fast, after=after)
         )
+
+    @contextmanager
+    def subscription(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        name: str | None = None,
+        fast: bool = False,
+        after: int | None = None,
+    ) -> Iterator[Consumer]:
+        """``with pc.subscription(topic, filter=...) as c:`` — :meth:`open_consumer` for
+        the block, read with ``pc.deliveries(consumer=c.id)``. An anonymous consumer is
+        closed when the block ends (also on an error); a named one stays, to be taken
+        up again."""
+        c = self.open_consumer(topic, filter=filter, name=name, fast=fast, after=after)
+        try:
+            yield c
+        finally:
+            if c.name is None:
+                with contextlib.suppress(SdkError):
+                    self.close_consumer(c.id)
 
     def get_consumer(self, consumer_id: str) -> Consumer:
         """One consumer (:class:`NotFound` once it is closed or expired)."""
