@@ -95,7 +95,8 @@ NOT_FOUND = ErrorCode(
     status=404,
     code="not_found",
     sdk_class="NotFound",
-    meaning="no such endpoint, or a block that cannot be found",
+    meaning="no such endpoint, a block that cannot be found, or a consumer that is closed"
+    " (or expired)",
 )
 METHOD_NOT_ALLOWED = ErrorCode(
     status=405,
@@ -107,7 +108,8 @@ CONFLICT = ErrorCode(
     status=409,
     code="conflict",
     sdk_class="Conflict",
-    meaning="CUSTOM parent is an event of another topic",
+    meaning="CUSTOM parent is an event of another topic; a consumer name that follows"
+    " another topic",
 )
 PAYLOAD_TOO_LARGE = ErrorCode(
     status=413,

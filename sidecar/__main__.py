@@ -150,6 +150,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="fast groups: seconds between membership refreshes (default 10; a membership "
         "expires after three)",
     )
+    p.add_argument(
+        "--consumer-grace",
+        type=float,
+        metavar="SECONDS",
+        help="seconds an anonymous consumer with no open delivery stream is kept before "
+        'it is closed (default 60; docs/http-api.md "Consumers")',
+    )
+    p.add_argument(
+        "--consumer-retention",
+        type=float,
+        metavar="SECONDS",
+        help="seconds a named (durable) consumer with no open stream is kept "
+        "(default 604800: 7 days)",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 

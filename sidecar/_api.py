@@ -69,8 +69,10 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
 
+from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
+from ._subscriptions import consumer_json
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
 
@@ -357,7 +359,7 @@ class _Api:
                     "parent": st.parent,
                     "children": list(st.children),
                     "subscribed": st.subscribed,
-                    "filter": self.d.subscription_filter(st.topic_cid) if st.subscribed else None,
+                    **self.subscription_status(st.topic_cid, st.subscribed),
                     "acting_root": st.acting_root,
                     "heads": [cid_str(c) for c in st.heads[:8]],
                     "retained": st.retained,
@@ -374,6 +376,11 @@ class _Api:
                 "topics": topics,
             }
         )
+
+    def subscription_status(self, root: CID, subscribed: bool) -> dict[str, Any]:
+        """``filter``, ``filters``, ``explicit``, ``consumers`` and ``summary`` of a
+        topic in ``/v1/status`` (docs/http-api.md)."""
+        return self.d.subs.status(root, subscribed=subscribed)
 
     async def create_topic(self, request: Request) -> Response:
         body = await read_json(request, self.max_body)
@@ -442,8 +449,90 @@ class _Api:
     async def unsubscribe(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
         root = self.tree_key(cid)
-        self.d.unsubscribe(cid, root)
-        return JSONResponse({"topic": cid_str(root), "subscribed": False})
+        still = self.d.unsubscribe(cid, root)
+        return JSONResponse(
+            {
+                "topic": cid_str(root),
+                "subscribed": still,
+                "consumers": len(self.d.subs.registry.of_topic(cid_str(root))),
+            }
+        )
+
+    # consumers (docs/http-api.md "Consumers")
+
+    async def open_consumer(self, request: Request) -> Response:
+        cid = parse_cid(request.path_params["cid"], "topic CID")
+        body = await read_json(request, self.max_body)
+        unknown = sorted(set(body) - {"fast", "filter", "name", "after"})
+        if unknown:
+            raise ApiError(400, "bad_request", f"unknown field(s) {', '.join(unknown)}")
+        fast = body.get("fast", False)
+        if not isinstance(fast, bool):
+            raise ApiError(400, "bad_request", "fast must be true or false")
+        name = body.get("name")
+        if name is not None:
+            try:
+                check_name(name)
+            except ValueError as exc:
+                raise ApiError(400, "bad_request", str(exc)) from None
+        after = body.get("after")
+        if after is not None and (
+            not isinstance(after, int) or isinstance(after, bool) or after < 0
+        ):
+            raise ApiError(400, "bad_request", "after must be an integer seq >= 0")
+        where = parse_where(body.get("filter"), "filter")
+        desc = self.d.local_topic(cid) or await self.topic_descriptor(cid)
+        root = await self.root_of(cid, desc)
+        try:
+            opened = await self.d.subs.open(
+                cid,
+                root=root,
+                topic_name=desc.name,
+                filter=where,
+                name=name,
+                fast=fast,
+                after=after,
+                max_wait=DESCRIPTOR_TIMEOUT,
+            )
+        except ConsumerConflict as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
+        except TooManyConsumers as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        if opened is None:
+            raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
+        consumer, new = opened
+        return JSONResponse(self.consumer_json(consumer), status_code=201 if new else 200)
+
+    def consumer_json(self, c: Consumer) -> dict[str, Any]:
+        return consumer_json(c, self.d.subs.registry.policy)
+
+    def consumer(self, consumer_id: str) -> Consumer:
+        c = self.d.subs.registry.get(consumer_id)
+        if c is None:
+            raise ApiError(
+                404,
+                "not_found",
+                f"no consumer {consumer_id!r} (closed, or idle past its grace)",
+            )
+        return c
+
+    async def list_consumers(self, request: Request) -> Response:
+        return JSONResponse({"consumers": [self.consumer_json(c) for c in self.d.subs.registry]})
+
+    async def get_consumer(self, request: Request) -> Response:
+        return JSONResponse(self.consumer_json(self.consumer(request.path_params["id"])))
+
+    async def close_consumer(self, request: Request) -> Response:
+        c = self.consumer(request.path_params["id"])
+        self.d.subs.close(c.id)
+        return JSONResponse(
+            {
+                "id": c.id,
+                "closed": True,
+                "topic": c.topic,
+                "subscribed": self.d.subs.subscribed(c.topic),
+            }
+        )
 
     async def publish(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "topic CID")
@@ -650,32 +739,62 @@ class _Api:
         if follow_s not in ("true", "false", "1", "0"):
             raise ApiError(400, "bad_request", "follow must be true or false")
         follow = follow_s in ("true", "1")
+        consumer: Consumer | None = None
+        if q.get("consumer") is not None:
+            if topic is not None:
+                raise ApiError(400, "bad_request", "give topic= or consumer=, not both")
+            consumer = self.consumer(q["consumer"])
+            topic = consumer.topic
+            if after is None:
+                after = consumer.cursor
         lst = self.d.listen()  # before reading the log: no gap between replay and live
         start = after if after is not None else self.d.last_seq
+        d, registry = self.d, self.d.subs.registry
+
+        def wanted(obj: dict[str, Any]) -> bool:
+            if consumer is not None:
+                return consumer.wants(obj)  # its own filter, not the node's union
+            return not topic or obj.get("topic_root") == topic
+
+        def passed(seq: int) -> None:
+            if consumer is not None and registry.advance(consumer, seq):
+                d.mark_dirty()
+
+        def open_() -> bool:
+            return consumer is None or registry.get(consumer.id) is consumer
 
         async def lines() -> AsyncIterator[bytes]:
             last = start
+            if consumer is not None:
+                registry.attach(consumer)
             try:
-                if after is not None:
-                    for obj in self.d.replay(after, topic):
+                if after is not None and after < d.last_seq:
+                    for obj in d.replay(after, topic):
                         last = obj["seq"]
-                        yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-                while follow and not self.d.is_stopping:
+                        if wanted(obj):
+                            yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+                        passed(last)
+                while follow and not d.is_stopping and open_():
                     if not lst.items:
                         lst.wake = anyio.Event()
                         with anyio.move_on_after(15):
                             await lst.wake.wait()
                         if not lst.items:
-                            yield b"\n"  # keep-alive (an empty line; clients skip it)
+                            if open_():
+                                yield b"\n"  # keep-alive (an empty line; clients skip it)
                             continue
                     while lst.items:
                         obj = lst.items.popleft()
-                        if obj["seq"] <= last or (topic and obj.get("topic_root") != topic):
+                        if obj["seq"] <= last:
                             continue
                         last = obj["seq"]
-                        yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+                        if wanted(obj):
+                            yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+                        passed(last)
             finally:
-                self.d.unlisten(lst)
+                d.unlisten(lst)
+                if consumer is not None:
+                    registry.detach(d.clock(), consumer)
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
@@ -733,6 +852,10 @@ def build_app(driver: Driver) -> ASGIApp:
         Route("/v1/topics/{cid}/publish", _wrap(a.publish), methods=["POST"]),
         Route("/v1/topics/{cid}/history", _wrap(a.history), methods=["GET"]),
         Route("/v1/events/{cid}", _wrap(a.get_event), methods=["GET"]),
+        Route("/v1/topics/{cid}/consumers", _wrap(a.open_consumer), methods=["POST"]),
+        Route("/v1/consumers", _wrap(a.list_consumers), methods=["GET"]),
+        Route("/v1/consumers/{id}", _wrap(a.get_consumer), methods=["GET"]),
+        Route("/v1/consumers/{id}", _wrap(a.close_consumer), methods=["DELETE"]),
         Route("/v1/deliveries", _wrap(a.deliveries), methods=["GET"]),
         Route("/metrics", _wrap(a.metrics), methods=["GET"]),
         Route("/openapi.json", _wrap(a.openapi), methods=["GET"]),

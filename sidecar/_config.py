@@ -100,6 +100,12 @@ class SidecarConfig:
     (docs/sidecar.md "Providing", ``sidecar._announce``). 0: every subscriber."""
     delivery_log_max: int = 100_000
     """Deliveries kept in the persisted log (older ones are rotated out)."""
+    consumer_grace: float = 60.0
+    """An anonymous consumer (docs/http-api.md "Consumers") with no open delivery
+    stream for this many seconds went away without closing: it is closed, and the
+    node leaves the topic with its last consumer."""
+    consumer_retention: float = 7 * 24 * 3600.0
+    """A named (durable) consumer with no open stream for this long is closed."""
     ping_interval: float = 5.0
     heads_interval: float = 5.0
     join_timeout: float = 2.0
@@ -185,6 +191,8 @@ class SidecarConfig:
             "retain_age",
             "retain_bytes",
             "group_refresh",
+            "consumer_grace",
+            "consumer_retention",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")

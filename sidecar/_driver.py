@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 
 from pulsarcast_ipfs.core import (
+    MATCH_ALL,
     Deliver,
     DescriptorError,
     DisconnectPeer,
@@ -54,7 +55,6 @@ from pulsarcast_ipfs.core import (
     UnknownTopic,
     cid_from_str,
     cid_str,
-    parse_filter,
     render_filter,
 )
 from pulsarcast_ipfs.core._cid import CID
@@ -63,12 +63,14 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._announce import MEMBERS_WAIT, should_announce
 from ._config import SidecarConfig
+from ._consumers import ConsumerPolicy
 from ._delegate import DelegateKeeper
 from ._metrics import MetricsWriter, resource_records
 from ._readers import Readers
 from ._routing import RoutingView, topic_cid
 from ._state import StateError, StateStore
 from ._store import BlockStore, kubo_announces_pins
+from ._subscriptions import Subscriptions
 from ._transport import PROTOCOL, Transport
 
 __all__ = ["Driver", "SigningFailed", "event_json"]
@@ -223,6 +225,11 @@ class Driver:
         """Subscribed topics this node leaves to closer announcers (since when)."""
         self.reading = Readers(self)
         """History reads of topics this node keeps no history of (:mod:`._readers`)."""
+        self.subs = Subscriptions(
+            self,
+            ConsumerPolicy(grace=config.consumer_grace, retention=config.consumer_retention),
+        )
+        """The explicit subscriptions and the consumers (:mod:`._subscriptions`)."""
 
     @property
     def node(self) -> PulsarcastNode:
@@ -415,6 +422,15 @@ class Driver:
     def unlisten(self, lst: Listener) -> None:
         self._listeners.discard(lst)
 
+    def wake_listeners(self) -> None:
+        """Wake every delivery stream (a consumer closed: its streams end)."""
+        for lst in self._listeners:
+            lst.wake.set()
+
+    def mark_dirty(self) -> None:
+        """Something of ``state.json`` changed (a consumer's cursor): saved within 2 s."""
+        self._dirty = True
+
     # -- topics ------------------------------------------------------------------------
 
     @property
@@ -487,7 +503,9 @@ class Driver:
             return data
         return await self.store.get(cid, max_wait)
 
-    def _subscribed(self, root: CID, name: str) -> None:
+    def subscribed_topic(self, root: CID, name: str) -> None:
+        """Topic ``root`` is subscribed (explicitly or for a consumer): persist it and
+        announce it."""
         root_s = cid_str(root)
         self.remember_topic(root_s, name)
         self.state.state.subscriptions.setdefault(root_s, self.clock())
@@ -502,7 +520,7 @@ class Driver:
         root = self.known_root(cid) or cid
         if cid_str(root) not in self.state.state.created:
             self.state.state.created.append(cid_str(root))
-        self._subscribed(root, name)
+        self.subscribed_topic(root, name)
         return cid
 
     async def update_topic(self, cid: CID, *, options: TopicOptions) -> CID:
@@ -523,41 +541,27 @@ class Driver:
         fast: bool = False,
         filter: Filter | None = None,
     ) -> bool:
-        """Subscribe to topic ``cid`` (first version ``root``) and persist it, with its
-        ``filter`` (replacing any earlier one); whether the core knew the topic within
+        """Subscribe the node explicitly to topic ``cid`` (first version ``root``) and
+        persist it, with its ``filter`` (replacing the explicit subscription's earlier
+        one; the node subscribes in the tree with the union of it and its consumers'
+        filters: :mod:`._subscriptions`); whether the core knew the topic within
         ``max_wait`` (it may fetch its descriptor and meta topic first), so that a
         publish right after this finds it. ``fast``: join the fast groups of the
         topic's publishers (docs/protocol-notes.md)."""
-        self.call(lambda now: self.node.subscribe(now, cid, fast=fast, filter=filter))
+        root_s = cid_str(root)
+        self.subs.subscribe_explicit(cid, root_s, fast=fast, filter=filter)
         if not await self.wait_for(lambda: self.known_root(cid) is not None, max_wait=max_wait):
             return False
-        root_s = cid_str(root)
-        if filter is None:
-            self.state.state.filters.pop(root_s, None)
-        else:
-            self.state.state.filters[root_s] = render_filter(filter)
+        self.subs.explicit_done(root_s, fast=fast, filter=filter)
         self.reading.forget(root)
-        fast_roots = self.state.state.fast
-        if fast and cid_str(root) not in fast_roots:
-            fast_roots.append(cid_str(root))
-        elif not fast and cid_str(root) in fast_roots:
-            fast_roots.remove(cid_str(root))
-        self._subscribed(root, name)
+        self.subscribed_topic(root, name)
         return True
 
-    def subscription_filter(self, root: CID) -> str | None:
-        """The canonical text of topic ``root``'s subscription filter, if it has one."""
-        return self.state.state.filters.get(cid_str(root))
-
-    def unsubscribe(self, cid: CID, root: CID) -> None:
-        """Unsubscribe from topic ``cid`` (first version ``root``) and persist it."""
-        self.call(lambda now: self.node.unsubscribe(now, cid))
-        self.state.state.subscriptions.pop(cid_str(root), None)
-        self.state.state.filters.pop(cid_str(root), None)
-        if cid_str(root) in self.state.state.fast:
-            self.state.state.fast.remove(cid_str(root))
-        self.persist()
-        self.announce_topics()  # unpins the topic (unless this node created it)
+    def unsubscribe(self, cid: CID, root: CID) -> bool:
+        """Drop the explicit subscription of topic ``cid`` (first version ``root``) and
+        persist it; the node leaves the topic unless consumers still want it (whether
+        it is still subscribed)."""
+        return self.subs.unsubscribe_explicit(cid, cid_str(root))
 
     async def publish(
         self,
@@ -660,6 +664,7 @@ class Driver:
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
             "pulsarcast_filtered_subscriptions": len(self.state.state.filters),
+            "pulsarcast_consumers": len(self.subs.registry),
             # issue 15, NodeConfig.tree_filters: EVENTs sent down, sends pruned, and
             # events received that nobody in this subtree wanted (false positives)
             "pulsarcast_forwards_down_total": self.node.filter_forwards["down"],
@@ -782,7 +787,7 @@ class Driver:
         self.store.pin_topic(root, data)
 
     def persist(self) -> None:
-        """Save ``state.json`` with fresh heads."""
+        """Save ``state.json`` with fresh heads and the consumers' cursors."""
         self._fresh_heads()
         self.state.save()
         self._dirty = False
@@ -796,6 +801,7 @@ class Driver:
         await anyio.to_thread.run_sync(self.state.write, *snapshot)
 
     def _fresh_heads(self) -> None:
+        self.subs.save()
         heads: dict[str, list[str]] = {}
         for root in list(self.state.state.subscriptions) + list(self.state.state.created):
             try:
@@ -849,6 +855,7 @@ class Driver:
             await self.transport.claim()
             await self._choose_announce()
             self.state.load(self.peer_id)
+            self.subs.load(self.clock())
             self.metrics.open(self.peer_id)
             self._node = PulsarcastNode(
                 peer_id=self.peer_id,
@@ -929,25 +936,29 @@ class Driver:
 
     def _resume(self) -> None:
         """Re-subscribe what the persisted state says (§5 eventual delivery after a restart)."""
-        for root, since in self.state.state.subscriptions.items():
+        for root, since in list(self.state.state.subscriptions.items()):
             try:
                 cid = cid_from_str(root)
             except ValueError:
                 log.warning("skipping bad persisted topic CID %r", root)
                 continue
-            text = self.state.state.filters.get(root)
-            where = parse_filter(text) if text is not None else None  # checked on load
+            wanted = self.subs.interest(root)
+            if wanted is None:
+                log.info("dropping subscription %s: no consumer wants it any more", root)
+                del self.state.state.subscriptions[root]
+                if root in self.state.state.consumer_only:
+                    self.state.state.consumer_only.remove(root)
+                self._dirty = True
+                continue
             log.info(
                 "resuming subscription %s (since %.3f)%s",
                 root,
                 since,
-                f" where {text}" if text is not None else "",
+                f" where {' | '.join(render_filter(f) for f in wanted)}"
+                if wanted != (MATCH_ALL,)
+                else "",
             )
-            self._resubscribe(cid, since, where)
-
-    def _resubscribe(self, cid: CID, since: float, where: Filter | None = None) -> None:
-        fast = cid_str(cid) in self.state.state.fast
-        self.call(lambda now: self.node.subscribe(now, cid, since=since, fast=fast, filter=where))
+            self.subs.subscribe_node(cid, root, since=since)
 
     _routing: RoutingView | None = None
     """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""
@@ -1021,6 +1032,7 @@ class Driver:
         while True:
             await anyio.sleep(2.0)
             self.metrics.flush()
+            self.subs.expire(self.clock())
             self.announce_topics()
             self.warm_members()
             if self.delegates is not None and self._tg is not None:

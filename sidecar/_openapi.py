@@ -18,7 +18,11 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("get", "/v1/topics/{cid}", "A topic descriptor (fetched from IPFS if not local)"),
     ("post", "/v1/topics/{cid}/update", "Publish a new version of a topic on its meta topic"),
     ("post", "/v1/topics/{cid}/subscribe", "Subscribe this node"),
-    ("post", "/v1/topics/{cid}/unsubscribe", "Unsubscribe this node"),
+    ("post", "/v1/topics/{cid}/unsubscribe", "Drop this node's explicit subscription"),
+    ("post", "/v1/topics/{cid}/consumers", "Open a consumer: its own filter and cursor"),
+    ("get", "/v1/consumers", "Every consumer of this sidecar"),
+    ("get", "/v1/consumers/{id}", "One consumer"),
+    ("delete", "/v1/consumers/{id}", "Close a consumer"),
     ("post", "/v1/topics/{cid}/publish", "Publish an event (or request to publish)"),
     ("get", "/v1/topics/{cid}/history", "History in (clock, CID) order, cursor = event CID"),
     ("get", "/v1/events/{cid}", "An event descriptor (from any node, by CID)"),
@@ -160,6 +164,42 @@ _SUBSCRIBE = {
 }
 
 
+_OPEN_CONSUMER = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "filter": {
+            "type": "string",
+            "maxLength": 4096,
+            "description": "this consumer gets only the events it matches",
+        },
+        "name": {
+            "type": "string",
+            "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+            "description": "a durable consumer: taken up again by name, with its cursor",
+        },
+        "fast": {"type": "boolean"},
+        "after": {"type": "integer", "minimum": 0, "description": "start after this seq"},
+    },
+}
+_CONSUMER = {
+    "type": "object",
+    "required": ["id", "topic", "filter", "cursor"],
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": ["string", "null"]},
+        "durable": {"type": "boolean"},
+        "topic": {"type": "string"},
+        "filter": {"type": ["string", "null"]},
+        "fast": {"type": "boolean"},
+        "cursor": {"type": "integer", "minimum": 0},
+        "streams": {"type": "integer", "minimum": 0},
+        "idle_since": {"type": ["number", "null"]},
+        "expires": {"type": ["number", "null"]},
+    },
+}
+
+
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -191,7 +231,11 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
     params: list[dict[str, Any]] = []
     if "{cid}" in path:
         params.append({"name": "cid", "in": "path", "required": True, "schema": {"type": "string"}})
-    ok = "201" if path.endswith(("/topics", "/update")) and method == "post" else "200"
+    if "{id}" in path:
+        params.append({"name": "id", "in": "path", "required": True, "schema": {"type": "string"}})
+    ok = (
+        "201" if path.endswith(("/topics", "/update", "/consumers")) and method == "post" else "200"
+    )
     schema: dict[str, Any] = {"type": "object"}
     if path in ("/v1/topics", "/v1/topics/{cid}", "/v1/topics/{cid}/update"):
         schema = _ref("Topic")
@@ -199,6 +243,18 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
         schema = _ref("Event")
     elif path.endswith("/history"):
         schema = _ref("HistoryPage")
+    elif path == "/v1/topics/{cid}/consumers" or (path == "/v1/consumers/{id}" and method == "get"):
+        schema = _ref("Consumer")
+    elif path == "/v1/consumers":
+        schema = {
+            "type": "object",
+            "properties": {"consumers": {"type": "array", "items": _ref("Consumer")}},
+        }
+    if path == "/v1/topics/{cid}/consumers":
+        op["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": _ref("OpenConsumer")}},
+        }
     if path in ("/v1/topics", "/v1/topics/{cid}/update"):
         op["requestBody"] = {"content": {"application/json": {"schema": _ref("TopicOptions")}}}
     if path.endswith("/publish"):
@@ -235,6 +291,12 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
     if path == "/v1/deliveries":
         params += [
             {"name": "topic", "in": "query", "schema": {"type": "string"}},
+            {
+                "name": "consumer",
+                "in": "query",
+                "description": "a consumer's stream: its own filter, from its own cursor",
+                "schema": {"type": "string"},
+            },
             {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
             {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
         ]
@@ -273,6 +335,8 @@ def openapi_document() -> dict[str, Any]:
                 "Publish": _PUBLISH,
                 "Attributes": _ATTRIBUTES,
                 "Subscribe": _SUBSCRIBE,
+                "OpenConsumer": _OPEN_CONSUMER,
+                "Consumer": _CONSUMER,
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

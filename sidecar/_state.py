@@ -26,6 +26,8 @@ from typing import Any
 
 from pulsarcast_ipfs.core import FilterSyntaxError, parse_filter
 
+from ._consumers import Consumer
+
 __all__ = ["PersistedState", "StateError", "StateStore"]
 
 STATE_FILE = "state.json"
@@ -79,6 +81,13 @@ class PersistedState:
     a subscription without one has no entry."""
     fast: list[str] = field(default_factory=list)
     """Root CIDs of the subscriptions made with ``fast`` (fast groups)."""
+    consumer_only: list[str] = field(default_factory=list)
+    """Root CIDs of the subscriptions held only for consumers (no explicit
+    ``subscribe``): the node leaves such a topic with its last consumer. ``filters``
+    and ``fast`` are the explicit subscription's; an older file has no such entry
+    (every subscription explicit)."""
+    consumers: list[dict[str, Any]] = field(default_factory=list)
+    """The consumers (``sidecar._consumers.Consumer.to_state``): filter and cursor."""
     next_seq: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +99,8 @@ class PersistedState:
             "heads": self.heads,
             "filters": self.filters,
             "fast": self.fast,
+            "consumer_only": self.consumer_only,
+            "consumers": self.consumers,
             "next_seq": self.next_seq,
         }
 
@@ -111,6 +122,19 @@ class PersistedState:
         fast = doc.get("fast", [])
         if not isinstance(fast, list) or not all(isinstance(c, str) for c in fast):
             raise bad("fast must be a list of CIDs")
+        consumer_only = doc.get("consumer_only", [])
+        if not isinstance(consumer_only, list) or not all(
+            isinstance(c, str) for c in consumer_only
+        ):
+            raise bad("consumer_only must be a list of CIDs")
+        consumers = doc.get("consumers", [])
+        if not isinstance(consumers, list):
+            raise bad("consumers must be a list")
+        for one in consumers:
+            try:
+                Consumer.from_state(one)
+            except ValueError as exc:
+                raise bad(f"consumers: {exc}") from None
         if peer is not None and not isinstance(peer, str):
             raise bad("peer_id must be a string")
         if not isinstance(created, list) or not all(isinstance(c, str) for c in created):
@@ -139,6 +163,8 @@ class PersistedState:
             heads={str(k): list(v) for k, v in heads.items()},
             filters={str(k): v for k, v in filters.items()},
             fast=list(fast),
+            consumer_only=list(consumer_only),
+            consumers=list(consumers),
             next_seq=seq,
         )
 

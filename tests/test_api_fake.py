@@ -40,12 +40,15 @@ class Sidecar:
 
 
 @asynccontextmanager
-async def sidecar_at(state_dir: Path, kubo: Any) -> AsyncIterator[Sidecar]:
-    """A sidecar on ``state_dir`` and the fake Kubo ``kubo`` (a restart reuses both)."""
+async def sidecar_at(state_dir: Path, kubo: Any, **options: Any) -> AsyncIterator[Sidecar]:
+    """A sidecar on ``state_dir`` and the fake Kubo ``kubo`` (a restart reuses both);
+    ``options``: more :class:`SidecarConfig` fields."""
     import time
 
     peers = bench.FakePeers(kubo.signer.peer_id, kubo)
-    config = SidecarConfig(kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir)
+    config = SidecarConfig(
+        kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir, **options
+    )
     driver = Driver(
         config,
         kubo=kubo.client(),
@@ -123,7 +126,7 @@ async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
     assert topic in state["created"]
     assert before <= state["subscriptions"][topic] <= time.time() + CLOCK_OFFSET
     r = await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
-    assert r.json() == {"topic": topic, "subscribed": False}
+    assert r.json() == {"topic": topic, "subscribed": False, "consumers": 0}
     state = json.loads((sc.state_dir / "state.json").read_text())
     assert topic not in state["subscriptions"]
 

@@ -96,6 +96,9 @@ class FakeSidecar:
                             "retained": 7,
                             "retained_bytes": 700,
                             "fast": {"subscribed_fast": True, "joined": []},
+                            "filters": None,
+                            "consumers": 0,
+                            "summary": [],
                             "from_a_newer_sidecar": 1,
                         }
                     ],
@@ -111,6 +114,26 @@ class FakeSidecar:
             return httpx.Response(200, json={"topic": TOPIC, "subscribed": True})
         if path.endswith("/unsubscribe"):
             return httpx.Response(200, json={"topic": TOPIC, "subscribed": False})
+        if path == f"/v1/topics/{TOPIC}/consumers":
+            asked = json.loads(request.content or b"{}")
+            name = asked.get("name")
+            doc = {
+                "id": name or "anon-1",
+                "name": name,
+                "topic": TOPIC,
+                "filter": asked.get("filter"),
+                "fast": asked.get("fast", False),
+                "cursor": asked.get("after", 0),
+                "streams": 0,
+                "idle_since": 1.0,
+                "expires": 61.0,
+            }
+            return httpx.Response(201, json=doc)
+        if path.startswith("/v1/consumers/") and request.method == "DELETE":
+            cid = path.rsplit("/", 1)[1]
+            return httpx.Response(
+                200, json={"id": cid, "closed": True, "topic": TOPIC, "subscribed": False}
+            )
         if path.endswith("/publish"):
             return self.publish_answer
         if path.endswith("/history"):
@@ -303,11 +326,11 @@ def test_sub_prints_deliveries(sidecar: tuple[FakeSidecar, Any], run: Run) -> No
     assert code == 0
     assert out.splitlines() == ["event 4", "base64:/wA="]
     assert f"subscribed to {TOPIC}" in err
-    assert dict(fake.requests[-1].url.params) == {
-        "follow": "false",
-        "topic": TOPIC,
-        "after": "3",
-    }
+    # its own consumer, starting after seq 3, read, then closed (it had no name)
+    opened, stream, closed = fake.requests[-3:]
+    assert body(opened) == {"after": 3}
+    assert dict(stream.url.params) == {"follow": "false", "consumer": "anon-1"}
+    assert (closed.method, closed.url.path) == ("DELETE", "/v1/consumers/anon-1")
     code, out, _ = run("sub", TOPIC, "--after", "3", "--no-follow", "-l")
     assert out.splitlines()[0] == f"4\tbafyreiev4\t{ME}\tevent 4"
     assert "(recovered)" in out.splitlines()[1]
@@ -363,11 +386,11 @@ def test_sub_and_history_where(sidecar: tuple[FakeSidecar, Any], run: Run) -> No
     where = 'ups >= 10 and user in ["a", "b"]'
     code, _, err = run("sub", TOPIC, "--where", where, "--after", "3", "--no-follow")
     assert code == 0 and f"where {where}" in err
-    subscribe = [r for r in fake.requests if r.url.path.endswith("/subscribe")]
-    assert body(subscribe[-1]) == {"filter": where}
+    subscribe = [r for r in fake.requests if r.url.path.endswith("/consumers")]
+    assert body(subscribe[-1]) == {"filter": where, "after": 3}
     run("sub", TOPIC, "--after", "3", "--no-follow")
-    subscribe = [r for r in fake.requests if r.url.path.endswith("/subscribe")]
-    assert body(subscribe[-1]) == {}
+    subscribe = [r for r in fake.requests if r.url.path.endswith("/consumers")]
+    assert body(subscribe[-1]) == {"after": 3}
     code, _, _ = run("history", TOPIC, "--where", where, "--limit", "2")
     assert code == 0 and fake.requests[-1].url.params["where"] == where
 
@@ -443,11 +466,11 @@ def test_sub_fast_asks_for_a_fast_subscription(sidecar: tuple[FakeSidecar, Any],
     fake, _ = sidecar
     code, _out, _err = run("sub", TOPIC, "--fast", "--after", "3", "--no-follow")
     assert code == 0
-    (sub,) = [r for r in fake.requests if r.url.path.endswith("/subscribe")]
-    assert json.loads(sub.content) == {"fast": True}
+    (sub,) = [r for r in fake.requests if r.url.path.endswith("/consumers")]
+    assert json.loads(sub.content) == {"fast": True, "after": 3}
     run("sub", TOPIC, "--after", "3", "--no-follow")
-    plain = [r for r in fake.requests if r.url.path.endswith("/subscribe")][-1]
-    assert json.loads(plain.content or b"{}") == {}
+    plain = [r for r in fake.requests if r.url.path.endswith("/consumers")][-1]
+    assert json.loads(plain.content or b"{}") == {"after": 3}
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -585,3 +608,16 @@ def test_help_texts_point_at_real_sections() -> None:
             if line.startswith("#")
         ]
         assert section in headings, f'{path} has no section "{section}"'
+
+
+def test_sub_name_is_a_durable_consumer_that_is_not_closed(
+    sidecar: tuple[FakeSidecar, Any], run: Run
+) -> None:
+    fake, _ = sidecar
+    code, out, err = run("sub", TOPIC, "--name", "reader", "--where", "ups > 1", "--no-follow")
+    assert code == 0 and out.splitlines() == ["event 4", "base64:/wA="]
+    assert "as reader" in err
+    opened, stream = fake.requests[-2:]
+    assert body(opened) == {"filter": "ups > 1", "name": "reader"}
+    assert dict(stream.url.params) == {"follow": "false", "consumer": "reader"}
+    assert not [r for r in fake.requests if r.method == "DELETE"]

@@ -55,7 +55,8 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
     code, out, _ = await cli(sc, 0, "topic", "show", topic, "--json")
     assert code == 0 and json.loads(out)["name"] == "shell-news"
 
-    code, _, err = await cli(sc, 1, "sub", topic, "--after", "0", "--no-follow")
+    # a named consumer: the node stays subscribed after `sub` exits
+    code, _, err = await cli(sc, 1, "sub", topic, "--name", "shell", "--after", "0", "--no-follow")
     assert code == 0 and "subscribed to" in err
     await joined(sc, 1, topic)
 
@@ -66,7 +67,7 @@ async def test_a_session_from_the_shell(sc: LocalSidecarCluster) -> None:
     assert code == 0 and out.strip().startswith("bafy")
 
     # `sub --after 0` replays both deliveries (stdin's trailing newline was dropped).
-    code, out, err = await cli(sc, 1, "sub", topic, "--after", "0", "-n", "2")
+    code, out, err = await cli(sc, 1, "sub", topic, "--name", "shell", "--after", "0", "-n", "2")
     assert code == 0, err
     assert out.splitlines() == ["first line", "from stdin"]
 
@@ -98,7 +99,7 @@ async def test_errors_from_the_shell(sc: LocalSidecarCluster) -> None:
     assert code == 0
     code, out, _ = await cli(sc, 0, "topic", "show", closed)
     assert "publishers" in out and "requests    refused" in out
-    await cli(sc, 1, "sub", closed, "--no-follow")
+    await cli(sc, 1, "sub", closed, "--name", "closed", "--no-follow")
     await joined(sc, 1, closed)
     code, out, err = await cli(sc, 1, "pub", closed, "let me")
     assert (code, out) == (1, "")

@@ -470,7 +470,7 @@ def _lost_on_the_way_up() -> tuple[FetchLog, CID, str, CID]:
     publisher = next(
         p
         for p in net.peers[1:]
-        if net.nodes[p]._trees[topic].filter == parse_filter("ups >= 40")
+        if net.nodes[p]._trees[topic].filters == (parse_filter("ups >= 40"),)
         and net.nodes[p].topic_state(topic).parent != author
     )
 
@@ -488,7 +488,7 @@ def _lost_on_the_way_up() -> tuple[FetchLog, CID, str, CID]:
 def test_an_event_lost_on_its_way_up_a_filtered_edge_is_repaired() -> None:
     net, topic, _, event = _lost_on_the_way_up()
     want = parse_filter("ups between 3 and 5")
-    wanting = [p for p in net.peers[1:] if net.nodes[p]._trees[topic].filter == want]
+    wanting = [p for p in net.peers[1:] if net.nodes[p]._trees[topic].filters == (want,)]
     assert wanting
     for p in wanting:
         assert event in net.delivered(p, topic), p

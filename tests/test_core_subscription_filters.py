@@ -220,3 +220,51 @@ def test_the_node_history_where_uses_the_filter_and_skips_cursors() -> None:
         node.history(topic, limit=100, where=Filter()).events
         == node.history(topic, limit=100).events
     )
+
+
+def test_a_disjunction_of_filters_delivers_and_summarises_their_union() -> None:
+    """``subscribe(filters=)``: a sidecar's consumers' union. Delivered: the events any
+    of them matches; the summary the parent holds: each of them; "*" among them:
+    every event (then the tree sends everything)."""
+    net, topic, author, peers = setup()
+    node = peers[0]
+    hot, alice = parse_filter("ups >= 15"), parse_filter('user = "u1"')
+    net.call(node, "subscribe", topic, filters=[hot, alice])
+    net.run_for(3)
+    tree = net.nodes[node]._trees[topic]
+    assert tree.filters == (hot, alice)
+    assert sorted(net.nodes[node].subtree_summary(topic)) == sorted([str(hot), str(alice)])
+    parent_of = tree.parent
+    assert parent_of is not None
+    held = net.nodes[parent_of].child_summaries(topic)[node]
+    assert sorted(held) == sorted([str(hot), str(alice)])
+    sent = []
+    for i in range(20):
+        attrs = attrs_of(i)
+        res = net.call(author, "publish", topic, b"e%d" % i, attributes=attrs)
+        sent.append((res.event_cid, matches(hot, attrs) or matches(alice, attrs)))
+        net.run_for(0.05)
+    net.run_for(2)
+    wanted = [c for c, ok in sent if ok]
+    assert 0 < len(wanted) < len(sent)
+    assert net.delivered(node, topic) == wanted
+    # "*" in the disjunction is every event; the parent is told so
+    net.call(node, "subscribe", topic, filters=[hot, parse_filter("*")])
+    net.run_for(3)
+    assert tree.filters is None
+    assert net.nodes[parent_of].child_summaries(topic)[node] == ("*",)
+
+
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        ({"filters": []}, "non-empty"),
+        ({"filters": [WHERE], "filter": WHERE}, "not both"),
+        ({"filters": WHERE}, "sequence"),
+        ({"filters": ["ups > 1"]}, "Filter"),
+    ],
+)
+def test_bad_disjunctions_are_refused(kw: dict[str, object], says: str) -> None:
+    net, topic, _, peers = setup(3)
+    with pytest.raises(LocalProtocolError, match=says):
+        net.call(peers[0], "subscribe", topic, **kw)

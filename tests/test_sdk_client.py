@@ -768,3 +768,151 @@ def test_objects_round_trip_through_their_json() -> None:
     )
     assert sdk.NodeStatus.from_json(status.to_json()) == status
     assert status.topic(CID_T) is status.topics[0] and status.topic("other") is None
+
+
+# -- consumers (docs/sdk.md "Consumers") ---------------------------------------------------
+
+
+def consumer_json(**over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": "reader",
+        "name": "reader",
+        "durable": True,
+        "topic": CID_T,
+        "filter": "ups >= 10",
+        "fast": False,
+        "cursor": 4,
+        "streams": 0,
+        "idle_since": 1767e6,
+        "expires": 1767e6 + 604800,
+    }
+    doc.update(over)
+    return doc
+
+
+def consumer_handler(seen: list[httpx.Request]) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        path = request.url.path
+        if path == f"/v1/topics/{CID_T}/consumers":
+            return httpx.Response(201, json=consumer_json())
+        if path == "/v1/consumers":
+            return httpx.Response(200, json={"consumers": [consumer_json()]})
+        if path == "/v1/consumers/reader" and request.method == "DELETE":
+            return httpx.Response(
+                200, json={"id": "reader", "closed": True, "topic": CID_T, "subscribed": False}
+            )
+        if path == "/v1/consumers/reader":
+            return httpx.Response(200, json=consumer_json(streams=1, idle_since=None))
+        if path == "/v1/deliveries":
+            assert request.url.params["consumer"] == "reader"
+            return httpx.Response(200, content=ndjson(5, 6))
+        if path == "/v1/consumers/gone":
+            return error(404, "not_found", "no consumer 'gone'")
+        raise AssertionError(path)
+
+    return handler
+
+
+def _check_consumer_requests(seen: list[httpx.Request]) -> None:
+    assert seen[0].method == "POST" and json.loads(seen[0].content) == {
+        "filter": "ups >= 10",
+        "name": "reader",
+        "fast": True,
+        "after": 0,
+    }
+    assert [(r.method, r.url.path) for r in seen[1:]] == [
+        ("GET", "/v1/consumers/reader"),
+        ("GET", "/v1/consumers"),
+        ("GET", "/v1/deliveries"),
+        ("DELETE", "/v1/consumers/reader"),
+        ("GET", "/v1/consumers/gone"),
+    ]
+    # the stream asks for the consumer, not a topic, and no after: its own cursor
+    assert dict(seen[3].url.params) == {"follow": "false", "consumer": "reader"}
+
+
+async def test_the_async_client_opens_reads_and_closes_a_consumer() -> None:
+    seen: list[httpx.Request] = []
+    async with aclient(consumer_handler(seen)) as pc:
+        c = await pc.open_consumer(CID_T, filter="ups >= 10", name="reader", fast=True, after=0)
+        assert c.durable and c.cursor == 4 and c.filter == "ups >= 10"
+        assert (await pc.get_consumer("reader")).idle_since is None
+        assert [x.id for x in await pc.consumers()] == ["reader"]
+        got = [d.seq async for d in pc.deliveries(consumer=c.id, follow=False)]
+        assert got == [5, 6]
+        assert await pc.close_consumer("reader") is False
+        with pytest.raises(sdk.NotFound):
+            await pc.get_consumer("gone")
+    _check_consumer_requests(seen)
+
+
+def test_the_sync_client_opens_reads_and_closes_a_consumer() -> None:
+    seen: list[httpx.Request] = []
+    with sclient(consumer_handler(seen)) as pc:
+        c = pc.open_consumer(CID_T, filter="ups >= 10", name="reader", fast=True, after=0)
+        assert c.to_json() == consumer_json()
+        assert pc.get_consumer("reader").streams == 1
+        assert len(pc.consumers()) == 1
+        assert [d.seq for d in pc.deliveries(consumer=c.id, follow=False)] == [5, 6]
+        assert pc.close_consumer("reader") is False
+        with pytest.raises(sdk.NotFound):
+            pc.get_consumer("gone")
+    _check_consumer_requests(seen)
+
+
+def test_consumer_arguments_are_checked_before_any_request() -> None:
+    from pulsarcast_ipfs.sdk import _calls
+
+    with pytest.raises(ValueError, match="not both"):
+        _calls.DeliveryCursor(topic=CID_T, after=None, follow=True, consumer="x")
+    with pytest.raises(ValueError, match="consumer id"):
+        _calls.get_consumer(" ")
+    with pytest.raises(ValueError, match="after"):
+        _calls.open_consumer(CID_T, after=-1)
+    with pytest.raises(TypeError, match="filter"):
+        _calls.open_consumer(CID_T, filter=3)  # type: ignore[arg-type]
+    with pytest.raises(sdk.InvalidResponse, match="consumer"):
+        _calls.open_consumer(CID_T).parse(201, b'{"id": "x"}')
+
+
+def anonymous_handler(seen: list[httpx.Request]) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/consumers"):
+            asked = json.loads(request.content or b"{}")
+            name = asked.get("name")
+            return httpx.Response(201, json=consumer_json(id=name or "anon-1", name=name))
+        if request.method == "DELETE":
+            return httpx.Response(
+                200, json={"id": "anon-1", "closed": True, "topic": CID_T, "subscribed": True}
+            )
+        raise AssertionError(request.url.path)
+
+    return handler
+
+
+async def test_an_async_subscription_closes_its_anonymous_consumer_even_on_error() -> None:
+    seen: list[httpx.Request] = []
+    async with aclient(anonymous_handler(seen)) as pc:
+        with pytest.raises(RuntimeError, match="boom"):
+            async with pc.subscription(CID_T, filter="ups >= 10") as c:
+                assert c.id == "anon-1"
+                raise RuntimeError("boom")
+        async with pc.subscription(CID_T, name="keep") as c:
+            assert c.durable
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("POST", f"/v1/topics/{CID_T}/consumers"),
+        ("DELETE", "/v1/consumers/anon-1"),
+        ("POST", f"/v1/topics/{CID_T}/consumers"),  # named: not closed
+    ]
+
+
+def test_a_sync_subscription_closes_its_anonymous_consumer() -> None:
+    seen: list[httpx.Request] = []
+    with sclient(anonymous_handler(seen)) as pc:
+        with pc.subscription(CID_T) as c:
+            assert not c.durable
+        with pc.subscription(CID_T, name="keep"):
+            pass
+    assert [r.method for r in seen] == ["POST", "DELETE", "POST"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import re
 import sys
@@ -135,8 +136,12 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         _sub,
         help="subscribe and print deliveries as they come",
         description=(
-            "Subscribe this node to TOPIC and print its deliveries as they come, one per "
-            "line, until Ctrl-C. The subscription stays after exit; resume with --after."
+            "Subscribe to TOPIC and print its deliveries as they come, one per line, until "
+            "Ctrl-C. Each sub is a consumer of its own, with its own filter and cursor, "
+            "beside other applications on the same sidecar (docs/http-api.md "
+            '"Consumers"). Without --name it is closed on exit, and the node leaves the '
+            "topic with its last consumer; with --name it is durable and the next "
+            "sub --name NAME resumes from its cursor."
         ),
     )
     s.add_argument("topic", metavar="TOPIC", help="the topic CID")
@@ -145,7 +150,14 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         metavar="FILTER",
         help="deliver only the events this filter matches, e.g. "
         '\'ups >= 10 and user = "alice"\' (grammar: docs/http-api.md "Attributes and '
-        'filters"); the subscription keeps it until subscribed again',
+        'filters"); the consumer keeps it (a named one until sub --name is run again)',
+    )
+    s.add_argument(
+        "--name",
+        metavar="NAME",
+        help="a durable consumer: its filter and cursor are kept by the sidecar, also "
+        "across restarts, and sub --name NAME resumes where it stopped (1-64 of "
+        "A-Z a-z 0-9 _ . -)",
     )
     s.add_argument(
         "--after", metavar="SEQ", type=int, help="first replay every delivery after this seq"
@@ -426,15 +438,21 @@ def _delivery_line(d: Delivery, long: bool) -> str:
 def _sub(args: argparse.Namespace, client: Client) -> int:
     if args.count is not None and args.count < 1:
         raise ValueError("--count must be at least 1")
-    root = client.subscribe(args.topic, fast=args.fast, filter=args.where)
+    consumer = client.open_consumer(
+        args.topic, filter=args.where, name=args.name, fast=args.fast, after=args.after
+    )
     err = Console(stderr=True, highlight=False)
     if not args.json:
         where = f" where {escape(args.where)}" if args.where is not None else ""
-        err.print(f"[dim]subscribed to {root}{where}; Ctrl-C to stop[/dim]", markup=True)
+        who = f" as {escape(consumer.id)}, after seq {consumer.cursor}" if args.name else ""
+        err.print(
+            f"[dim]subscribed to {consumer.topic}{where}{who}; Ctrl-C to stop[/dim]",
+            markup=True,
+        )
     last: int | None = args.after
     seen = 0
     try:
-        for d in client.deliveries(root, after=args.after, follow=not args.no_follow):
+        for d in client.deliveries(consumer=consumer.id, follow=not args.no_follow):
             last = d.seq
             if args.json:
                 _emit(d.to_json())
@@ -444,9 +462,18 @@ def _sub(args: argparse.Namespace, client: Client) -> int:
             if args.count is not None and seen >= args.count:
                 break
     except KeyboardInterrupt:
-        if last is not None:
-            err.print(f"[dim]stopped after seq {last} (resume with --after {last})[/dim]")
+        if args.name is not None:
+            err.print(f"[dim]stopped; sub {args.topic} --name {args.name} resumes[/dim]")
+        elif last is not None:
+            err.print(
+                f"[dim]stopped after seq {last} (sub --name NAME keeps a consumer that "
+                "resumes where it stopped)[/dim]"
+            )
         return 130
+    finally:
+        if args.name is None:  # an anonymous consumer ends with this process
+            with contextlib.suppress(SdkError):
+                client.close_consumer(consumer.id)
     return 0
 
 

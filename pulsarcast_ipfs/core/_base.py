@@ -101,7 +101,7 @@ class NodeBase:
     _fetches: dict[CID, _Fetch]
     _resolving: dict[CID, list[tuple[str, CID | None]]]
     _resume_since: dict[CID, float]
-    _pending_filters: dict[CID, Filter | None]
+    _pending_filters: dict[CID, tuple[Filter, ...] | None]
     _read_holders: dict[CID, tuple[str, ...]]
     _requests: dict[str, _Request]
     _known: dict[str, int]

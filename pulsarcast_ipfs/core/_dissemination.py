@@ -30,7 +30,7 @@ from ._descriptors import (
     sort_parents,
 )
 from ._errors import DescriptorError
-from ._filters import Filter, matches, matches_any
+from ._filters import Filter, matches_any
 from ._io import Deliver, StoreBlock, TopicUpdated
 from ._tree import Tree
 
@@ -385,7 +385,7 @@ class Dissemination(NodeBase):
         self, now: float, tree: Tree, cid: CID, ev: EventDescriptor, recovered: bool
     ) -> None:
         self._delivered.put(cid)
-        if tree.subscribed and (tree.filter is None or matches(tree.filter, ev.attributes)):
+        if tree.subscribed and (tree.filters is None or matches_any(tree.filters, ev.attributes)):
             self._emit(Deliver(topic_cid=tree.key, event_cid=cid, event=ev, recovered=recovered))
             # Fast topics say by which path the event came first (group, helper, tree).
             path = {} if tree.fast is None else {"path": self._fast_delivered(now, tree, cid, ev)}

@@ -57,7 +57,7 @@ from ._codec import (
 )
 from ._descriptors import EventDescriptor, cid_str, decode_cached
 from ._errors import DescriptorError
-from ._filters import MATCH_ALL, Filter, matches, parse_filter, render_filter
+from ._filters import MATCH_ALL, Filter, matches, merge, parse_filter, render_filter
 from ._groupstate import (
     MAX_GROUP_MEMBERS,
     Assignment,
@@ -149,8 +149,12 @@ class FastGroups(NodeBase):
         self._send(now, publisher, self._group_join_rpc(tree), tree.name)
 
     def _group_join_rpc(self, tree: Tree) -> GroupJoin:
-        """GROUP_JOIN (and its refresh), with this subscription's filter if it has one."""
-        where = None if tree.filter is None else render_filter(tree.filter)
+        """GROUP_JOIN (and its refresh), with this subscription's filter if it has one
+        (several: merged into one that matches what any of them does; wire 2.5 has one)."""
+        where = None
+        if tree.filters is not None:
+            one = (merge(tree.filters, 1) or tree.filters)[0]  # () if none can match
+            where = None if one == MATCH_ALL else render_filter(one)
         return GroupJoin(topic=tree.key, spare=self.config.group_spare, filter=where)
 
     def _fast_delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str:

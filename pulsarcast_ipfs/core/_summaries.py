@@ -5,7 +5,8 @@ Theory of operation
 With ``NodeConfig.tree_filters`` each node tells its parent, per topic, what its
 *subtree* wants: the disjunction of its own interest and its children's summaries,
 merged (:func:`~._filters.merge`: wider, never narrower) down to
-``summary_bound`` filters. Its own interest is ``[filter or *]`` when it is
+``summary_bound`` filters. Its own interest is its subscription's filters (a
+sidecar's: the union of its consumers'; ``[*]`` without a filter) when it is
 subscribed, ``[*]`` when it keeps the history without subscribing (the author, a
 reader) or follows a meta topic, and nothing for a pure relay. The summary goes up
 
@@ -65,7 +66,7 @@ class Summaries(NodeBase):
 
     def _own_interest(self, tree: Tree) -> list[Filter]:
         if tree.subscribed:
-            return [tree.filter if tree.filter is not None else MATCH_ALL]
+            return list(tree.filters) if tree.filters is not None else [MATCH_ALL]
         if tree.history is not None or tree.followers:
             return [MATCH_ALL]  # keeps the whole history (author, reader) or a meta topic
         return []
@@ -90,6 +91,15 @@ class Summaries(NodeBase):
         status pages): what it tells (or would tell) its parent."""
         tree = self._tree_for(topic_cid)
         return tuple(render_filter(f) for f in self._subtree_summary(tree))
+
+    def child_summaries(self, topic_cid: CID) -> dict[str, tuple[str, ...]]:
+        """Each child's subtree summary as this node holds it and prunes by (canonical
+        texts; ``("*",)`` for a child that sent none): for status pages and tests."""
+        tree = self._tree_for(topic_cid)
+        return {
+            child: tuple(render_filter(f) for f in tree.child_summaries.get(child, (MATCH_ALL,)))
+            for child in tree.children
+        }
 
     def _summary_changed(self, now: float, tree: Tree) -> None:
         """Something the summary depends on changed: send SUMMARY soon (rate-limited)."""

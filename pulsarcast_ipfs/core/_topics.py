@@ -11,7 +11,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import RecordKind
@@ -27,7 +27,7 @@ from ._descriptors import (
     format_created,
 )
 from ._errors import LocalProtocolError, UnknownTopic
-from ._filters import Filter, covers
+from ._filters import MATCH_ALL, Filter, covers, render_filter
 from ._history import HistoryKey, HistoryOrder
 from ._io import (
     HistoryPage,
@@ -234,6 +234,7 @@ class Topics(NodeBase):
         since: float | None = None,
         fast: bool = False,
         filter: Filter | None = None,
+        filters: Sequence[Filter] | None = None,
     ) -> None:
         """Algorithm 2: subscribe to any version of a topic (fetching it if unknown).
 
@@ -242,6 +243,9 @@ class Topics(NodeBase):
         ``filter`` (core/_filters.py): deliver only the events it matches, live and
         recovered alike; the node still relays, retains and repairs every event (the
         tree is unchanged). Subscribing again replaces the filter (None: no filter).
+        ``filters`` instead of ``filter``: a disjunction (at least one), the events any
+        of them matches (a sidecar's consumers' union; ``*`` among them: every event);
+        the subtree summary carries each of them (docs/protocol-notes.md).
         ``fast``: also join the fast group of each publisher of the topic (its
         author, and the publisher of each event delivered): they send their events
         straight here, in two hops at most (docs/protocol-notes.md "Fast groups").
@@ -251,11 +255,12 @@ class Topics(NodeBase):
             raise LocalProtocolError("subscribe expects a topic CID")
         if filter is not None and not isinstance(filter, Filter):
             raise LocalProtocolError("filter must be a Filter (parse_filter) or None")
+        wanted = _disjunction(filter, filters)
         if not isinstance(fast, bool):
             raise LocalProtocolError("fast must be a bool")
         if since is not None and since < now:
             self._resume_since[topic_cid] = since
-        self._pending_filters[topic_cid] = filter
+        self._pending_filters[topic_cid] = wanted
         if fast:
             if len(self._fast_wanted) >= 1024:
                 self._fast_wanted.pop(next(iter(self._fast_wanted)))
@@ -268,14 +273,18 @@ class Topics(NodeBase):
         """Apply the filter of the subscribe call(s) that resolved to ``tree``."""
         for cid in [c for c in self._pending_filters if self._version_of.get(c) == tree.key]:
             new = self._pending_filters.pop(cid)
-            old = tree.filter
-            wider = new != old and old is not None and (new is None or not covers(old, new))
+            old = tree.filters
+            wider = (
+                new != old
+                and old is not None
+                and (new is None or not all(any(covers(o, n) for o in old) for n in new))
+            )
             if tree.subscribed and wider and self.config.tree_filters:
                 # Our parent pruned by the old filter: the wider new one applies from
                 # now on (events pruned before are not fetched back; docs "Filters in
                 # the tree"). A narrower one changes nothing of what is on its way.
                 tree.since = max(tree.since, now)
-            tree.filter = new
+            tree.filters = new
             self._summary_changed(now, tree)
 
     def _subscribe_tree(self, now: float, tree: Tree) -> None:
@@ -387,7 +396,7 @@ class Topics(NodeBase):
         if not tree.subscribed:
             return
         tree.subscribed = False
-        tree.filter = None
+        tree.filters = None
         self._fast_leave_all(now, tree)
         self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         self._update_retention(now, tree)
@@ -546,3 +555,21 @@ class Topics(NodeBase):
             whole_history=self._own_filters(tree) is None,
             partial_members=self._partial_members(tree),
         )
+
+
+def _disjunction(
+    filter: Filter | None, filters: Sequence[Filter] | None
+) -> tuple[Filter, ...] | None:
+    """``subscribe``'s ``filter``/``filters`` as the tree keeps them: a sorted tuple
+    without duplicates, or None for every event (no filter, or ``*`` among them)."""
+    if filters is None:
+        return None if filter is None or filter == MATCH_ALL else (filter,)
+    if filter is not None:
+        raise LocalProtocolError("give filter or filters, not both")
+    if isinstance(filters, Filter) or not isinstance(filters, Sequence):
+        raise LocalProtocolError("filters must be a sequence of Filter (parse_filter)")
+    if not filters or not all(isinstance(f, Filter) for f in filters):
+        raise LocalProtocolError("filters must be a non-empty sequence of Filter")
+    if MATCH_ALL in filters:
+        return None
+    return tuple(sorted(set(filters), key=render_filter))

@@ -111,9 +111,10 @@ class Tree:
     versions: dict[CID, TopicDescriptor] = field(default_factory=dict)
     depth: dict[CID, int] = field(default_factory=dict)
     subscribed: bool = False
-    filter: Filter | None = None
-    """The subscription's content filter (core/_filters.py): only the events it
-    matches are delivered to the application; None = every event."""
+    filters: tuple[Filter, ...] | None = None
+    """The subscription's content filters (core/_filters.py), a disjunction: only the
+    events one of them matches are delivered to the application; None = every event.
+    (A sidecar subscribes with the union of its consumers' filters.)"""
     publishing: bool = False
     followers: set[CID] = field(default_factory=set)
     since: float = 0.0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -11,11 +13,12 @@ import anyio
 import httpx
 
 from pulsarcast_ipfs.sdk import _calls
-from pulsarcast_ipfs.sdk._errors import SidecarUnavailable, error_from_response
+from pulsarcast_ipfs.sdk._errors import SdkError, SidecarUnavailable, error_from_response
 from pulsarcast_ipfs.sdk._retry import Reconnects, describe
 from pulsarcast_ipfs.sdk._types import (
     AttributeValue,
     ClientConfig,
+    Consumer,
     Delivery,
     Event,
     EventLinking,
@@ -159,6 +162,67 @@ class AsyncClient:
         """Unsubscribe this node; it may stay in the tree as a relay."""
         return await self._send(_calls.subscribe(cid, on=False))
 
+    # -- consumers (docs/sdk.md "Consumers") ---------------------------------------------
+
+    async def open_consumer(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        name: str | None = None,
+        fast: bool = False,
+        after: int | None = None,
+    ) -> Consumer:
+        """Open a consumer of ``topic``: this application's own subscription, with its
+        own ``filter`` and cursor, beside any other application's on the same sidecar
+        (the node subscribes with the union of them all). Read it with
+        ``deliveries(consumer=c.id)``; close it with :meth:`close_consumer`.
+
+        Without ``name`` the sidecar closes it once no stream of it has been open for
+        its grace (60 s by default). With ``name`` it is durable: opening the same name
+        again (also after a restart of the application or the sidecar) takes it up
+        with its own cursor, and the new ``filter``/``fast``. ``after``: start after
+        that delivery ``seq`` instead (default: only new deliveries, or the named
+        consumer's cursor)."""
+        return await self._send(
+            _calls.open_consumer(topic, filter=filter, name=name, fast=fast, after=after)
+        )
+
+    @asynccontextmanager
+    async def subscription(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        name: str | None = None,
+        fast: bool = False,
+        after: int | None = None,
+    ) -> AsyncIterator[Consumer]:
+        """``async with pc.subscription(topic, filter=...) as c:`` — :meth:`open_consumer`
+        for the block, read with ``pc.deliveries(consumer=c.id)``. An anonymous consumer
+        is closed when the block ends (also on an error or a cancellation); a named one
+        stays, to be taken up again."""
+        c = await self.open_consumer(topic, filter=filter, name=name, fast=fast, after=after)
+        try:
+            yield c
+        finally:
+            if c.name is None:
+                with anyio.CancelScope(shield=True), contextlib.suppress(SdkError):
+                    await self.close_consumer(c.id)
+
+    async def get_consumer(self, consumer_id: str) -> Consumer:
+        """One consumer (:class:`NotFound` once it is closed or expired)."""
+        return await self._send(_calls.get_consumer(consumer_id))
+
+    async def consumers(self) -> tuple[Consumer, ...]:
+        """Every consumer of the sidecar (all applications')."""
+        return await self._send(_calls.consumers())
+
+    async def close_consumer(self, consumer_id: str) -> bool:
+        """Close a consumer (its streams end); the node leaves the topic with its last
+        consumer unless it was subscribed explicitly. Whether it is still subscribed."""
+        return await self._send(_calls.close_consumer(consumer_id))
+
     # -- events --------------------------------------------------------------------------
 
     async def publish(
@@ -228,7 +292,12 @@ class AsyncClient:
             walk.advance(page)
 
     async def deliveries(
-        self, topic: str | None = None, *, after: int | None = None, follow: bool = True
+        self,
+        topic: str | None = None,
+        *,
+        after: int | None = None,
+        follow: bool = True,
+        consumer: str | None = None,
     ) -> AsyncIterator[Delivery]:
         """The node's deliveries as they come (``GET /v1/deliveries``), oldest first.
 
@@ -236,8 +305,12 @@ class AsyncClient:
         ends after the replay. A dropped connection is resumed from the last ``seq``
         seen (no gap, no duplicate); :class:`SidecarUnavailable` after
         ``config.reconnect_attempts`` failed tries in a row.
+
+        ``consumer`` (an id from :meth:`open_consumer`; not with ``topic``): that
+        consumer's stream, only its own filter's matches, from its own cursor on the
+        sidecar unless ``after`` is given; the cursor moves as lines are sent.
         """
-        cursor = _calls.DeliveryCursor(topic=topic, after=after, follow=follow)
+        cursor = _calls.DeliveryCursor(topic=topic, after=after, follow=follow, consumer=consumer)
         retry = Reconnects(self.config)
         timeout = httpx.Timeout(self.config.timeout, read=None)
         while True:

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from pulsarcast_ipfs.sdk._errors import InvalidResponse, error_from_response
 from pulsarcast_ipfs.sdk._types import (
     AttributeValue,
+    Consumer,
     Delivery,
     Event,
     EventLinking,
@@ -169,6 +170,82 @@ def subscribe(cid: str, *, on: bool, fast: bool = False, filter: str | None = No
         path=f"/v1/topics/{_seg(cid)}/{action}",
         body=body,
         parse_json=_subscription,
+    )
+
+
+def open_consumer(
+    cid: str,
+    *,
+    filter: str | None = None,
+    name: str | None = None,
+    fast: bool = False,
+    after: int | None = None,
+) -> Call[Consumer]:
+    """``POST /v1/topics/{cid}/consumers``: a consumer with its own filter and cursor
+    (201 a new one, 200 a named one taken up again)."""
+    body: dict[str, Any] = {}
+    if filter is not None:
+        if not isinstance(filter, str):
+            raise TypeError(f"filter must be a string, got {type(filter).__name__}")
+        body["filter"] = filter
+    if name is not None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a consumer name must be a non-empty string, got {name!r}")
+        body["name"] = name
+    if not isinstance(fast, bool):
+        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
+    if fast:
+        body["fast"] = True
+    if after is not None:
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a seq >= 0, got {after!r}")
+        body["after"] = after
+    return Call(
+        method="POST",
+        path=f"/v1/topics/{_seg(cid)}/consumers",
+        body=body,
+        parse_json=Consumer.from_json,
+    )
+
+
+def _consumer_seg(consumer_id: str) -> str:
+    if not isinstance(consumer_id, str) or not consumer_id.strip():
+        raise ValueError(f"a consumer id must be a non-empty string, got {consumer_id!r}")
+    return quote(consumer_id.strip(), safe="")
+
+
+def get_consumer(consumer_id: str) -> Call[Consumer]:
+    return Call(
+        method="GET",
+        path=f"/v1/consumers/{_consumer_seg(consumer_id)}",
+        parse_json=Consumer.from_json,
+        ok=(200,),
+    )
+
+
+def _consumers(doc: Any) -> tuple[Consumer, ...]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("consumers"), list):
+        raise InvalidResponse(f"not a consumer list: {doc!r}")
+    return tuple(Consumer.from_json(c) for c in doc["consumers"])
+
+
+def consumers() -> Call[tuple[Consumer, ...]]:
+    return Call(method="GET", path="/v1/consumers", parse_json=_consumers, ok=(200,))
+
+
+def _closed(doc: Any) -> bool:
+    if not isinstance(doc, dict) or doc.get("closed") is not True:
+        raise InvalidResponse(f"not a consumer close answer: {doc!r}")
+    return bool(doc.get("subscribed"))
+
+
+def close_consumer(consumer_id: str) -> Call[bool]:
+    """``DELETE /v1/consumers/{id}``; the answer: whether the node is still subscribed."""
+    return Call(
+        method="DELETE",
+        path=f"/v1/consumers/{_consumer_seg(consumer_id)}",
+        parse_json=_closed,
+        ok=(200,),
     )
 
 
@@ -347,15 +424,29 @@ class DeliveryCursor:
     A line with a ``seq`` not above the last one (a replay overlapping what was
     already seen) is dropped. Before the first delivery the cursor is the caller's
     ``after`` (``None``: only new deliveries, so a drop before the first one can
-    lose what arrives while reconnecting).
+    lose what arrives while reconnecting). With ``consumer`` (docs/http-api.md
+    "Consumers") the stream is that consumer's, and ``after=None`` starts from the
+    consumer's own cursor on the sidecar, which has none of that limit.
     """
 
-    def __init__(self, *, topic: str | None, after: int | None, follow: bool) -> None:
+    def __init__(
+        self,
+        *,
+        topic: str | None,
+        after: int | None,
+        follow: bool,
+        consumer: str | None = None,
+    ) -> None:
         if after is not None and (isinstance(after, bool) or after < 0):
             raise ValueError(f"after must be a seq >= 0, got {after!r}")
         if topic is not None:
             _seg(topic)
+        if consumer is not None:
+            _consumer_seg(consumer)
+            if topic is not None:
+                raise ValueError("give topic or consumer, not both")
         self.topic = topic
+        self.consumer = consumer
         self.last = after
         self.follow = follow
         self.splitter = LineSplitter()
@@ -364,6 +455,8 @@ class DeliveryCursor:
         params = {"follow": "true" if self.follow else "false"}
         if self.topic is not None:
             params["topic"] = self.topic
+        if self.consumer is not None:
+            params["consumer"] = self.consumer
         if self.last is not None:
             params["after"] = str(self.last)
         return params

@@ -543,7 +543,14 @@ class TopicStatus:
     acting_root: bool
     heads: tuple[str, ...]
     filter: str | None = None
-    """The subscription's filter (canonical text), if it has one (issue 15)."""
+    """The node's subscription filter (canonical text), if it has one: the union of
+    its consumers' and its explicit subscription's, merged into one if several."""
+    filters: tuple[str, ...] | None = None
+    """That union exactly (None: every event, or not subscribed)."""
+    consumers: int = 0
+    """Consumers of the topic on this sidecar (docs/sdk.md "Consumers")."""
+    summary: tuple[str, ...] = ()
+    """The subtree summary this node tells its parent (canonical filter texts)."""
     retained: int = 0
     """Events of the topic this node keeps (its retention policy)."""
     retained_bytes: int = 0
@@ -556,7 +563,7 @@ class TopicStatus:
 
     def to_json(self) -> dict[str, Any]:
         """Every field the API returned, known or not."""
-        doc = {
+        doc: dict[str, Any] = {
             **self.extra,
             "cid": self.cid,
             "root_cid": self.root_cid,
@@ -572,6 +579,9 @@ class TopicStatus:
             "retained_bytes": self.retained_bytes,
             "fast": _plain(self.fast),
         }
+        doc["filters"] = list(self.filters) if self.filters is not None else None
+        doc["consumers"] = self.consumers
+        doc["summary"] = list(self.summary)
         return doc
 
     @classmethod
@@ -589,6 +599,9 @@ class TopicStatus:
             acting_root=_bool(d, "acting_root", what),
             heads=_strs(d, "heads", what),
             filter=_opt_str(d, "filter", what),
+            filters=_strs(d, "filters", what) if d.get("filters") is not None else None,
+            consumers=_int(d, "consumers", what) if "consumers" in d else 0,
+            summary=_strs(d, "summary", what),
             retained=_count(d, "retained", what),
             retained_bytes=_count(d, "retained_bytes", what),
             fast=_opt_obj(d, "fast", what),
@@ -596,9 +609,65 @@ class TopicStatus:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Consumer:
+    """One application's subscription on the sidecar (docs/sdk.md "Consumers"): its
+    own ``filter`` and ``cursor`` (the ``seq`` its streams passed). A ``name`` makes
+    it durable: it outlives the application and the sidecar's restarts."""
+
+    id: str
+    topic: str
+    """The topic's first version (root CID)."""
+    filter: str | None
+    name: str | None
+    fast: bool
+    cursor: int
+    streams: int
+    idle_since: float | None
+    """Since when no stream is open (epoch seconds; None: one is)."""
+    expires: float | None
+    """When the sidecar closes it if no stream opens before (None: one is open)."""
+
+    @property
+    def durable(self) -> bool:
+        return self.name is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "durable": self.durable,
+            "topic": self.topic,
+            "filter": self.filter,
+            "fast": self.fast,
+            "cursor": self.cursor,
+            "streams": self.streams,
+            "idle_since": self.idle_since,
+            "expires": self.expires,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Consumer:
+        what = "consumer"
+        d = _obj(doc, what)
+        idle, expires = d.get("idle_since"), d.get("expires")
+        return cls(
+            id=_str(d, "id", what),
+            topic=_str(d, "topic", what),
+            filter=_opt_str(d, "filter", what),
+            name=_opt_str(d, "name", what),
+            fast=_bool(d, "fast", what),
+            cursor=_int(d, "cursor", what),
+            streams=_int(d, "streams", what),
+            idle_since=None if idle is None else _number(d, "idle_since", what),
+            expires=None if expires is None else _number(d, "expires", what),
+        )
+
+
 _TOPIC_STATUS_FIELDS = frozenset(
     {"cid", "root_cid", "name", "role", "parent", "children", "subscribed", "filter"}
     | {"acting_root", "heads", "retained", "retained_bytes", "fast"}
+    | {"filters", "consumers", "summary"}
 )
 
 
