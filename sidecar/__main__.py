@@ -164,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a named (durable) consumer with no open stream is kept "
         "(default 604800: 7 days)",
     )
+    p.add_argument(
+        "--witnesses",
+        type=int,
+        help="relays that lie: peers asked to announce a topic's events, so that a parent "
+        "withholding them is noticed and left (default 2, at most 8; 0: off)",
+    )
+    p.add_argument(
+        "--misbehave",
+        metavar="SPEC",
+        help="TEST ONLY: be a relay that lies (blackhole, silent, censor=PEER or "
+        "delay=SECONDS); refused unless PULSARCAST_ALLOW_MISBEHAVE=1 is set",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 

@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from pulsarcast_ipfs.addresses import host_port, http_url
+from pulsarcast_ipfs.testing._misbehave import (
+    ALLOW_ENV,
+    Misbehaviour,
+    MisbehaviourError,
+    parse_misbehaviour,
+)
 
 from ._announce import TOPIC_ANNOUNCERS
 
@@ -139,6 +145,16 @@ class SidecarConfig:
     """Flat trees (docs/protocol-notes.md "Flat trees"): a node below a child of a
     topic's root moves up to the root while the root's MEMBERS list names fewer than
     this many peers (at most 64). 0: trees keep the shape the JOINs gave them."""
+    witnesses: int = 2
+    """Relays that lie (docs/protocol-notes.md "Relays that lie"): a node whose tree
+    parent is not the topic's author asks this many peers its parent does not feed to
+    announce the topic's events to it, and leaves a parent that withholds them
+    (``NodeConfig.witnesses``; 0: off, at most 8)."""
+    misbehave: str = ""
+    """Test only (docs/sidecar.md "Misbehaving on purpose"): ``blackhole``, ``silent``,
+    ``censor=PEER`` or ``delay=SECONDS`` makes this sidecar a relay that lies, for
+    fault tests of the defence. Refused unless ``PULSARCAST_ALLOW_MISBEHAVE=1`` is set.
+    Empty (the default): honest."""
     group_capacity: int = 16
     """Fast groups (docs/protocol-notes.md "Fast groups"): peers this node sends each
     of its events to directly along its group of a topic (direct members and
@@ -205,6 +221,17 @@ class SidecarConfig:
             raise ConfigError(f"topic_announcers: between 0 and 64, got {self.topic_announcers}")
         if not 0 <= self.flat_fanout <= 64:
             raise ConfigError(f"flat_fanout: between 0 and 64, got {self.flat_fanout}")
+        if not 0 <= self.witnesses <= 8:
+            raise ConfigError(f"witnesses: between 0 and 8, got {self.witnesses}")
+        if self.misbehave:
+            if os.environ.get(ALLOW_ENV) != "1":
+                raise ConfigError(
+                    f"misbehave: a test-only option, refused unless {ALLOW_ENV}=1 is set"
+                )
+            try:
+                parse_misbehaviour(self.misbehave)
+            except MisbehaviourError as exc:
+                raise ConfigError(f"misbehave: {exc}") from None
         if self.group_capacity < 0 or not 0 <= self.group_spare <= 64:
             raise ConfigError("group_capacity: must be >= 0; group_spare: between 0 and 64")
         if self.group_refresh > 1200:
@@ -224,6 +251,11 @@ class SidecarConfig:
             raise ConfigError(
                 f"api: binding to {host} (not loopback) requires an API token (--api-token)"
             )
+
+    @property
+    def misbehaviour(self) -> Misbehaviour | None:
+        """The parsed ``misbehave`` (None: honest)."""
+        return parse_misbehaviour(self.misbehave) if self.misbehave else None
 
     @property
     def api_host(self) -> str:
@@ -275,6 +307,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "group_capacity",
             "group_spare",
             "flat_fanout",
+            "witnesses",
             "topic_announcers",
         ):
             if isinstance(value, bool):

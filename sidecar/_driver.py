@@ -60,6 +60,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
+from pulsarcast_ipfs.testing._misbehave import verdict
 
 from ._announce import MEMBERS_WAIT, should_announce
 from ._config import SidecarConfig
@@ -166,6 +167,7 @@ class Driver:
             require_signatures=config.require_signatures,
             group_capacity=config.group_capacity,
             flat_fanout=config.flat_fanout,
+            witnesses=config.witnesses,
             tree_filters=config.tree_filters,
             group_spare=config.group_spare,
             group_refresh=config.group_refresh,
@@ -197,6 +199,11 @@ class Driver:
         when someone waits on it (an ``anyio.Event`` per input was ~2 % of a received
         event's CPU)."""
         self._dispatch: OutputDispatch[None] = OutputDispatch(self)
+        self._misbehaviour = config.misbehaviour
+        """Test only (``--misbehave``): the send filter of a relay that lies
+        (:mod:`pulsarcast_ipfs.testing._misbehave`); None: honest."""
+        if self._misbehaviour is not None:
+            log.warning("misbehaving on purpose (test only): %s", self._misbehaviour)
         self._listeners: set[Listener] = set()
         self._topics: dict[str, str] = {}
         """Root topic CID → name, for every tree this node has been in."""
@@ -327,6 +334,17 @@ class Driver:
     # -- the core's outputs (one method each: core.OutputDispatch) -------------------
 
     def on_send_rpc(self, _: None, out: SendRpc) -> None:
+        if self._misbehaviour is not None:  # test only: a relay that lies
+            v = verdict(self._misbehaviour, out.rpc)
+            if v == "drop":
+                return
+            if v == "hold" and self._tg is not None:
+                self._tg.start_soon(self._send_late, out, self._misbehaviour.delay)
+                return
+        self.transport.send(out.peer, out.data)
+
+    async def _send_late(self, out: SendRpc, delay: float) -> None:
+        await anyio.sleep(delay)
         self.transport.send(out.peer, out.data)
 
     def on_store_block(self, _: None, out: StoreBlock) -> None:

@@ -2,7 +2,8 @@
 
 An attacker runs the real core and does everything an honest node does — it
 subscribes, JOINs, takes children, answers PINGs, sends PINGs, passes MEMBERS and
-SUMMARY on — but filters what it sends:
+SUMMARY on — but filters what it sends (the rule a sidecar started with the
+test-only ``--misbehave`` applies too: :mod:`pulsarcast_ipfs.testing._misbehave`):
 
 - ``blackhole``: drops every EVENT and GROUP_EVENT it would send;
 - ``silent``: also drops DIGEST, HEADS and every fast-group message, so that
@@ -24,35 +25,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pulsarcast_ipfs.core import (
-    Digest,
-    Event,
-    GroupAck,
-    GroupAssign,
-    GroupEvent,
-    GroupJoin,
-    GroupLeave,
-    Heads,
-    PulsarcastNode,
-    SendRpc,
-    decode_descriptor,
-)
+from pulsarcast_ipfs.core import PulsarcastNode, SendRpc
 from pulsarcast_ipfs.sim._spec import SpecError, parse_duration
+from pulsarcast_ipfs.testing._misbehave import Misbehaviour, verdict
 
 __all__ = ["ATTACKS", "AttackSpec", "Attacker", "parse_attack"]
 
 ATTACKS: Final = ("blackhole", "silent", "delay", "censor", "sybil")
-
-_SILENT_OPS: Final = (
-    Event,
-    GroupEvent,
-    Digest,
-    Heads,
-    GroupJoin,
-    GroupAck,
-    GroupAssign,
-    GroupLeave,
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +91,9 @@ class Attacker:
     def __init__(self, node: PulsarcastNode, spec: AttackSpec, *, censored: str | None) -> None:
         self._node = node
         self._spec = spec
-        self._censored = censored
+        kind = "silent" if spec.kind == "sybil" else spec.kind
+        self._rule = Misbehaviour(kind=kind, delay=spec.delay, censored=censored)
+        """The send filter, shared with a misbehaving sidecar (``testing._misbehave``)."""
         self._held: list[tuple[float, int, Any]] = []
         self._seq = 0
         self._now = float("-inf")
@@ -121,34 +102,19 @@ class Attacker:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._node, name)
 
-    def _keep(self, out: Any) -> bool:
-        if not isinstance(out, SendRpc):
-            return True
-        rpc = out.rpc
-        kind = self._spec.kind
-        if kind == "blackhole":
-            return not isinstance(rpc, Event | GroupEvent)
-        if kind in ("silent", "sybil"):
-            return not isinstance(rpc, _SILENT_OPS)
-        if kind == "censor" and isinstance(rpc, Event | GroupEvent):
-            try:
-                ev = decode_descriptor(rpc.event)
-            except Exception:
-                return True
-            return getattr(ev, "publisher", None) != self._censored
-        return True
+    def _verdict(self, out: Any) -> str:
+        return "send" if not isinstance(out, SendRpc) else verdict(self._rule, out.rpc)
 
     def take_outputs(self) -> list[Any]:
         outs = self._node.take_outputs()
         spec = self._spec
         kept: list[Any] = []
         for out in outs:
-            if spec.kind == "delay" and isinstance(out, SendRpc):
-                if isinstance(out.rpc, Event | GroupEvent):
-                    self._seq += 1
-                    heapq.heappush(self._held, (self._now + spec.delay, self._seq, out))
-                    continue
-            if self._keep(out):
+            v = self._verdict(out)
+            if v == "hold":
+                self._seq += 1
+                heapq.heappush(self._held, (self._now + spec.delay, self._seq, out))
+            elif v == "send":
                 kept.append(out)
             else:
                 self.dropped += 1
