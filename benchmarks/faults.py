@@ -5,6 +5,10 @@ Run: ``.venv/bin/python benchmarks/faults.py [--repeat 5] [--nodes 10]
 
 Each round starts a fresh cluster (Kubo + sidecar per node, Toxiproxy, routing_k=1)
 and runs the chosen scenarios on it in order (``pulsarcast_ipfs.cluster._faults``);
+the relays-that-lie scenarios (``silent_relays``, ``blackhole_relays``:
+``pulsarcast_ipfs.cluster._attacks``) get a cluster of their own in the round, with
+``flat_fanout`` 3 (relays with children), and their "recovery" is the slowest honest
+delivery; their figures count the ``peer_penalised`` records the honest nodes wrote;
 each scenario's result is printed as it ends (failures with the missing events,
 duplicates and tree snapshots) and appended to ``--json`` if given. A failed run is
 reported, never retried. The summary gives per scenario the passes and the recovery
@@ -23,8 +27,17 @@ from pathlib import Path
 
 import anyio
 
-from pulsarcast_ipfs.cluster import SCENARIOS, FaultResult, fault_cluster
+from pulsarcast_ipfs.cluster import (
+    ATTACK_SCENARIOS,
+    SCENARIOS,
+    FaultResult,
+    LocalSidecarCluster,
+    attack_cluster,
+    fault_cluster,
+)
 from pulsarcast_ipfs.stats import median
+
+ALL_SCENARIOS = {**SCENARIOS, **ATTACK_SCENARIOS}
 
 
 async def rounds(
@@ -34,30 +47,44 @@ async def rounds(
     for r in range(repeat):
         began = time.monotonic()
         print(f"== round {r + 1}/{repeat}: starting a {nodes}-node cluster", flush=True)
-        try:
-            async with fault_cluster(nodes=nodes, run=f"faults{r}") as sc:
-                for name in names:
-                    t0 = time.monotonic()
-                    try:
-                        res: FaultResult | str = await SCENARIOS[name](sc, tag=f"-{r}")
-                        print(res.describe(), flush=True)  # type: ignore[union-attr]
-                    except Exception:
-                        res = traceback.format_exc()
-                        print(f"{name}: ERROR\n{res}", flush=True)
-                    print(f"   ({time.monotonic() - t0:.1f} s)", flush=True)
-                    results[name].append(res)
-                    if out is not None:
-                        with out.open("a") as f:
-                            doc = (
-                                {"round": r, **dataclasses.asdict(res), "ok": res.ok}
-                                if isinstance(res, FaultResult)
-                                else {"round": r, "scenario": name, "error": res}
-                            )
-                            f.write(json.dumps(doc, default=str) + "\n")
-        except Exception:
-            print(f"round {r + 1}: cluster failure\n{traceback.format_exc()}", flush=True)
+        groups = (
+            (fault_cluster, [n for n in names if n in SCENARIOS]),
+            (attack_cluster, [n for n in names if n in ATTACK_SCENARIOS]),
+        )
+        for make, chosen in groups:
+            if not chosen:
+                continue
+            try:
+                async with make(nodes=nodes, run=f"faults{r}") as sc:
+                    for name in chosen:
+                        res = await one(sc, name, r, out)
+                        results[name].append(res)
+            except Exception:
+                print(f"round {r + 1}: cluster failure\n{traceback.format_exc()}", flush=True)
         print(f"== round {r + 1} took {time.monotonic() - began:.0f} s", flush=True)
     return results
+
+
+async def one(sc: LocalSidecarCluster, name: str, r: int, out: Path | None) -> FaultResult | str:
+    """Run scenario ``name`` once; its result (or the traceback), printed and appended
+    to ``out``."""
+    t0 = time.monotonic()
+    try:
+        res: FaultResult | str = await ALL_SCENARIOS[name](sc, tag=f"-{r}")
+        print(res.describe(), flush=True)  # type: ignore[union-attr]
+    except Exception:
+        res = traceback.format_exc()
+        print(f"{name}: ERROR\n{res}", flush=True)
+    print(f"   ({time.monotonic() - t0:.1f} s)", flush=True)
+    if out is not None:
+        with out.open("a") as f:
+            doc = (
+                {"round": r, **dataclasses.asdict(res), "ok": res.ok}
+                if isinstance(res, FaultResult)
+                else {"round": r, "scenario": name, "error": res}
+            )
+            f.write(json.dumps(doc, default=str) + "\n")
+    return res
 
 
 def summary(results: dict[str, list[FaultResult | str]]) -> str:
@@ -82,14 +109,14 @@ def main() -> int:
     p.add_argument(
         "--scenario",
         action="append",
-        choices=sorted(SCENARIOS),
+        choices=sorted(ALL_SCENARIOS),
         help="scenario to run (repeatable; default: all)",
     )
     p.add_argument("--json", type=Path, help="append one JSON line per scenario run here")
     a = p.parse_args()
     if a.repeat < 1 or a.nodes < 6:
         p.error("--repeat must be >= 1 and --nodes >= 6")
-    names = a.scenario or list(SCENARIOS)
+    names = a.scenario or list(ALL_SCENARIOS)
     results = anyio.run(rounds, a.repeat, a.nodes, names, a.json)
     print(summary(results))
     failed = any(

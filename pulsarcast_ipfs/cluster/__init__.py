@@ -9,11 +9,13 @@ the fault scenarios and the integration tests::
 starts real Kubo daemons (PROTOCOL.md §2), connected into a LAN DHT, optionally
 behind per-node Toxiproxy proxies. :class:`LocalSidecarCluster` adds a
 ``pulsarcast-sidecar`` subprocess beside each daemon; :data:`SCENARIOS` are the
-fault scenarios run on one (docs/faults.md).
+fault scenarios run on one (docs/faults.md), :data:`ATTACK_SCENARIOS` those with
+relays that lie, on an :func:`attack_cluster`.
 """
 
 from __future__ import annotations
 
+from pulsarcast_ipfs.cluster._attacks import ATTACK_SCENARIOS, attack_cluster
 from pulsarcast_ipfs.cluster._config import ClusterConfig
 from pulsarcast_ipfs.cluster._errors import ClusterError
 from pulsarcast_ipfs.cluster._faults import SCENARIOS, FaultResult, fault_cluster
@@ -25,6 +27,7 @@ from pulsarcast_ipfs.cluster._supervisor import LocalCluster
 from pulsarcast_ipfs.cluster._toxiproxy import ToxiproxyAPI, ToxiproxyError
 
 __all__ = [
+    "ATTACK_SCENARIOS",
     "INIT_PROFILES",
     "SCENARIOS",
     "ClusterConfig",
@@ -36,6 +39,7 @@ __all__ = [
     "SidecarProcess",
     "ToxiproxyAPI",
     "ToxiproxyError",
+    "attack_cluster",
     "default_state_dir",
     "fault_cluster",
     "kubo_settings",

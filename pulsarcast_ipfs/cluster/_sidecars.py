@@ -15,6 +15,11 @@ sidecar, ``start_node(i)`` brings both back with the same state; ``kill_kubo(i)`
 ``restart_kubo(i)`` crash and restart only the Kubo daemon under a running sidecar
 (same API port); ``partition([...])`` isolates nodes, ``heal([...])`` reconnects them.
 
+Relays that lie (test only): ``misbehave={i: "silent"}`` starts node ``i``'s sidecar
+with ``--misbehave silent`` (``blackhole``, ``censor=PEER``, ``delay=SECONDS``;
+:mod:`pulsarcast_ipfs.testing._misbehave`) and ``PULSARCAST_ALLOW_MISBEHAVE=1``;
+``sc.misbehave[i]`` can be set or removed between a stop and a start.
+
 ``sidecars=`` chooses which nodes get a sidecar (default: all); the others are bare
 Kubo nodes (``sc.cluster[i]`` is the :class:`ClusterNode`). Everything is torn down
 on exit (processes killed, directories removed).
@@ -28,7 +33,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +56,7 @@ from pulsarcast_ipfs.cluster._process import (
     spawn,
 )
 from pulsarcast_ipfs.cluster._supervisor import LocalCluster
+from pulsarcast_ipfs.testing._misbehave import ALLOW_ENV, parse_misbehaviour
 
 __all__ = ["START_CONCURRENCY", "LocalSidecarCluster", "SidecarProcess"]
 
@@ -106,7 +112,12 @@ class LocalSidecarCluster:
         extra_args: Sequence[str] = (),
         start_timeout: float = 60.0,
         toxiproxy: bool = False,
+        misbehave: Mapping[int, str] | None = None,
     ) -> None:
+        for spec in (misbehave or {}).values():
+            parse_misbehaviour(spec)  # a bad spec now, not as a sidecar's start-up error
+        self.misbehave: dict[int, str] = dict(misbehave or {})
+        """Node -> ``--misbehave`` spec of its sidecar (test only), read at each start."""
         self.base_dir = Path(tempfile.mkdtemp(prefix="pulsarcast-sidecars-"))
         self.cluster = LocalCluster(
             config=ClusterConfig(nodes=nodes, base_dir=self.base_dir / "kubo", toxiproxy=toxiproxy)
@@ -187,6 +198,8 @@ class LocalSidecarCluster:
         ]
         if self.routing_k is not None:
             cmd += ["--routing-k", str(self.routing_k)]
+        if sc.index in self.misbehave:
+            cmd += ["--misbehave", self.misbehave[sc.index]]
         return cmd + self.extra_args
 
     async def start_sidecar(self, index: int) -> None:
@@ -197,6 +210,10 @@ class LocalSidecarCluster:
         sc.state_dir.mkdir(parents=True, exist_ok=True)
         env = child_env()
         env.pop("PULSARCAST_API_TOKEN", None)
+        env.pop(ALLOW_ENV, None)
+        env.pop("PULSARCAST_MISBEHAVE", None)
+        if index in self.misbehave:
+            env[ALLOW_ENV] = "1"
         sc.pid = spawn(self._command(sc), env=env, log=sc.log_path, detached=False)
         with anyio.move_on_after(self.start_timeout) as scope:
             async with httpx.AsyncClient(base_url=sc.api_url, trust_env=False) as http:
