@@ -100,7 +100,8 @@ def test_the_sidecar_refuses_misbehave_unless_allowed(
 def test_witnesses_reach_the_core_and_are_bounded(tmp_path: Path) -> None:
     cfg = load_config(env={"PULSARCAST_WITNESSES": "0"}, flags={"state_dir": str(tmp_path)})
     assert Driver(cfg).node_config.witnesses == 0
-    assert Driver(load_config(env={}, flags={"state_dir": str(tmp_path)})).node_config.witnesses == 2
+    default = load_config(env={}, flags={"state_dir": str(tmp_path)})
+    assert Driver(default).node_config.witnesses == 2
     with pytest.raises(ConfigError, match="witnesses: between 0 and 8"):
         load_config(env={}, flags={"state_dir": str(tmp_path), "witnesses": 9})
 
