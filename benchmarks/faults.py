@@ -99,6 +99,24 @@ def summary(results: dict[str, list[FaultResult | str]]) -> str:
         p50 = f"{median(rec):.2f}" if rec else "n/a"
         mx = f"{max(rec):.2f}" if rec else "n/a"
         lines.append(f"{name:18} {passed:>3}/{len(runs):<2} {p50:>15} {mx:>15}")
+    lying = {
+        name: [r.figures for r in runs if isinstance(r, FaultResult) and "penalties" in r.figures]
+        for name, runs in results.items()
+    }
+    if any(lying.values()):
+        lines.append(
+            "relays that lie, per run: attackers' children / penalties by the honest nodes "
+            "(of attackers, by their children, false)"
+        )
+        for name, figs in lying.items():
+            runs_text = "  ".join(
+                f"{f['attackers_children']:.0f}/{f['penalties']:.0f}"
+                f"({f['penalties_of_attackers']:.0f},{f['penalties_by_attackers_children']:.0f},"
+                f"{f['false_penalties']:.0f})"
+                for f in figs
+            )
+            if figs:
+                lines.append(f"{name:18} {runs_text}")
     return "\n".join(lines)
 
 
