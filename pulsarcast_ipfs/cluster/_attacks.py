@@ -7,9 +7,11 @@ that the trees have relays with children below the root's few direct ones.
 A scenario (:func:`scenario_lying_relays`) lets the trees settle on a probe topic
 first (every node subscribed), picks as attackers the relays with the most children
 there (never the topic's author), and restarts their sidecars with the test-only
-``--misbehave`` (:mod:`pulsarcast_ipfs.testing._misbehave`). The tree of a new topic
-of the same author takes the same shape (a JOIN goes to the known peer closest to
-the author); the attack topic is that one, and the attackers' children in it are
+``--misbehave`` (:mod:`pulsarcast_ipfs.testing._misbehave`). Once their neighbours
+no longer hold them suspect (``suspect_ttl`` after the restart), the tree of a new
+topic of the same author mostly takes the same shape (a JOIN goes to the known peer
+closest to the author); the attack topic is that one (up to ``TOPIC_TRIES`` are
+set up until the attackers have children in one), and the attackers' children in it are
 read before anything is published. Three honest nodes (the author among them) then
 publish; every honest subscriber must deliver every event exactly once (the
 attackers are not checked: they are not trusted to tell). Figures: the slowest
@@ -39,6 +41,7 @@ from pulsarcast_ipfs.cluster._faults import (
     tree_of,
 )
 from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster
+from pulsarcast_ipfs.core import NodeConfig
 
 __all__ = [
     "ATTACK_SCENARIOS",
@@ -134,6 +137,9 @@ async def scenario_lying_relays(
     if len(liars) < attackers:
         notes.append(f"only {len(liars)} relays with children in the probe tree: {before}")
     await _restart(sc, liars, kind)
+    # Their neighbours saw them unreachable during the restart: a suspect peer gets
+    # no JOIN for ``suspect_ttl``; the attack topic's JOINs must not avoid them.
+    await anyio.sleep(NodeConfig().suspect_ttl + 2.0)
     try:
         # A new topic's tree takes the probe's shape most of the time, not always:
         # up to TOPIC_TRIES topics, the first where every attacker has children (else
