@@ -222,7 +222,7 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
     (st,) = (await sc.api.get("/v1/status")).json()["topics"]
     assert st["fast"]["subscribed_fast"] is True and st["fast"]["joined"] == []
     metrics = (await sc.api.get("/metrics")).text
-    assert "pulsarcast_fast_deliveries_group_total 0.0" in metrics
+    assert 'pulsarcast_fast_deliveries_total{path="group"} 0.0' in metrics
     assert "pulsarcast_fast_group_helpers 0.0" in metrics
     r = await sc.api.post(sub, json={})  # subscribing again without it turns it off
     assert r.json()["fast"] is False
