@@ -623,7 +623,7 @@ class Driver:
         counts = self.node.fast_counts if self._node is not None else {}
         members = helpers = helping = joined = 0
         for root in self.topic_roots if self._node is not None else ():
-            st = self.fast_state(CID.decode(root))
+            st = self.fast_state(cid_from_str(root))
             if st is not None:
                 members += st.members
                 helpers += len(st.helpers)

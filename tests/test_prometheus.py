@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_api_fake import Sidecar, _topic, bench, make_signers, sidecar_at
 
 from pulsarcast_ipfs.core import Deliver, FetchBlock, cid_from_str, compute_cid
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
@@ -24,7 +25,6 @@ from sidecar._prometheus import (
     SidecarStats,
     TopicLabels,
 )
-from test_api_fake import Sidecar, _topic, bench, make_signers, sidecar_at
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose"
@@ -262,4 +262,3 @@ def test_prometheus_scrapes_every_sidecar_with_the_token() -> None:
     (provider,) = dashboards["providers"]
     assert mounts["./grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
-
