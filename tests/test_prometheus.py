@@ -229,7 +229,7 @@ def test_the_grafana_dashboard_queries_only_exposed_families() -> None:
 
 def test_docs_list_every_family_with_its_type() -> None:
     text = (ROOT / "docs" / "metrics.md").read_text()
-    section = text.split("## Prometheus (`GET /metrics`)", 1)[1].split("\n## ", 1)[0]
+    section = text.split(". Prometheus (`GET /metrics`)\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(pulsarcast_[a-z_]+)` \| (counter|gauge|histogram) \|", section, re.M)
     assert dict(rows) == {f.name: f.type for f in FAMILIES}
 
