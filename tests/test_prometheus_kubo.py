@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pulsarcast_ipfs.bench._systems import parse_forward_counts, parse_sent_bytes
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.testing import Scrape, wait_until
 from sidecar._prometheus import FAMILIES
@@ -77,6 +78,11 @@ async def test_metrics_count_a_topics_traffic_on_both_ends(sc: LocalSidecarClust
     assert author.value("pulsarcast_events_delivered_total", **prom) == EVENTS  # subscribed
     assert author.value("pulsarcast_tree_children", **prom) == 1
     assert author.value("pulsarcast_rpc_messages_total", direction="sent", op="EVENT") >= EVENTS
+    # what the benchmark reads off every sidecar (forwards.json) reads this exposition
+    text = (await _call(sc, AUTHOR, "GET", "/metrics")).text
+    sent = author.value("pulsarcast_rpc_bytes_total", direction="sent", op="EVENT")
+    assert parse_sent_bytes(text)["EVENT"] >= sent > 0
+    assert parse_forward_counts(text) is not None
     # the subscriber: six deliveries through the tree, their latency observed
     assert sub.value("pulsarcast_events_delivered_total", **prom, recovered="false") == EVENTS
     assert sub.value("pulsarcast_delivery_latency_seconds_count", **prom) == EVENTS
