@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import functools
 import socket
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import httpx
 
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.stats import median, percentile
 from pulsarcast_ipfs.testing import Scrape
 from sidecar import Driver, SidecarConfig, serve_api
 
@@ -34,11 +34,6 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def measure(*, topics: int, events: int, scrapes: int, metrics_topics: int) -> None:
@@ -93,13 +88,18 @@ async def measure(*, topics: int, events: int, scrapes: int, metrics_topics: int
     ms = [w * 1000 for w in wall]
     bms = [b * 1000 for b in build]
     print(
-        f"scrape over HTTP ({scrapes}x): median {statistics.median(ms):.2f} ms, "
-        f"p95 {_quantile(ms, 0.95):.2f} ms, max {max(ms):.2f} ms"
+        f"scrape over HTTP ({scrapes}x): median {_ms(median(ms)):.2f} ms, "
+        f"p95 {_ms(percentile(ms, 0.95)):.2f} ms, max {max(ms):.2f} ms"
     )
     print(
-        f"of which building it (Driver.metrics_text): median {statistics.median(bms):.2f} ms, "
-        f"p95 {_quantile(bms, 0.95):.2f} ms"
+        f"of which building it (Driver.metrics_text): median {_ms(median(bms)):.2f} ms, "
+        f"p95 {_ms(percentile(bms, 0.95)):.2f} ms"
     )
+
+
+def _ms(value: float | None) -> float:
+    assert value is not None
+    return value
 
 
 def main() -> None:
