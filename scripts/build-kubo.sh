@@ -2,7 +2,7 @@
 # Build one Kubo release from its Go module into .tools/kubo/<version>/ipfs, for the
 # Kubo matrix (README.md "Supported Kubo versions", tests/test_kubo_matrix.py).
 #
-#   bash scripts/build-kubo.sh v0.39.0
+#   bash scripts/build-kubo.sh v0.42.0
 #
 # Like tools/kubo (the pinned Kubo): a scratch module with tools/kubo/main.go (Kubo's
 # own main, unchanged) requires the release with the release's own `exclude` and
@@ -11,11 +11,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-version=${1:?usage: build-kubo.sh vX.Y.Z}
-case "$version" in
-  v[0-9]*.[0-9]*.[0-9]*) ;;
-  *) echo "build-kubo: expected a release like v0.43.1, got '$version'" >&2; exit 2 ;;
-esac
+version=${1:-}
+if [ "$version" = -h ] || [ "$version" = --help ]; then
+  sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+if ! [[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+  echo "build-kubo: expected a Kubo release like v0.42.0, got '$version' (--help)" >&2
+  exit 2
+fi
 out="$root/.tools/kubo/$version"
 if [ -x "$out/ipfs" ]; then
   echo "[build-kubo] $version up to date ($out/ipfs)"
@@ -23,7 +27,7 @@ if [ -x "$out/ipfs" ]; then
 fi
 command -v go >/dev/null 2>&1 || { echo "build-kubo: Go is needed" >&2; exit 1; }
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+trap 'rm -rf "$scratch"; rmdir "$out" 2>/dev/null || true' EXIT
 cp "$root/tools/kubo/main.go" "$scratch/main.go"
 cd "$scratch"
 go mod init pulsarcast-ipfs/tools/kubo-matrix >/dev/null 2>&1

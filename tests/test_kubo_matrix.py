@@ -8,6 +8,8 @@ skipped, saying so."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,7 +20,7 @@ from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.testing import wait_until
 from pulsarcast_ipfs.tools import IPFS_ENV, KUBO_MATRIX, ToolNotFound, kubo_release_binary
 
-pytestmark = [pytest.mark.kubo, pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio]
+ROOT = Path(__file__).resolve().parent.parent
 
 EVENTS = 4
 
@@ -36,6 +38,10 @@ async def _delivered(sc: LocalSidecarCluster, i: int, topic: str) -> list[str]:
     return [d["cid"] for d in lines if d["topic_root"] == topic]
 
 
+@pytest.mark.kubo
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.anyio
 @pytest.mark.parametrize("version", KUBO_MATRIX)
 async def test_the_end_to_end_flow_on_each_kubo_release(
     version: str, monkeypatch: pytest.MonkeyPatch
@@ -79,3 +85,19 @@ async def test_the_end_to_end_flow_on_each_kubo_release(
         history = r.json()
         assert sorted(e["cid"] for e in history["events"]) == sorted(published)
         assert history["complete"]
+
+
+@pytest.mark.parametrize("arg", ["", "0.42", "latest", "v0.42.0; rm -rf /"])
+def test_the_build_script_refuses_what_is_not_a_release_in_one_line(arg: str) -> None:
+    r = subprocess.run(
+        ["bash", ROOT / "scripts" / "build-kubo.sh", arg], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "expected a Kubo release" in r.stderr, r.stderr
+
+
+def test_the_build_script_has_help() -> None:
+    r = subprocess.run(
+        ["bash", ROOT / "scripts" / "build-kubo.sh", "--help"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "scripts/build-kubo.sh v0.42.0" in r.stdout
