@@ -26,7 +26,7 @@ import anyio.abc
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,6 +72,7 @@ from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnava
 from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
+from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._subscriptions import consumer_json
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
@@ -799,7 +800,7 @@ class _Api:
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     async def metrics(self, request: Request) -> Response:
-        return PlainTextResponse(self.d.metrics_text(), media_type="text/plain; version=0.0.4")
+        return Response(self.d.metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())

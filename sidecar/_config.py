@@ -68,6 +68,9 @@ class SidecarConfig:
     metrics_dir: Path | None = None
     """Metric records (default ``<state-dir>/metrics``)."""
     run: str = "default"
+    metrics_topics: int = 32
+    """Topics labelled by their own name in ``/metrics``; later ones are counted under
+    ``topic="other"`` (the bound on label cardinality, :mod:`._prometheus`)."""
     system: str = "pulsarcast"
     routing_k: int | None = None
     """Keep at most this many known peers per k-bucket (by common-prefix length with
@@ -203,6 +206,8 @@ class SidecarConfig:
             )
         if not 0 <= self.topic_announcers <= 64:
             raise ConfigError(f"topic_announcers: between 0 and 64, got {self.topic_announcers}")
+        if not 0 <= self.metrics_topics <= 1000:
+            raise ConfigError(f"metrics_topics: between 0 and 1000, got {self.metrics_topics}")
         if not 0 <= self.flat_fanout <= 64:
             raise ConfigError(f"flat_fanout: between 0 and 64, got {self.flat_fanout}")
         if self.group_capacity < 0 or not 0 <= self.group_spare <= 64:
@@ -276,6 +281,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "group_spare",
             "flat_fanout",
             "topic_announcers",
+            "metrics_topics",
         ):
             if isinstance(value, bool):
                 raise ValueError("not an integer")

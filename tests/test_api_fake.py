@@ -22,6 +22,7 @@ import pytest
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.testing import Scrape
 from sidecar import Driver, SidecarConfig, build_app
 
 pytestmark = pytest.mark.anyio
@@ -113,8 +114,9 @@ async def test_a_topic_is_created_published_to_and_read_back(sc: Sidecar) -> Non
     assert delivered == cids  # the author is subscribed to its own topic
     st = (await sc.api.get("/v1/status")).json()
     assert [(t["root_cid"], t["role"]) for t in st["topics"]] == [(topic, "root")]
-    metrics = (await sc.api.get("/metrics")).text
-    assert "pulsarcast_topics 1.0" in metrics and "pulsarcast_deliveries_total 3.0" in metrics
+    metrics = Scrape.parse((await sc.api.get("/metrics")).text)
+    assert metrics.value("pulsarcast_topics") == 1
+    assert metrics.value("pulsarcast_deliveries_total") == 3
 
 
 async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
@@ -229,9 +231,10 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
     assert topic in json.loads((sc.state_dir / "state.json").read_text())["fast"]
     (st,) = (await sc.api.get("/v1/status")).json()["topics"]
     assert st["fast"]["subscribed_fast"] is True and st["fast"]["joined"] == []
-    metrics = (await sc.api.get("/metrics")).text
-    assert "pulsarcast_fast_deliveries_group_total 0.0" in metrics
-    assert "pulsarcast_fast_group_helpers 0.0" in metrics
+    metrics = Scrape.parse((await sc.api.get("/metrics")).text)
+    assert metrics.family("pulsarcast_fast_deliveries_total").type == "counter"
+    assert metrics.value("pulsarcast_fast_deliveries_total", path="group") == 0
+    assert metrics.family("pulsarcast_fast_group_helpers").samples[0].value == 0
     r = await sc.api.post(sub, json={})  # subscribing again without it turns it off
     assert r.json()["fast"] is False
     assert topic not in json.loads((sc.state_dir / "state.json").read_text())["fast"]
