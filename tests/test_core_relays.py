@@ -126,7 +126,7 @@ def test_a_censor_is_left_for_one_publishers_events() -> None:
         return ev is not None and ev[1].publisher == victim
 
     net.drop_if = censor
-    cids = publish_many(net, topic, [victim, *others], 30)
+    cids = publish_many(net, topic, [victim, *others], 60)
     for p in below:
         assert set(cids) <= set(net.delivered(p, topic)), p
     recs = [
