@@ -1,5 +1,5 @@
 """Metric records: the one schema shared by the core, the sidecar, the simulator,
-the benchmark runner and the Spark jobs (PROTOCOL.md §7).
+the benchmark runner and the Spark jobs (docs/protocol.md §7).
 
 Theory of operation
 -------------------

@@ -582,7 +582,7 @@ class _Api:
         )
 
     async def history(self, request: Request) -> Response:
-        """PROTOCOL.md §5 "History": one page of the topic's retained history in the
+        """docs/protocol.md §5 "History": one page of the topic's retained history in the
         history order ``(clock, CID bytes)``, newest or oldest first, after a cursor.
 
         A node that keeps no history of the topic (it never subscribed, or only
@@ -877,7 +877,7 @@ KEEP_ALIVE: Final = 30.0
 httpx, which the SDK and most Python clients use, reuses a pooled connection for 5 s:
 with the same 5 s on both sides, a request sent on a connection the server closes at
 that moment fails with ``ReadError`` — what happened to one of 762 subscriptions in
-the 100-node benchmark on a saturated machine (BENCHMARKS.md, session 12). The
+the 100-node benchmark on a saturated machine (docs/benchmark-history.md, session 12). The
 server waits longer than the clients, so that the client gives a connection up first."""
 
 

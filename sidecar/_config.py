@@ -91,7 +91,7 @@ class SidecarConfig:
     """First retry delay; doubled on every attempt (capped at 5 s)."""
     fetch_timeout: float = 10.0
     announce: str = "auto"
-    """How this node's own blocks get into the DHT (PROTOCOL.md §5 "Persistence";
+    """How this node's own blocks get into the DHT (docs/protocol.md §5 "Persistence";
     docs/sidecar.md "Providing"). ``pin``: pin them and let Kubo announce them, as
     its ``Provide.Strategy`` ``pinned``, ``roots`` or ``all`` does at once;
     ``provide-once``: pin them and also call ``provide/once`` (for strategies that

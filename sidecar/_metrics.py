@@ -1,4 +1,4 @@
-"""Metric records (PROTOCOL.md §7, schema in ``pulsarcast_ipfs/records.py``).
+"""Metric records (docs/protocol.md §7, schema in ``pulsarcast_ipfs/records.py``).
 
 Records go, one JSON line each, to ``<metrics-dir>/<run>-<peer>.jsonl``, rotated
 (renamed with a numeric suffix) at ``max_bytes``, and counted for ``/metrics``

@@ -58,7 +58,7 @@ START_CONCURRENCY = 16
 """Sidecars started at once, each until its ``/health`` answers. All 100 of a
 100-node cluster at once on 2 cores: 64 had not even logged a line after
 ``start_timeout`` (60 s), their imports starved by each other and by 100 Kubo
-daemons (BENCHMARKS.md, session 12)."""
+daemons (docs/benchmark-history.md, session 12)."""
 
 
 @dataclass(slots=True, kw_only=True)
