@@ -16,8 +16,9 @@ cursor its first record was read from and written before the state remembers the
 cursor after its last one: a run stopped in between reads the same records again
 and writes them to the same name, replacing the file, so a re-run never duplicates
 a record. A record that does not fit the schema's columns (an unknown field, a
-value of another type) is kept, as its JSON line, in a ``.jsonl`` file of the same
-name beside the part, where the report counts it as rejected: nothing is dropped.
+value of another type, a record the schema refuses) is kept, as its JSON line, in
+a ``.jsonl`` file of the same name beside the part, where the report counts it as
+rejected: nothing is dropped.
 Names starting with ``_`` or ``.`` (the state, files being written) are hidden from
 Spark's reader.
 """
@@ -35,7 +36,7 @@ from urllib.parse import quote
 
 import httpx
 
-from pulsarcast_ipfs.records import COMMON_FIELDS, FIELDS
+from pulsarcast_ipfs.records import COMMON_FIELDS, FIELDS, RecordError, validate_record
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -222,8 +223,10 @@ class Collector:
 
         part_dir.mkdir(parents=True, exist_ok=True)
         name = "part-" + (start or "start").replace(":", "-")
-        fits = [r for r in rows if r.keys() <= self._columns]
-        others = [r for r in rows if not r.keys() <= self._columns]
+        fits: list[dict[str, Any]] = []
+        others: list[dict[str, Any]] = []
+        for r in rows:
+            (fits if self._fits(r) else others).append(r)
         try:
             table = pa.Table.from_pylist(fits, schema=self.schema)
         except (pa.ArrowException, TypeError, ValueError):
@@ -239,6 +242,15 @@ class Collector:
         pq.write_table(table, tmp)
         os.replace(tmp, part_dir / f"{name}.parquet")
         return len(others)
+
+    def _fits(self, row: dict[str, Any]) -> bool:
+        """A valid record (pyarrow would cut 1.5 to 1 in an integer column) whose
+        fields all have a column."""
+        try:
+            validate_record(row)
+        except RecordError:
+            return False
+        return row.keys() <= self._columns
 
     def _rows_that_fit(
         self, rows: list[dict[str, Any]], others: list[dict[str, Any]]

@@ -73,7 +73,7 @@ from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ._record_pages import MAX_LIMIT, CursorError, parse_cursor, read_page
+from ._record_pages import MAX_LIMIT, CursorError, parse_cursor
 from ._subscriptions import consumer_json
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
@@ -811,16 +811,14 @@ class _Api:
                 raise ApiError(400, "bad_request", "limit must be an integer") from None
             if not 0 <= limit <= MAX_LIMIT:
                 raise ApiError(400, "bad_request", f"limit must be 0..{MAX_LIMIT}")
-        writer = self.d.metrics
-        if writer.path is None:
-            raise ApiError(404, "not_found", "this sidecar has not opened its metric records yet")
         try:
             cursor = parse_cursor(q["after"]) if q.get("after") else None
-            writer.flush()  # what was written so far, without an await before the read
-            page = read_page(writer.path, cursor, limit)
+            page = self.d.record_page(cursor, limit)
         except CursorError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-        head = json.dumps({"run": writer.run, "node": self.d.peer_id, "next": page.next})
+        if page is None:
+            raise ApiError(404, "not_found", "this sidecar has not opened its metric records yet")
+        head = json.dumps({"run": self.d.config.run, "node": self.d.peer_id, "next": page.next})
         body = b"".join(
             [
                 head[:-1].encode(),

@@ -99,7 +99,7 @@ def _sources(args: argparse.Namespace) -> list[str]:
     if args.cluster:
         raw += cluster_sources(Path(args.cluster))
     if not raw:
-        raise ValueError("no sources: give --api URL (repeatable), --api-file FILE or --cluster DIR")
+        raise ValueError("no sources: give --api URL (repeated), --api-file FILE or --cluster DIR")
     urls: list[str] = []
     for s in raw:
         url = normalise_api(s)
