@@ -271,7 +271,8 @@ async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
     assert got == written and any(r["kind"] == "event_injected" for r in got)
     again = (await sc.api.get("/v1/records", params={"after": cursor})).json()
     assert again["records"] == [] or again["records"][0] == written[len(got)]
-    msg = _error(await sc.api.get("/v1/records", params={"after": "1:99999999"}), 400, "bad_request")
+    far = await sc.api.get("/v1/records", params={"after": "1:99999999"})
+    msg = _error(far, 400, "bad_request")
     assert "past the end" in msg
     _error(await sc.api.get("/v1/records", params={"after": "x"}), 400, "bad_request")
     _error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
