@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pyarrow.parquet as pq
 import pytest
+from test_spark_report import _run1
 
 from pulsarcast_ipfs.cluster._ports import free_port
 from pulsarcast_ipfs.collect import Collector
 from pulsarcast_ipfs.testing import RecordSources
-from test_spark_report import _run1
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 TABLES = ("topics", "runs", "latency", "rpc_summary", "rpc_topics", "deliveries")
 """The report's tables compared (``OUT/tables/NAME``)."""
@@ -36,11 +36,21 @@ def _spark_class() -> Path:
     return Path(pyspark.__file__).parent / "bin" / "spark-class"
 
 
-def _env() -> dict[str, str]:
+@pytest.fixture(scope="module")
+def conf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``spark-defaults.conf``: a few shuffle partitions (Spark's 200 are one task each
+    on the worker's one core)."""
+    d = tmp_path_factory.mktemp("spark-conf")
+    (d / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 2\n")
+    return d
+
+
+def _env(conf: Path) -> dict[str, str]:
     import pyspark
 
     env = dict(os.environ)
     env.update(
+        SPARK_CONF_DIR=str(conf),
         SPARK_HOME=str(Path(pyspark.__file__).parent),
         SPARK_LOCAL_IP="127.0.0.1",
         PYSPARK_PYTHON=sys.executable,
@@ -60,7 +70,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def master(tmp_path_factory: pytest.TempPathFactory, conf_dir: Path) -> Iterator[str]:
     """``spark://127.0.0.1:PORT`` of a master with one live worker."""
     logs = tmp_path_factory.mktemp("spark-logs")
     port, ui, worker_ui = free_port(), free_port(), free_port()
@@ -68,16 +78,16 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(name: str, *args: str) -> None:
-        log = (logs / f"{name}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [str(_spark_class()), *args],
-                env=_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stopped as a whole
+        with (logs / f"{name}.log").open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [str(_spark_class()), *args],
+                    env=_env(conf_dir),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: stopped as a whole
+                )
             )
-        )
 
     try:
         start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -103,10 +113,10 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             _stop(p)
 
 
-def _report(run_dir: Path, out: Path, *extra: str) -> None:
+def _report(conf: Path, run_dir: Path, out: Path, *extra: str) -> None:
     cmd = [str(Path(sys.executable).parent / "pulsarcast"), "report", str(run_dir)]
     cmd += ["--out", str(out), "--no-plots", "--driver-memory", "1g", *extra]
-    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+    done = subprocess.run(cmd, env=_env(conf), capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
 
 
@@ -115,7 +125,9 @@ def _rows(out: Path, name: str) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
 
 
-def test_standalone_cluster_report_equals_local_mode(master: str, tmp_path: Path) -> None:
+def test_standalone_cluster_report_equals_local_mode(
+    master: str, conf_dir: Path, tmp_path: Path
+) -> None:
     recs = _run1()
     jsonl = tmp_path / "jsonl" / "r1"
     src = RecordSources()
@@ -129,8 +141,8 @@ def test_standalone_cluster_report_equals_local_mode(master: str, tmp_path: Path
     assert sum(r.records for r in results) == len(recs) and not any(r.error for r in results)
 
     local, cluster = tmp_path / "local", tmp_path / "cluster"
-    _report(jsonl, local, "--master", "local[1]")
-    _report(dataset / "run=r1", cluster, "--master", master)
+    _report(conf_dir, jsonl, local, "--master", "local[1]")
+    _report(conf_dir, dataset / "run=r1", cluster, "--master", master)
     for name in TABLES:
         assert _rows(cluster, name) == _rows(local, name), name
     assert _rows(local, "topics")  # tables with rows, not two empty ones
