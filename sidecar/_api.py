@@ -73,6 +73,7 @@ from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ._record_pages import MAX_LIMIT, CursorError, parse_cursor
 from ._subscriptions import consumer_json
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
@@ -799,6 +800,37 @@ class _Api:
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
+    async def records(self, request: Request) -> Response:
+        """A page of this sidecar's metric records, from its files (``._record_pages``)."""
+        q = request.query_params
+        limit = 1000
+        if q.get("limit") is not None:
+            try:
+                limit = int(q["limit"])
+            except ValueError:
+                raise ApiError(400, "bad_request", "limit must be an integer") from None
+            if not 0 <= limit <= MAX_LIMIT:
+                raise ApiError(400, "bad_request", f"limit must be 0..{MAX_LIMIT}")
+        try:
+            cursor = parse_cursor(q["after"]) if q.get("after") else None
+            page = self.d.record_page(cursor, limit)
+        except CursorError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        if page is None:
+            raise ApiError(404, "not_found", "this sidecar has not opened its metric records yet")
+        head = json.dumps({"run": self.d.config.run, "node": self.d.peer_id, "next": page.next})
+        body = b"".join(
+            [
+                head[:-1].encode(),
+                b', "more": ',
+                b"true" if page.more else b"false",
+                b', "records": [',
+                b",".join(page.lines),
+                b"]}",
+            ]
+        )
+        return Response(body, media_type="application/json")
+
     async def metrics(self, request: Request) -> Response:
         return Response(self.d.metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
@@ -858,6 +890,7 @@ def build_app(driver: Driver) -> ASGIApp:
         Route("/v1/consumers/{id}", _wrap(a.get_consumer), methods=["GET"]),
         Route("/v1/consumers/{id}", _wrap(a.close_consumer), methods=["DELETE"]),
         Route("/v1/deliveries", _wrap(a.deliveries), methods=["GET"]),
+        Route("/v1/records", _wrap(a.records), methods=["GET"]),
         Route("/metrics", _wrap(a.metrics), methods=["GET"]),
         Route("/openapi.json", _wrap(a.openapi), methods=["GET"]),
     ]

@@ -68,6 +68,7 @@ from ._delegate import DelegateKeeper
 from ._metrics import MetricsWriter, resource_records
 from ._prometheus import SidecarStats, exposition, registry_for
 from ._readers import Readers
+from ._record_pages import RecordPage, read_page
 from ._routing import RoutingView, topic_cid
 from ._state import StateError, StateStore
 from ._store import BlockStore, kubo_announces_pins
@@ -656,6 +657,16 @@ class Driver:
     def metrics_text(self) -> bytes:
         """``GET /metrics``: every family of :data:`._prometheus.FAMILIES`, built now."""
         return exposition(self.registry)
+
+    def record_page(self, cursor: tuple[int, int] | None, limit: int) -> RecordPage | None:
+        """``GET /v1/records``: a page of this run's metric records after ``cursor``
+        (:mod:`._record_pages`), with every record written until now; ``None`` before
+        the records' file is open. Raises :class:`._record_pages.CursorError`."""
+        path = self.metrics.path
+        if path is None:
+            return None
+        self.metrics.flush()
+        return read_page(path, cursor, limit)
 
     # -- topic announcement and readers (docs/sidecar.md "History") --------------------
 

@@ -247,3 +247,33 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
     assert topic in doc["fast"] and doc["filters"] == {topic: "ups >= 10"}
     (st,) = (await sc.api.get("/v1/status")).json()["topics"]
     assert st["filter"] == "ups >= 10" and st["fast"]["subscribed_fast"] is True
+
+
+async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
+    topic = await _topic(sc)
+    for i in range(3):
+        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"e{i}"})
+        assert r.status_code == 200, r.text
+    head = (await sc.api.get("/v1/records", params={"limit": "0"})).json()
+    assert head["node"] == sc.kubo.signer.peer_id and head["records"] == []
+    got: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"limit": "2"} | ({"after": cursor} if cursor else {})
+        page = (await sc.api.get("/v1/records", params=params)).json()
+        assert page["run"] == head["run"] and len(page["records"]) <= 2
+        got += page["records"]
+        cursor = page["next"]
+        if not page["more"]:
+            break
+    sc.driver.metrics.flush()
+    written = [json.loads(x) for x in (sc.driver.metrics.path or Path()).read_text().splitlines()]
+    assert got == written and any(r["kind"] == "event_injected" for r in got)
+    again = (await sc.api.get("/v1/records", params={"after": cursor})).json()
+    assert again["records"] == [] or again["records"][0] == written[len(got)]
+    far = await sc.api.get("/v1/records", params={"after": "1:99999999"})
+    msg = _error(far, 400, "bad_request")
+    assert "past the end" in msg
+    _error(await sc.api.get("/v1/records", params={"after": "x"}), 400, "bad_request")
+    _error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
+    _error(await sc.api.get("/v1/records", params={"limit": "10001"}), 400, "bad_request")

@@ -23,6 +23,7 @@ on exit (processes killed, directories removed).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -160,10 +161,25 @@ class LocalSidecarCluster:
             async with anyio.create_task_group() as tg:
                 for i in self.sidecars:
                     tg.start_soon(start_one, i)
+            self.write_manifest()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.stop()
             raise
+
+    def write_manifest(self) -> Path:
+        """``sidecars.json`` in :attr:`base_dir`: every sidecar's name, peer and API
+        (what ``pulsarcast collect --cluster DIR`` reads)."""
+        path = self.base_dir / "sidecars.json"
+        doc = {
+            "run": self.run,
+            "sidecars": [
+                {"name": f"sidecar{i}", "peer_id": sc.kubo.peer_id, "api": sc.api_url}
+                for i, sc in sorted(self.sidecars.items())
+            ],
+        }
+        path.write_text(json.dumps(doc, indent=2))
+        return path
 
     def _command(self, sc: SidecarProcess) -> list[str]:
         cmd = [
