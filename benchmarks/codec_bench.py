@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The core encodes and decodes three kinds of bytes: topic descriptors, event
-descriptors and RPC frame bodies (PROTOCOL.md §4, §6). This script builds real ones
+descriptors and RPC frame bodies (docs/protocol.md §4, §6). This script builds real ones
 (a signed topic, a signed event with 16 parents, a 64-entry HEADS, an EVENT frame
 carrying its event block, a JOIN carrying its topic block) and times, in µs per call
 (the best of ``--repeat`` rounds of ``--number`` calls, ``timeit``):

@@ -1,6 +1,6 @@
 #!/bin/sh
 # One-shot: connect every Kubo node of the compose network to the others, through
-# their Toxiproxy proxies (there is no public bootstrap, PROTOCOL.md §2). The local
+# their Toxiproxy proxies (there is no public bootstrap, docs/protocol.md §2). The local
 # cluster does the same with `swarm connect` (seeds plus a ring).
 #   PULSARCAST_NODES   "kubo0=toxiproxy:14000 kubo1=toxiproxy:14001 ..."
 set -eu

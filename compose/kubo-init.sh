@@ -1,5 +1,5 @@
 #!/bin/sh
-# Kubo configuration for a Pulsarcast node in the compose network (PROTOCOL.md §2).
+# Kubo configuration for a Pulsarcast node in the compose network (docs/protocol.md §2).
 #
 # The official ipfs/kubo image runs every /container-init.d/*.sh after `ipfs init`
 # (with IPFS_PROFILE=test,pebbleds, as the local cluster does) and before `ipfs daemon`, on

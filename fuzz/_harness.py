@@ -1,7 +1,7 @@
 """Shared pieces of the fuzz harnesses: a small world of real descriptors and frames,
 one fuzz step for the codec and one for a node, and the invariants checked after each.
 
-Property (PROTOCOL.md §6, docs/core-api.md "Errors"): bytes from the network may only
+Property (docs/protocol.md §6, docs/core-api.md "Errors"): bytes from the network may only
 ever raise :class:`RemoteProtocolError` from the codec, and a node fed any decoded
 RPC from any peer raises nothing (it drops what is wrong and records
 ``event_dropped``), and its bounded structures and tree state stay consistent.

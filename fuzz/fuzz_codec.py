@@ -1,4 +1,4 @@
-"""Fuzz the RPC codec and the descriptor decoder (PROTOCOL.md §4, §6).
+"""Fuzz the RPC codec and the descriptor decoder (docs/protocol.md §4, §6).
 
 Property: ``FrameDecoder.feed`` (whole and byte by byte) and ``decode_descriptor``
 raise only ``RemoteProtocolError``; both feeding ways decode the same messages;

@@ -1,4 +1,4 @@
-"""Fuzz a PulsarcastNode with RPCs from the network (PROTOCOL.md §5, §6).
+"""Fuzz a PulsarcastNode with RPCs from the network (docs/protocol.md §5, §6).
 
 Each input is one connection from one of nine peers, after a time step: the frames
 decoded from it go to ``receive_rpc``; due timers fire; fetches are answered from a

@@ -1,4 +1,4 @@
-"""Peer IDs and the Kademlia keyspace (PROTOCOL.md §3).
+"""Peer IDs and the Kademlia keyspace (docs/protocol.md §3).
 
 Pure helpers shared by the protocol core, the simulator and the Kubo client.
 

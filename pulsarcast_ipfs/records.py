@@ -1,5 +1,5 @@
 """Metric records: the one schema shared by the core, the sidecar, the simulator,
-the benchmark runner and the Spark jobs (PROTOCOL.md §7).
+the benchmark runner and the Spark jobs (docs/protocol.md §7).
 
 Theory of operation
 -------------------
@@ -170,7 +170,7 @@ FIELDS: Final[dict[RecordKind, dict[str, _T]]] = {
         "peer": (_STR, True),
         "reason": (_STR, True),  # "withheld" | "silent_child"
         "publisher": (_OSTR, False),  # withheld: only this publisher's events (a censor)
-        "misses": (_INT, False),  # withheld: announced events it did not send, of the last 8
+        "misses": (_INT, False),  # withheld: announced events it did not send, of the last 16
     },
     RecordKind.RESOURCE_SAMPLE: {
         "process": (_STR, True),  # "sidecar" | "kubo" | "node"

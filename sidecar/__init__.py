@@ -1,4 +1,4 @@
-"""The Pulsarcast sidecar daemon that runs beside a Kubo node (PROTOCOL.md §1, §5-§7).
+"""The Pulsarcast sidecar daemon that runs beside a Kubo node (docs/protocol.md §1, §5-§7).
 
 ``pulsarcast-sidecar`` (:mod:`sidecar.__main__`) runs a :class:`Driver`: the pure
 protocol core fed by tree RPCs over Kubo stream mounting, Kubo's routing table,

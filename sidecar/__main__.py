@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="run identifier written into metric records")
     p.add_argument("--system", help="system name written into metric records")
     p.add_argument(
+        "--metrics-topics",
+        type=int,
+        help='topics labelled by name in /metrics; later ones count as topic="other" '
+        "(default 32, at most 1000)",
+    )
+    p.add_argument(
         "--routing-k",
         type=int,
         help="keep at most K known peers per k-bucket (default: all; 1-2 makes "

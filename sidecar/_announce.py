@@ -2,7 +2,7 @@
 
 A subscriber makes itself findable as a holder of a topic's history with one
 provider record per topic (``provide/once`` of the topic's first version), never
-one per event (PROTOCOL.md §5). Every subscriber doing so made a topic's DHT cost
+one per event (docs/protocol.md §5). Every subscriber doing so made a topic's DHT cost
 grow with its audience: in a 20-node cluster each announcement moved ~30 KB of
 LAN-DHT traffic, and the 265 subscriptions of the benchmark workload ~8 MB, about
 half of Pulsarcast's bytes in a run. A reader looks up at most

@@ -26,7 +26,7 @@ import anyio.abc
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,6 +72,8 @@ from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnava
 from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
+from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ._record_pages import MAX_LIMIT, CursorError, parse_cursor
 from ._subscriptions import consumer_json
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
@@ -581,7 +583,7 @@ class _Api:
         )
 
     async def history(self, request: Request) -> Response:
-        """PROTOCOL.md §5 "History": one page of the topic's retained history in the
+        """docs/protocol.md §5 "History": one page of the topic's retained history in the
         history order ``(clock, CID bytes)``, newest or oldest first, after a cursor.
 
         A node that keeps no history of the topic (it never subscribed, or only
@@ -798,8 +800,39 @@ class _Api:
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
+    async def records(self, request: Request) -> Response:
+        """A page of this sidecar's metric records, from its files (``._record_pages``)."""
+        q = request.query_params
+        limit = 1000
+        if q.get("limit") is not None:
+            try:
+                limit = int(q["limit"])
+            except ValueError:
+                raise ApiError(400, "bad_request", "limit must be an integer") from None
+            if not 0 <= limit <= MAX_LIMIT:
+                raise ApiError(400, "bad_request", f"limit must be 0..{MAX_LIMIT}")
+        try:
+            cursor = parse_cursor(q["after"]) if q.get("after") else None
+            page = self.d.record_page(cursor, limit)
+        except CursorError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        if page is None:
+            raise ApiError(404, "not_found", "this sidecar has not opened its metric records yet")
+        head = json.dumps({"run": self.d.config.run, "node": self.d.peer_id, "next": page.next})
+        body = b"".join(
+            [
+                head[:-1].encode(),
+                b', "more": ',
+                b"true" if page.more else b"false",
+                b', "records": [',
+                b",".join(page.lines),
+                b"]}",
+            ]
+        )
+        return Response(body, media_type="application/json")
+
     async def metrics(self, request: Request) -> Response:
-        return PlainTextResponse(self.d.metrics_text(), media_type="text/plain; version=0.0.4")
+        return Response(self.d.metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -857,6 +890,7 @@ def build_app(driver: Driver) -> ASGIApp:
         Route("/v1/consumers/{id}", _wrap(a.get_consumer), methods=["GET"]),
         Route("/v1/consumers/{id}", _wrap(a.close_consumer), methods=["DELETE"]),
         Route("/v1/deliveries", _wrap(a.deliveries), methods=["GET"]),
+        Route("/v1/records", _wrap(a.records), methods=["GET"]),
         Route("/metrics", _wrap(a.metrics), methods=["GET"]),
         Route("/openapi.json", _wrap(a.openapi), methods=["GET"]),
     ]
@@ -876,7 +910,7 @@ KEEP_ALIVE: Final = 30.0
 httpx, which the SDK and most Python clients use, reuses a pooled connection for 5 s:
 with the same 5 s on both sides, a request sent on a connection the server closes at
 that moment fails with ``ReadError`` — what happened to one of 762 subscriptions in
-the 100-node benchmark on a saturated machine (BENCHMARKS.md, session 12). The
+the 100-node benchmark on a saturated machine (docs/benchmark-history.md, session 12). The
 server waits longer than the clients, so that the client gives a connection up first."""
 
 

@@ -74,6 +74,9 @@ class SidecarConfig:
     metrics_dir: Path | None = None
     """Metric records (default ``<state-dir>/metrics``)."""
     run: str = "default"
+    metrics_topics: int = 32
+    """Topics labelled by their own name in ``/metrics``; later ones are counted under
+    ``topic="other"`` (the bound on label cardinality, :mod:`._prometheus`)."""
     system: str = "pulsarcast"
     routing_k: int | None = None
     """Keep at most this many known peers per k-bucket (by common-prefix length with
@@ -94,7 +97,7 @@ class SidecarConfig:
     """First retry delay; doubled on every attempt (capped at 5 s)."""
     fetch_timeout: float = 10.0
     announce: str = "auto"
-    """How this node's own blocks get into the DHT (PROTOCOL.md §5 "Persistence";
+    """How this node's own blocks get into the DHT (docs/protocol.md §5 "Persistence";
     docs/sidecar.md "Providing"). ``pin``: pin them and let Kubo announce them, as
     its ``Provide.Strategy`` ``pinned``, ``roots`` or ``all`` does at once;
     ``provide-once``: pin them and also call ``provide/once`` (for strategies that
@@ -219,6 +222,8 @@ class SidecarConfig:
             )
         if not 0 <= self.topic_announcers <= 64:
             raise ConfigError(f"topic_announcers: between 0 and 64, got {self.topic_announcers}")
+        if not 0 <= self.metrics_topics <= 1000:
+            raise ConfigError(f"metrics_topics: between 0 and 1000, got {self.metrics_topics}")
         if not 0 <= self.flat_fanout <= 64:
             raise ConfigError(f"flat_fanout: between 0 and 64, got {self.flat_fanout}")
         if not 0 <= self.witnesses <= 8:
@@ -309,6 +314,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "flat_fanout",
             "witnesses",
             "topic_announcers",
+            "metrics_topics",
         ):
             if isinstance(value, bool):
                 raise ValueError("not an integer")

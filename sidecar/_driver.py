@@ -67,7 +67,9 @@ from ._config import SidecarConfig
 from ._consumers import ConsumerPolicy
 from ._delegate import DelegateKeeper
 from ._metrics import MetricsWriter, resource_records
+from ._prometheus import SidecarStats, exposition, registry_for
 from ._readers import Readers
+from ._record_pages import RecordPage, read_page
 from ._routing import RoutingView, topic_cid
 from ._state import StateError, StateStore
 from ._store import BlockStore, kubo_announces_pins
@@ -153,7 +155,13 @@ class Driver:
             kubo if kubo is not None else KuboClient(config=KuboConfig(base_url=config.kubo_api))
         )
         self.state = StateStore(config.state_path, log_max=config.delivery_log_max)
-        self.metrics = MetricsWriter(config.metrics_path, run=config.run, system=config.system)
+        self.prom = SidecarStats(topic_limit=config.metrics_topics)
+        """What only ``/metrics`` counts (:mod:`._prometheus`)."""
+        self.registry = registry_for(self)
+        """This sidecar's own Prometheus registry (never the process-wide one)."""
+        self.metrics = MetricsWriter(
+            config.metrics_path, run=config.run, system=config.system, stats=self.prom
+        )
         self.store = BlockStore(
             kubo=self.kubo, fetch_timeout=config.fetch_timeout, retain_pin=config.retain_pin
         )
@@ -360,6 +368,7 @@ class Driver:
         self.store.release(out.cids)
 
     def on_fetch_block(self, _: None, out: FetchBlock) -> None:
+        self.prom.fetching(out.cid)  # a gap repair's start (pulsarcast_repair_seconds)
         self.store.fetch(out.cid, self._on_fetched)
 
     def on_topic_updated(self, _: None, out: TopicUpdated) -> None:
@@ -393,6 +402,10 @@ class Driver:
             self.duplicates_suppressed += 1
             return
         root = cid_str(out.topic_cid)
+        if out.recovered:
+            self.prom.repaired(out.event_cid, out.topic_cid, self._topics.get(root, ""))
+        else:
+            self.prom.forget_fetch(out.event_cid)
         obj = event_json(cid, out.event)
         obj.update(
             topic_root=root,
@@ -591,13 +604,23 @@ class Driver:
         attributes: dict[str, Any] | None = None,
     ) -> PublishResult:
         """Publish (or request to publish) ``payload`` in topic ``cid``."""
-        return await self.complete(
-            self.call(
-                lambda now: self.node.publish(
-                    now, cid, payload, parent=parent, inject_id=inject_id, attributes=attributes
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            res = await self.complete(
+                self.call(
+                    lambda now: self.node.publish(
+                        now, cid, payload, parent=parent, inject_id=inject_id, attributes=attributes
+                    )
                 )
             )
-        )
+            ok = True
+            return res
+        finally:
+            root = self.known_root(cid) if self._node is not None else None
+            root_s = cid_str(root) if root is not None else None
+            name = self._topics.get(root_s, "") if root_s is not None else ""
+            self.prom.publish_call(root_s, name, time.perf_counter() - t0, ok=ok)
 
     def history(
         self,
@@ -623,75 +646,45 @@ class Driver:
         counts = self.node.fast_counts if self._node is not None else {}
         members = helpers = helping = joined = 0
         for root in self.topic_roots if self._node is not None else ():
-            st = self.fast_state(CID.decode(root))
+            st = self.fast_state(cid_from_str(root))
             if st is not None:
                 members += st.members
                 helpers += len(st.helpers)
                 helping += len(st.helping)
                 joined += len(st.joined)
         return {
-            "pulsarcast_fast_deliveries_group_total": counts.get("group", 0),
-            "pulsarcast_fast_deliveries_helper_total": counts.get("helper", 0),
-            "pulsarcast_fast_deliveries_tree_total": counts.get("tree", 0),
-            "pulsarcast_fast_group_members": members,
-            "pulsarcast_fast_group_helpers": helpers,
-            "pulsarcast_fast_helping": helping,
-            "pulsarcast_fast_groups_joined": joined,
+            "deliveries_group": counts.get("group", 0),
+            "deliveries_helper": counts.get("helper", 0),
+            "deliveries_tree": counts.get("tree", 0),
+            "group_members": members,
+            "group_helpers": helpers,
+            "helping": helping,
+            "groups_joined": joined,
         }
 
-    def metrics_text(self) -> str:
-        """``GET /metrics``: counters and gauges in Prometheus' text format."""
-        store, transport = self.store, self.transport
-        gauges = {
-            **self.fast_gauges(),
-            "pulsarcast_topics": len(self.topic_roots),
-            "pulsarcast_subscriptions": len(self.state.state.subscriptions),
-            "pulsarcast_neighbour_connections": len(transport.neighbours),
-            "pulsarcast_deliveries_total": self.state.last_seq,
-            "pulsarcast_duplicates_suppressed_total": self.duplicates_suppressed,
-            "pulsarcast_blocks_stored_total": store.stored,
-            "pulsarcast_block_put_calls_total": store.put_calls,
-            "pulsarcast_blocks_store_pending": store.pending,
-            "pulsarcast_blocks_put_again_total": store.put_again,
-            "pulsarcast_blocks_provided_total": store.provided,
-            "pulsarcast_blocks_provide_failed_total": store.provide_failed,
-            "pulsarcast_blocks_retained_pinned": store.retained_pinned,
-            "pulsarcast_pins_added_total": store.pins_added,
-            "pulsarcast_own_pins_added_total": store.own_pins_added,
-            "pulsarcast_pins_removed_total": store.pins_removed,
-            "pulsarcast_pin_failed_total": store.pin_failed,
-            "pulsarcast_pin_calls_total": store.pin_calls,
-            "pulsarcast_topics_announced_total": store.topics_announced,
-            "pulsarcast_topics_left_to_announcers": len(self._not_announcing),
-            "pulsarcast_history_reads_total": self.reading.reads,
-            "pulsarcast_history_read_providers_total": self.reading.providers,
-            "pulsarcast_history_read_connected_total": self.reading.connected,
-            "pulsarcast_history_read_incomplete_total": self.reading.incomplete,
-            "pulsarcast_readers": len(self.reading),
-            "pulsarcast_frames_in_total": transport.frames_in,
-            "pulsarcast_frames_out_total": transport.frames_out,
-            "pulsarcast_socket_writes_total": transport.writes,
-            "pulsarcast_bad_frames_total": transport.bad_frames,
-            "pulsarcast_signatures_total": self.signatures,
-            "pulsarcast_sign_failures_total": self.sign_failures,
-            "pulsarcast_sign_seconds_total": self.sign_seconds,
-            "pulsarcast_delegations_total": self.delegates.renewals if self.delegates else 0,
-            "pulsarcast_delegation_failures_total": (
-                self.delegates.failures if self.delegates else 0
-            ),
-            "pulsarcast_peers_disconnected_total": transport.disconnects,
-            "pulsarcast_connections_refused_total": transport.refused,
-            "pulsarcast_filtered_subscriptions": len(self.state.state.filters),
-            "pulsarcast_consumers": len(self.subs.registry),
-            # issue 15, NodeConfig.tree_filters: EVENTs sent down, sends pruned, and
-            # events received that nobody in this subtree wanted (false positives)
-            "pulsarcast_forwards_down_total": self.node.filter_forwards["down"],
-            "pulsarcast_forwards_pruned_total": self.node.filter_forwards["pruned"],
-            "pulsarcast_forwards_false_positive_total": (
-                self.node.filter_forwards["false_positive"]
-            ),
-        }
-        return self.metrics.prometheus({k: float(v) for k, v in gauges.items()})
+    @property
+    def running(self) -> bool:
+        """Whether the core node exists (the driver started)."""
+        return self._node is not None
+
+    @property
+    def topics_left_to_announcers(self) -> int:
+        """Subscribed topics this node leaves to closer announcers (:mod:`._announce`)."""
+        return len(self._not_announcing)
+
+    def metrics_text(self) -> bytes:
+        """``GET /metrics``: every family of :data:`._prometheus.FAMILIES`, built now."""
+        return exposition(self.registry)
+
+    def record_page(self, cursor: tuple[int, int] | None, limit: int) -> RecordPage | None:
+        """``GET /v1/records``: a page of this run's metric records after ``cursor``
+        (:mod:`._record_pages`), with every record written until now; ``None`` before
+        the records' file is open. Raises :class:`._record_pages.CursorError`."""
+        path = self.metrics.path
+        if path is None:
+            return None
+        self.metrics.flush()
+        return read_page(path, cursor, limit)
 
     # -- topic announcement and readers (docs/sidecar.md "History") --------------------
 

@@ -1,17 +1,16 @@
-"""Metric records (PROTOCOL.md §7, schema in ``pulsarcast_ipfs/records.py``) and
-Prometheus counters.
+"""Metric records (docs/protocol.md §7, schema in ``pulsarcast_ipfs/records.py``).
 
 Records go, one JSON line each, to ``<metrics-dir>/<run>-<peer>.jsonl``, rotated
-(renamed with a numeric suffix) at ``max_bytes``. A sampler appends a
-``resource_sample`` record for the sidecar process and, when its pid is known,
-Kubo, with Kubo's ``stats/bw`` totals and the Pulsarcast protocol's share.
+(renamed with a numeric suffix) at ``max_bytes``, and counted for ``/metrics``
+(:mod:`._prometheus`). A sampler appends a ``resource_sample`` record for the
+sidecar process and, when its pid is known, Kubo, with Kubo's ``stats/bw`` totals and
+the Pulsarcast protocol's share.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,26 +18,31 @@ import psutil
 
 from pulsarcast_ipfs.records import MetricRecord, RecordKind, RecordLines
 
+from ._prometheus import SidecarStats
+
 __all__ = ["MetricsWriter", "resource_records"]
 
 log = logging.getLogger("pulsarcast.sidecar.metrics")
 
 
 class MetricsWriter:
-    """Appends validated metric records and keeps counters for ``/metrics``."""
+    """Appends validated metric records (and counts them for ``/metrics``)."""
 
     def __init__(
-        self, directory: Path, *, run: str, system: str, max_bytes: int = 64 * 1024 * 1024
+        self,
+        directory: Path,
+        *,
+        run: str,
+        system: str,
+        max_bytes: int = 64 * 1024 * 1024,
+        stats: SidecarStats | None = None,
     ) -> None:
+        """``stats`` counts every record written, for ``/metrics``."""
         self.dir = directory
         self.run = run
         self.system = system
         self.max_bytes = max_bytes
-        self.counts: Counter[str] = Counter()
-        self.dropped: Counter[str] = Counter()
-        self.rpc_bytes: Counter[tuple[str, str]] = Counter()
-        self.latency_sum = 0.0
-        self.latency_count = 0
+        self.stats = stats
         self._file: IO[str] | None = None
         self._path: Path | None = None
         self._size = 0
@@ -56,16 +60,8 @@ class MetricsWriter:
         return self._path
 
     def write(self, record: MetricRecord) -> None:
-        kind = record.kind
-        self.counts[kind.value] += 1
-        f = record.fields
-        if kind is RecordKind.EVENT_DROPPED:
-            self.dropped[str(f.get("reason", "unknown"))] += 1
-        elif kind in (RecordKind.RPC_SENT, RecordKind.RPC_RECEIVED):
-            self.rpc_bytes[(kind.value, str(f.get("op", "")))] += int(f.get("bytes", 0))
-        elif kind is RecordKind.EVENT_DELIVERED:
-            self.latency_sum += float(f.get("latency", 0.0))
-            self.latency_count += 1
+        if self.stats is not None:
+            self.stats.record(record)
         if self._file is None:
             return
         try:
@@ -96,42 +92,6 @@ class MetricsWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-    def prometheus(self, gauges: dict[str, float]) -> str:
-        """The counters and ``gauges`` in Prometheus text format (version 0.0.4)."""
-        out: list[str] = [
-            "# HELP pulsarcast_records_total Metric records written, by kind.",
-            "# TYPE pulsarcast_records_total counter",
-        ]
-        for rk in RecordKind:
-            out.append(f'pulsarcast_records_total{{kind="{rk.value}"}} {self.counts[rk.value]}')
-        out += [
-            "# HELP pulsarcast_events_dropped_total Incoming events/requests refused, by reason.",
-            "# TYPE pulsarcast_events_dropped_total counter",
-        ]
-        for reason, n in sorted(self.dropped.items()):
-            out.append(f'pulsarcast_events_dropped_total{{reason="{_esc(reason)}"}} {n}')
-        out += [
-            "# HELP pulsarcast_rpc_bytes_total Tree RPC bytes, by direction and op.",
-            "# TYPE pulsarcast_rpc_bytes_total counter",
-        ]
-        for (kind, op), n in sorted(self.rpc_bytes.items()):
-            d = "sent" if kind == RecordKind.RPC_SENT.value else "received"
-            out.append(f'pulsarcast_rpc_bytes_total{{direction="{d}",op="{_esc(op)}"}} {n}')
-        out += [
-            "# HELP pulsarcast_delivery_latency_seconds Delivery latency from `created`.",
-            "# TYPE pulsarcast_delivery_latency_seconds summary",
-            f"pulsarcast_delivery_latency_seconds_sum {self.latency_sum}",
-            f"pulsarcast_delivery_latency_seconds_count {self.latency_count}",
-        ]
-        for name, value in sorted(gauges.items()):
-            out.append(f"# TYPE {name} gauge")
-            out.append(f"{name} {value}")
-        return "\n".join(out) + "\n"
-
-
-def _esc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def resource_records(

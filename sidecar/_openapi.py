@@ -27,6 +27,7 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("get", "/v1/topics/{cid}/history", "History in (clock, CID) order, cursor = event CID"),
     ("get", "/v1/events/{cid}", "An event descriptor (from any node, by CID)"),
     ("get", "/v1/deliveries", "NDJSON stream of deliveries, resumable by seq"),
+    ("get", "/v1/records", "A page of this sidecar's metric records, after a cursor"),
     ("get", "/metrics", "Prometheus text metrics"),
     ("get", "/openapi.json", "This document"),
 )
@@ -200,6 +201,22 @@ _CONSUMER = {
 }
 
 
+_RECORD_PAGE: dict[str, Any] = {
+    "type": "object",
+    "required": ["run", "node", "next", "more", "records"],
+    "properties": {
+        "run": {"type": "string"},
+        "node": {"type": "string"},
+        "next": {"type": "string"},
+        "more": {"type": "boolean"},
+        "records": {
+            "type": "array",
+            "items": {"type": "object", "description": "a metric record (docs/metrics.md)"},
+        },
+    },
+}
+
+
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -301,6 +318,21 @@ def _op(method: str, path: str, summary: str) -> dict[str, Any]:
             {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
         ]
         content = {"application/x-ndjson": {"schema": _ref("Delivery")}}
+    if path == "/v1/records":
+        params += [
+            {
+                "name": "after",
+                "in": "query",
+                "description": "cursor GENERATION:OFFSET (the previous page's next)",
+                "schema": {"type": "string", "pattern": "^[1-9][0-9]*:[0-9]+$"},
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 0, "maximum": 10000},
+            },
+        ]
+        content = {"application/json": {"schema": _ref("RecordPage")}}
     if path == "/metrics":
         content = {"text/plain": {"schema": {"type": "string"}}}
     op["responses"][ok] = {"description": "success", "content": content}
@@ -337,6 +369,7 @@ def openapi_document() -> dict[str, Any]:
                 "Subscribe": _SUBSCRIBE,
                 "OpenConsumer": _OPEN_CONSUMER,
                 "Consumer": _CONSUMER,
+                "RecordPage": _RECORD_PAGE,
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

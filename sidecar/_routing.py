@@ -1,4 +1,4 @@
-"""Closest-peer routing from Kubo's routing table (PROTOCOL.md §3).
+"""Closest-peer routing from Kubo's routing table (docs/protocol.md §3).
 
 The sidecar gives the core the union of Kubo's routing table (``stats/dht``, the
 local k-buckets, no network traffic) and its connected peers (``swarm/peers``)

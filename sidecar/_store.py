@@ -1,4 +1,4 @@
-"""Descriptor blocks in Kubo (PROTOCOL.md §5 "Persistence"; docs/sidecar.md "Providing").
+"""Descriptor blocks in Kubo (docs/protocol.md §5 "Persistence"; docs/sidecar.md "Providing").
 
 ``StoreBlock`` → the exact dag-cbor bytes stored in Kubo, in order, by one writer
 task: up to :data:`PUT_BATCH` queued blocks and :data:`PUT_BATCH_BYTES` bytes per

@@ -1,4 +1,4 @@
-"""Tree RPCs over Kubo stream mounting (PROTOCOL.md §6).
+"""Tree RPCs over Kubo stream mounting (docs/protocol.md §6).
 
 Incoming: ``p2p listen /x/pulsarcast/2.8.0 /ip4/127.0.0.1/tcp/<port>`` with
 ``report-peer-id``; every TCP connection Kubo makes to our port starts with the

@@ -238,7 +238,7 @@ def topic_table(rec: DataFrame, dd: DataFrame, iv: DataFrame, cfg: MeasureConfig
 def _with_meta(topics: DataFrame) -> DataFrame:
     """Add ``meta``: the topic is the meta topic of another topic of the same run.
 
-    PROTOCOL.md §5: creating topic ``X`` publishes its descriptor as an event on
+    docs/protocol.md §5: creating topic ``X`` publishes its descriptor as an event on
     ``meta-X``. A topic named ``meta-X`` is a meta topic when ``X`` is a topic
     present in the same (run, system); otherwise (``meta-foo`` with no ``foo``)
     it is an ordinary workload topic.

@@ -542,7 +542,8 @@ def _markdown(
             out += ["", "### Control traffic (meta topics)", ""]
             out.append(
                 "Topic descriptors published on `meta-<topic>` when a topic is created "
-                "(PROTOCOL.md §5); left out of the workload totals, the coverage and the plots."
+                "(docs/protocol.md §5); left out of the workload totals, the coverage and "
+                "the plots."
             )
             out.append("")
             rpcs = {r["topic"]: r for r in rpc_topics if (r["run"], r["system"]) == key}

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :data:`pulsarcast_ipfs.records.FIELDS` is the single source of the schema
-(PROTOCOL.md §7: "one documented schema shared by the sidecar, the simulator and
+(docs/protocol.md §7: "one documented schema shared by the sidecar, the simulator and
 the benchmark runner"). :func:`json_schema` turns it into a JSON-Schema document,
 which is checked in as ``spark/metrics_schema_v1.json`` (a test keeps the file
 equal to the function's output; regenerate it with

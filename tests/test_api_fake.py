@@ -22,6 +22,7 @@ import pytest
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.testing import Scrape
 from sidecar import Driver, SidecarConfig, build_app
 
 pytestmark = pytest.mark.anyio
@@ -113,8 +114,9 @@ async def test_a_topic_is_created_published_to_and_read_back(sc: Sidecar) -> Non
     assert delivered == cids  # the author is subscribed to its own topic
     st = (await sc.api.get("/v1/status")).json()
     assert [(t["root_cid"], t["role"]) for t in st["topics"]] == [(topic, "root")]
-    metrics = (await sc.api.get("/metrics")).text
-    assert "pulsarcast_topics 1.0" in metrics and "pulsarcast_deliveries_total 3.0" in metrics
+    metrics = Scrape.parse((await sc.api.get("/metrics")).text)
+    assert metrics.value("pulsarcast_topics") == 1
+    assert metrics.value("pulsarcast_deliveries_total") == 3
 
 
 async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
@@ -229,9 +231,10 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
     assert topic in json.loads((sc.state_dir / "state.json").read_text())["fast"]
     (st,) = (await sc.api.get("/v1/status")).json()["topics"]
     assert st["fast"]["subscribed_fast"] is True and st["fast"]["joined"] == []
-    metrics = (await sc.api.get("/metrics")).text
-    assert "pulsarcast_fast_deliveries_group_total 0.0" in metrics
-    assert "pulsarcast_fast_group_helpers 0.0" in metrics
+    metrics = Scrape.parse((await sc.api.get("/metrics")).text)
+    assert metrics.family("pulsarcast_fast_deliveries_total").type == "counter"
+    assert metrics.value("pulsarcast_fast_deliveries_total", path="group") == 0
+    assert metrics.family("pulsarcast_fast_group_helpers").samples[0].value == 0
     r = await sc.api.post(sub, json={})  # subscribing again without it turns it off
     assert r.json()["fast"] is False
     assert topic not in json.loads((sc.state_dir / "state.json").read_text())["fast"]
@@ -244,3 +247,33 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
     assert topic in doc["fast"] and doc["filters"] == {topic: "ups >= 10"}
     (st,) = (await sc.api.get("/v1/status")).json()["topics"]
     assert st["filter"] == "ups >= 10" and st["fast"]["subscribed_fast"] is True
+
+
+async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
+    topic = await _topic(sc)
+    for i in range(3):
+        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"e{i}"})
+        assert r.status_code == 200, r.text
+    head = (await sc.api.get("/v1/records", params={"limit": "0"})).json()
+    assert head["node"] == sc.kubo.signer.peer_id and head["records"] == []
+    got: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"limit": "2"} | ({"after": cursor} if cursor else {})
+        page = (await sc.api.get("/v1/records", params=params)).json()
+        assert page["run"] == head["run"] and len(page["records"]) <= 2
+        got += page["records"]
+        cursor = page["next"]
+        if not page["more"]:
+            break
+    sc.driver.metrics.flush()
+    written = [json.loads(x) for x in (sc.driver.metrics.path or Path()).read_text().splitlines()]
+    assert got == written and any(r["kind"] == "event_injected" for r in got)
+    again = (await sc.api.get("/v1/records", params={"after": cursor})).json()
+    assert again["records"] == [] or again["records"][0] == written[len(got)]
+    far = await sc.api.get("/v1/records", params={"after": "1:99999999"})
+    msg = _error(far, 400, "bad_request")
+    assert "past the end" in msg
+    _error(await sc.api.get("/v1/records", params={"after": "x"}), 400, "bad_request")
+    _error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
+    _error(await sc.api.get("/v1/records", params={"limit": "10001"}), 400, "bad_request")

@@ -14,6 +14,7 @@ from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.bench._systems import parse_forward_counts
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.testing import Scrape
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
 
@@ -118,8 +119,10 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
         st = (await sc.api.get("/v1/status")).json()
         assert st["topics"][0]["filter"] == canonical
         metrics = (await sc.api.get("/metrics")).text
-        assert "pulsarcast_filtered_subscriptions 1.0" in metrics
-        assert "pulsarcast_forwards_false_positive_total 0.0" in metrics
+        scrape = Scrape.parse(metrics)
+        assert scrape.value("pulsarcast_filtered_subscriptions") == 1
+        assert scrape.family("pulsarcast_forwards_false_positive_total").type == "counter"
+        assert scrape.value("pulsarcast_forwards_false_positive_total") == 0
         # what the benchmark reads from every sidecar (forwards.json)
         assert parse_forward_counts(metrics) == {"down": 0, "pruned": 0, "false_positive": 0}
     state = json.loads((tmp_path / "state.json").read_text())

@@ -10,7 +10,6 @@ and those two, none of the other three.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 import anyio
@@ -19,7 +18,7 @@ import pytest
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.cluster._faults import setup_topic
 from pulsarcast_ipfs.core import cid_from_str
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import Scrape, wait_until
 from sidecar._announce import announcers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubo, pytest.mark.cluster]
@@ -37,10 +36,8 @@ async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
 
 async def _gauge(sc: LocalSidecarCluster, i: int, name: str) -> float:
     async with sc.client(i) as c:
-        text = (await c.get("/metrics")).text
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert found, name
-    return float(found.group(1))
+        scrape = Scrape.parse((await c.get("/metrics")).text)
+    return scrape.value(name)
 
 
 async def _providers(

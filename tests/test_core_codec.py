@@ -1,4 +1,4 @@
-"""RPC frames (PROTOCOL.md §6): round trip, incremental decoding, limits, fuzzing."""
+"""RPC frames (docs/protocol.md §6): round trip, incremental decoding, limits, fuzzing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Descriptors (PROTOCOL.md §4): round trip, canonical bytes, strict decoding."""
+"""Descriptors (docs/protocol.md §4): round trip, canonical bytes, strict decoding."""
 
 from __future__ import annotations
 

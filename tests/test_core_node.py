@@ -1,7 +1,7 @@
-"""The node state machine (PROTOCOL.md §5-§7) on small in-memory networks.
+"""The node state machine (docs/protocol.md §5-§7) on small in-memory networks.
 
 Time is virtual and stepped by hand (CoreNet.run_for); every run is bounded.
-Each mistake of PROTOCOL.md §8 has a test named ``test_s8_...``.
+Each mistake of docs/protocol.md §8 has a test named ``test_s8_...``.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def test_a_censor_is_left_for_one_publishers_events() -> None:
         return ev is not None and ev[1].publisher == victim
 
     net.drop_if = censor
-    cids = publish_many(net, topic, [victim, *others], 30)
+    cids = publish_many(net, topic, [victim, *others], 60)
     for p in below:
         assert set(cids) <= set(net.delivered(p, topic)), p
     recs = [
@@ -225,3 +225,25 @@ def test_watch_is_validated_and_bounded() -> None:
     assert taken.count(True) == 64  # MAX_WATCHERS: the rest are not answered
     assert len(g.watchers(1.0, topic)) == 64
     assert g.watchers(61.0, topic) == []  # expired
+
+
+def test_flat_trees_send_exactly_what_they_sent_without_witnesses() -> None:
+    """Every member's parent is the author (flat trees): nobody watches, so the
+    nodes' outputs are byte for byte those with witnesses off (the clean-run cost)."""
+
+    def run(witnesses: int) -> list[tuple[str, bytes]]:
+        net = CoreNet(12, seed=4, config=NodeConfig(witnesses=witnesses), loss=0.02)
+        author = net.peers[0]
+        topic = net.call(author, "create_topic", "flat")
+        net.run_for(0.5)
+        for p in net.peers[1:]:
+            net.call(p, "subscribe", topic)
+        net.run_for(8)
+        for i in range(30):
+            net.call(net.peers[1 + i % 11], "publish", topic, b"f%d" % i)
+            net.run_for(0.3)
+        net.run_for(20)
+        assert all(net.nodes[p].topic_state(topic).parent == author for p in net.peers[1:])
+        return [(s.peer, s.data) for p in net.peers for s in net.logs[p].sent]
+
+    assert run(2) == run(0)

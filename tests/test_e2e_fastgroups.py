@@ -10,7 +10,6 @@ its members again and nothing is lost.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import Scrape, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio]
 
@@ -60,10 +59,8 @@ async def fast_of(sc: LocalSidecarCluster, i: int, topic: str) -> dict[str, Any]
 
 
 async def group_event_bytes(sc: LocalSidecarCluster, i: int) -> int:
-    text = await ok(sc, i, "GET", "/metrics")
-    line = r'pulsarcast_rpc_bytes_total\{direction="received",op="GROUP_EVENT"\} (\d+)'
-    m = re.search(line, text)
-    return int(m.group(1)) if m else 0
+    scrape = Scrape.parse(await ok(sc, i, "GET", "/metrics"))
+    return int(scrape.value("pulsarcast_rpc_bytes_total", direction="received", op="GROUP_EVENT"))
 
 
 async def test_fast_subscribers_get_group_traffic_exactly_once_and_survive_a_helper(

@@ -32,7 +32,7 @@ from _cluster_http import deliveries, ok, wait_joined
 from multiformats import CID  # the independent reader: multiformats, not ours
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import Scrape, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(600)]
 
@@ -191,8 +191,8 @@ async def test_durable_after_the_publisher_is_gone_and_gc(
     async def pinned() -> bool:  # an event is safe from a repo gc once pinned, within
         for i in SUBSCRIBERS:  # seconds (a block collected before is put again, tested
             async with sc.client(i) as c:  # in test_kubo_client.py)
-                metrics = (await c.get("/metrics")).text
-            if "\npulsarcast_blocks_store_pending 0.0\n" not in metrics:
+                metrics = Scrape.parse((await c.get("/metrics")).text)
+            if metrics.value("pulsarcast_blocks_store_pending") != 0:
                 return False
         return True
 

@@ -1,4 +1,4 @@
-"""Integration tests of the Kubo RPC client against real Kubo daemons (PROTOCOL.md §2)."""
+"""Integration tests of the Kubo RPC client against real Kubo daemons (docs/protocol.md §2)."""
 
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ async def test_find_peer_and_routing_table(kubo_pair: LocalCluster) -> None:
     assert lan[0].connected
     assert table.peers("wan") == ()
     assert b_node.peer_id in {p.peer_id for p in peers}
-    # The node itself is ranked too (PROTOCOL.md §3): closest to itself is itself.
+    # The node itself is ranked too (docs/protocol.md §3): closest to itself is itself.
     ranking = closest_known_peers(a_node.peer_id, table, self_id=a_node.peer_id)
     assert ranking == [a_node.peer_id, b_node.peer_id]
     nearest_to_b = closest_known_peers(peer_position(b_node.peer_id), table)

@@ -44,7 +44,7 @@ def client(sc: LocalSidecarCluster, i: int, *, reconnect_attempts: int = 5) -> A
 
 async def join(pc: AsyncClient, topic: str) -> None:
     """Subscribe and wait until the node has a parent in the tree: ``subscribe``
-    answers once the subscription is recorded, the JOIN travels on (PROTOCOL.md §5)."""
+    answers once the subscription is recorded, the JOIN travels on (docs/protocol.md §5)."""
     assert await pc.subscribe(topic) == topic
 
     async def joined() -> bool:

@@ -21,7 +21,7 @@ from multiformats import CID, multihash
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import Join, NodeConfig, TopicDescriptor, encode_frame
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import Scrape, wait_until
 from sidecar import ConfigError, Driver, load_config, serve_api
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -200,10 +200,7 @@ def test_off_loopback_needs_a_token(tmp_path: Path) -> None:
 
 
 async def _metric(api: httpx.AsyncClient, name: str) -> float:
-    text = (await api.get("/metrics")).text
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert m is not None, name
-    return float(m.group(1))
+    return Scrape.parse((await api.get("/metrics")).text).value(name)
 
 
 async def test_p2p_listener_accepts_only_the_pulsarcast_protocol(

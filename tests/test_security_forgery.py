@@ -41,7 +41,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import Scrape, wait_until
 
 T0 = 1_800_000_000.0
 AUTHOR, ME, ALLOWED, MALLORY, CHILD = make_peer_ids(5, seed=77)
@@ -180,12 +180,11 @@ async def signed_cluster(anyio_backend: str) -> AsyncIterator[LocalSidecarCluste
 
 
 def _dropped(metrics: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith("pulsarcast_events_dropped_total{"):
-            reason = line.split('reason="', 1)[1].split('"', 1)[0]
-            out[reason] = float(line.rsplit(" ", 1)[1])
-    return out
+    scrape = Scrape.parse(metrics)
+    return {
+        s.labels["reason"]: s.value
+        for s in scrape.family("pulsarcast_events_dropped_total").samples
+    }
 
 
 @pytest.mark.cluster
@@ -284,12 +283,10 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
         d0 = _dropped(m0)
         assert d0.get("unsigned", 0) == 0 and d0.get("bad_signature", 0) == 0
         # sidecar 0 signed the topic and its delegation through Kubo key/sign
-        gauges = dict(
-            line.split(" ", 1) for line in m0.splitlines() if line and not line.startswith("#")
-        )
-        assert float(gauges["pulsarcast_signatures_total"]) >= 2
-        assert float(gauges["pulsarcast_delegations_total"]) == 1
-        assert float(gauges["pulsarcast_sign_failures_total"]) == 0
+        counters = Scrape.parse(m0)
+        assert counters.value("pulsarcast_signatures_total") >= 2
+        assert counters.value("pulsarcast_delegations_total") == 1
+        assert counters.value("pulsarcast_sign_failures_total") == 0
 
 
 def _free_port() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import re
 import socket
 from collections.abc import AsyncIterator
 
@@ -16,7 +15,7 @@ import pytest
 
 from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import Scrape, wait_until
 from sidecar import Driver, load_config, serve_api
 
 pytestmark = [pytest.mark.kubo, pytest.mark.anyio]
@@ -154,16 +153,14 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
     assert base64.b64decode(ev["payload"]) == b"two"
     assert (seen[0]["parents"], seen[0]["clock"]) == ([], 0)
     err(await api.get(f"/v1/events/{cid}"), 404, "unknown_event")
-    metrics = (await api.get("/metrics")).text
-    published = re.search(r'pulsarcast_records_total\{kind="event_published"\} (\d+)', metrics)
-    assert published and int(published.group(1)) == 3  # two events and the topic on its meta topic
-    assert "pulsarcast_deliveries_total 2.0" in metrics
+    metrics = Scrape.parse((await api.get("/metrics")).text)
+    # two events and the topic on its meta topic
+    assert metrics.value("pulsarcast_records_total", kind="event_published") == 3
+    assert metrics.value("pulsarcast_deliveries_total") == 2
     await _history_pages_and_bad_queries(api, cid, events)
 
     def gauge(text: str, name: str) -> float:
-        found = re.search(rf"^{name} (\S+)$", text, re.M)
-        assert found, name
-        return float(found.group(1))
+        return Scrape.parse(text).value(name)
 
     async def announced() -> bool:
         # The topic and its meta topic, pinned and announced once each when they were

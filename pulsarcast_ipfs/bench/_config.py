@@ -69,7 +69,7 @@ DEFAULT_RATE: Final = 5.0
 """The default ``--rate`` (aggregate events per second): a rate that every system
 sustains on the default cluster (:data:`DEFAULT_NODES` nodes, ``normal`` condition),
 at or below every system's knee (docs/benchmark.md, "Sweeps"). Measured by the
-sweep of run set "s6b" (BENCHMARKS.md): knee 5 for Pulsarcast, 20 for gossipsub on
+sweep of run set "s6b" (docs/benchmark-history.md): knee 5 for Pulsarcast, 20 for gossipsub on
 the shared 2-core machine. It was 50, which neither sustained there."""
 
 

@@ -1,6 +1,6 @@
 """Per-node metric record files and resource samples written by the runner.
 
-Records follow ``pulsarcast_ipfs/records.py`` (PROTOCOL.md §7): one JSON line per
+Records follow ``pulsarcast_ipfs/records.py`` (docs/protocol.md §7): one JSON line per
 happening, validated by :meth:`MetricRecord.to_json`, in
 ``RUN_DIR/<system>-<condition>/node-<i>.jsonl``. The runner writes every record
 of the Kubo baselines (subscribed, injected, published, delivered) and, for all

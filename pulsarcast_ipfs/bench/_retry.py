@@ -3,7 +3,7 @@ subscription that timed out (both kinds of system).
 
 On an overloaded machine (100 nodes: 200 processes on 2 cores) a publish call to a
 node's local API sometimes cannot even connect within the client's connect timeout
-(BENCHMARKS.md, 100 nodes: 37 of 200 calls to Kubo's ``pubsub/pub`` and 46 of 200
+(docs/benchmark-history.md, 100 nodes: 37 of 200 calls to Kubo's ``pubsub/pub`` and 46 of 200
 to the sidecar's API, all ``ConnectTimeout``). Nothing was sent then, so the node
 cannot have published: trying again publishes the event at most once, as an
 application would. Any other failure of a publish (refused, no answer after

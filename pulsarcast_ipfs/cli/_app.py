@@ -88,7 +88,7 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
     topic: argparse.ArgumentParser = sub.add_parser(
         "topic",
         help="create, show and update topics",
-        description="Create, show and update topics (PROTOCOL.md §5).",
+        description="Create, show and update topics (docs/protocol.md §5).",
     )
     actions = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
 

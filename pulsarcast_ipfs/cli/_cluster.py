@@ -1,6 +1,6 @@
 """``pulsarcast cluster up|status|down``: a local Kubo cluster that outlives the command.
 
-``up`` starts N daemons (PROTOCOL.md §2 configuration) detached from the terminal
+``up`` starts N daemons (docs/protocol.md §2 configuration) detached from the terminal
 and records them in a state directory; ``status`` and ``down`` find them there
 from any other process.
 """

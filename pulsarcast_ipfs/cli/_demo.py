@@ -1,8 +1,8 @@
 """``pulsarcast demo`` (``make demo``): Pulsarcast end to end on one machine.
 
-What it does, stage by stage (PROTOCOL.md §5 for each operation):
+What it does, stage by stage (docs/protocol.md §5 for each operation):
 
-1. starts a local cluster: N Kubo daemons (PROTOCOL.md §2 configuration) with a
+1. starts a local cluster: N Kubo daemons (docs/protocol.md §2 configuration) with a
    ``pulsarcast-sidecar`` beside each (:class:`LocalSidecarCluster`), sidecars
    keeping one known peer per k-bucket so that a small cluster still grows trees
    with relays;
@@ -15,7 +15,7 @@ What it does, stage by stage (PROTOCOL.md §5 for each operation):
    on ``alerts`` is refused (the SDK's ``NotAllowed``, printed as the CLI would);
 5. it waits for every expected delivery and prints them per node, then each node's
    role, parent and children per topic, and one node's view of the history;
-6. it stops the sidecars gracefully, copies every node's metric records (PROTOCOL.md
+6. it stops the sidecars gracefully, copies every node's metric records (docs/protocol.md
    §7) to ``--out`` (default ``./runs/demo-<timestamp>``) and tears the cluster
    down, also on Ctrl-C or an error.
 

@@ -6,7 +6,7 @@ the fault scenarios and the integration tests::
     async with LocalCluster(config=ClusterConfig(nodes=4, toxiproxy=True)) as cluster:
         async with cluster[3].client() as kubo: ...
 
-starts real Kubo daemons (PROTOCOL.md §2), connected into a LAN DHT, optionally
+starts real Kubo daemons (docs/protocol.md §2), connected into a LAN DHT, optionally
 behind per-node Toxiproxy proxies. :class:`LocalSidecarCluster` adds a
 ``pulsarcast-sidecar`` subprocess beside each daemon; :data:`SCENARIOS` are the
 fault scenarios run on one (docs/faults.md), :data:`ATTACK_SCENARIOS` those with

@@ -9,7 +9,7 @@ missed or got twice which event, and the figures (recovery time, latencies).
 ``tests/test_faults_cluster.py`` asserts on the results, ``benchmarks/faults.py``
 repeats the scenarios and prints the figures.
 
-The guarantee checked (PROTOCOL.md §5 "History and eventual delivery"): every
+The guarantee checked (docs/protocol.md §5 "History and eventual delivery"): every
 event whose publish call succeeded is delivered exactly once to every subscriber
 alive at the end, killed-and-restarted subscribers included (persisted state and
 gap repair), killed-and-not-restarted ones excluded. Deliveries are read from each

@@ -2,7 +2,7 @@
 
 A node is ``ipfs init --profile=test,pebbleds --empty-repo`` (:data:`INIT_PROFILES`)
 plus :func:`kubo_settings`
-(PROTOCOL.md §2), written into the repo's ``config`` file before the daemon starts
+(docs/protocol.md §2), written into the repo's ``config`` file before the daemon starts
 (compose/kubo-init.sh applies the same keys; tests/test_compose.py keeps them equal).
 """
 
@@ -23,9 +23,9 @@ __all__ = ["INIT_PROFILES", "configure_repo", "daemon_command", "init_repo", "ku
 INIT_PROFILES = "test,pebbleds"
 """``ipfs init --profile=…`` of every node. ``pebbleds``: Kubo's Pebble datastore
 for blocks, pins and the rest, instead of the default flatfs (one file per block) +
-LevelDB. Every Pulsarcast subscriber stores and pins each event it keeps (PROTOCOL.md
+LevelDB. Every Pulsarcast subscriber stores and pins each event it keeps (docs/protocol.md
 §5); with flatfs Kubo's block store was 65-70 % of Kubo's CPU at 20 events/s
-(BENCHMARKS.md "Issue 13, session 10"), and a ``block/put`` cost 395-540 µs of
+(docs/benchmark-history.md "Issue 13, session 10"), and a ``block/put`` cost 395-540 µs of
 Kubo CPU against 70-130 µs with Pebble (``benchmarks/kubo_store.py``). The
 pub-sub baselines store nothing, so the datastore does not change their figures."""
 

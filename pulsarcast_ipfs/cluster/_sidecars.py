@@ -28,6 +28,7 @@ on exit (processes killed, directories removed).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -64,7 +65,7 @@ START_CONCURRENCY = 16
 """Sidecars started at once, each until its ``/health`` answers. All 100 of a
 100-node cluster at once on 2 cores: 64 had not even logged a line after
 ``start_timeout`` (60 s), their imports starved by each other and by 100 Kubo
-daemons (BENCHMARKS.md, session 12)."""
+daemons (docs/benchmark-history.md, session 12)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -171,10 +172,25 @@ class LocalSidecarCluster:
             async with anyio.create_task_group() as tg:
                 for i in self.sidecars:
                     tg.start_soon(start_one, i)
+            self.write_manifest()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.stop()
             raise
+
+    def write_manifest(self) -> Path:
+        """``sidecars.json`` in :attr:`base_dir`: every sidecar's name, peer and API
+        (what ``pulsarcast collect --cluster DIR`` reads)."""
+        path = self.base_dir / "sidecars.json"
+        doc = {
+            "run": self.run,
+            "sidecars": [
+                {"name": f"sidecar{i}", "peer_id": sc.kubo.peer_id, "api": sc.api_url}
+                for i, sc in sorted(self.sidecars.items())
+            ],
+        }
+        path.write_text(json.dumps(doc, indent=2))
+        return path
 
     def _command(self, sc: SidecarProcess) -> list[str]:
         cmd = [

@@ -1,6 +1,6 @@
 """A local cluster of real Kubo daemons on loopback, optionally behind Toxiproxy.
 
-Each node is a stock Kubo daemon with its own repo, configured as PROTOCOL.md §2
+Each node is a stock Kubo daemon with its own repo, configured as docs/protocol.md §2
 asks for a private cluster on loopback: ``ipfs init --profile=test,pebbleds``, a DHT server
 (``Routing.Type=dhtserver``) with ``Routing.LoopbackAddressesOnLanDHT=true``, no
 bootstrap peers, ``Experimental.Libp2pStreamMounting=true``,

@@ -1,4 +1,4 @@
-"""The pure Pulsarcast protocol core (PROTOCOL.md §4-§7; contract in docs/core-api.md).
+"""The pure Pulsarcast protocol core (docs/protocol.md §4-§7; contract in docs/core-api.md).
 
 No clocks, no I/O, no global randomness: inputs carry ``now``, outputs are
 returned to the driver (the simulator or the sidecar).

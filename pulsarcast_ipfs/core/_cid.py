@@ -1,4 +1,4 @@
-"""The project's CID type: a content identifier kept as its binary form (PROTOCOL.md §3).
+"""The project's CID type: a content identifier kept as its binary form (docs/protocol.md §3).
 
 Why not ``multiformats.CID`` itself: its constructor type-checks every argument at
 run time (``typing_validation``), about 60-100 µs a CID, and every received event

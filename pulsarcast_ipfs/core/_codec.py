@@ -1,4 +1,4 @@
-"""Tree RPC messages and their frames (PROTOCOL.md §6).
+"""Tree RPC messages and their frames (docs/protocol.md §6).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""A small, strict DAG-CBOR codec with memoised CIDs (PROTOCOL.md §3, §4, §6).
+"""A small, strict DAG-CBOR codec with memoised CIDs (docs/protocol.md §3, §4, §6).
 
 Why not ``dag_cbor`` directly: it (and ``multiformats``) type-check every call
 at run time, which costs 0.1-0.5 ms per CID or block — a 1,000-node simulation

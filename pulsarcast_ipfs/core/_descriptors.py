@@ -1,4 +1,4 @@
-"""Topic and event descriptors: immutable dag-cbor blocks (PROTOCOL.md §3, §4).
+"""Topic and event descriptors: immutable dag-cbor blocks (docs/protocol.md §3, §4).
 
 Theory of operation
 -------------------
@@ -10,7 +10,7 @@ supported ``protocolVersion``, link targets that are CIDv1 dag-cbor sha2-256,
 canonical peer IDs, canonical bytes: re-encoding must give the input back) and
 checks ``expected_cid`` if given. Every failure is a :class:`DescriptorError`.
 
-Wire shapes (PROTOCOL.md §4; links are CBOR tag 42)::
+Wire shapes (docs/protocol.md §4; links are CBOR tag 42)::
 
     topic = {"name": str, "author": peer-id, "parent": CID | null,
              "#": {"meta": CID, "<sub-topic name>": CID, ...},
@@ -110,7 +110,7 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION: Final = "2.0.0"
-"""The unsigned ``protocolVersion`` (PROTOCOL.md §4), written when signatures are off."""
+"""The unsigned ``protocolVersion`` (docs/protocol.md §4), written when signatures are off."""
 SIGNED_VERSION: Final = "2.1.0"
 """The signed ``protocolVersion`` (docs/security.md "Signatures")."""
 DELEGATED_VERSION: Final = "2.2.0"
@@ -174,7 +174,7 @@ _MAX_TS: Final = 253402300799.0  # 9999-12-31T23:59:59Z
 
 
 class EventLinking(enum.StrEnum):
-    """How a publisher chooses an event's ``parents`` (PROTOCOL.md §5 "Event linking")."""
+    """How a publisher chooses an event's ``parents`` (docs/protocol.md §5 "Event linking")."""
 
     LAST_SEEN = "LAST_SEEN"
     """``parents`` are the heads the publisher knows in the topic (its newest
@@ -497,7 +497,7 @@ class _Block:
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class TopicDescriptor(_Block):
-    """A topic descriptor (PROTOCOL.md §4). Equal when their CIDs are equal."""
+    """A topic descriptor (docs/protocol.md §4). Equal when their CIDs are equal."""
 
     name: str
     author: str
@@ -696,7 +696,7 @@ class TopicDescriptor(_Block):
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class EventDescriptor(_Block):
-    """An event descriptor (PROTOCOL.md §4). Equal when their CIDs are equal."""
+    """An event descriptor (docs/protocol.md §4). Equal when their CIDs are equal."""
 
     topic: CID
     author: str

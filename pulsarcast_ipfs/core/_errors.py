@@ -51,15 +51,18 @@ class UnknownTopic(LocalProtocolError):
 
 
 class NotAllowedToPublish(LocalProtocolError):
-    """This node may neither publish in the topic nor request to publish (PROTOCOL.md §5)."""
+    """This node may neither publish in the topic nor request to publish (docs/protocol.md §5)."""
 
 
 class InvalidParent(LocalProtocolError):
-    """The parent named for a CUSTOM-linked event is no event this node knows (PROTOCOL.md §5)."""
+    """The parent named for a CUSTOM-linked event is no event this node knows.
+
+    docs/protocol.md §5 "Event linking".
+    """
 
 
 class TopicConflict(LocalProtocolError):
-    """The parent named for a CUSTOM-linked event belongs to another topic (PROTOCOL.md §5)."""
+    """The parent named for a CUSTOM-linked event belongs to another topic (docs/protocol.md §5)."""
 
 
 class InvalidAttributes(LocalProtocolError):
@@ -81,4 +84,4 @@ class RemoteProtocolError(PulsarcastError):
 
 
 class DescriptorError(RemoteProtocolError):
-    """Descriptor bytes are not a valid topic or event descriptor (PROTOCOL.md §4)."""
+    """Descriptor bytes are not a valid topic or event descriptor (docs/protocol.md §4)."""

@@ -1,4 +1,4 @@
-"""A topic's history: the retained events of its DAG, in one total order (PROTOCOL.md §5).
+"""A topic's history: the retained events of its DAG, in one total order (docs/protocol.md §5).
 
 Theory of operation
 -------------------

@@ -53,7 +53,7 @@ class SendRpc:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreBlock:
-    """Store these exact bytes as a dag-cbor block (PROTOCOL.md §5 "Persistence").
+    """Store these exact bytes as a dag-cbor block (docs/protocol.md §5 "Persistence").
 
     Fire-and-forget: the core never waits for it (§8). ``own``: a block this node
     made (a topic version it authored, an event it published, also for a

@@ -125,7 +125,7 @@ class Liveness(NodeBase):
         stays it if the new one refuses or does not answer in time while the laggard
         still answers (the next lag check may try again). Trying peer after peer, as
         a lost parent does, made a JOIN storm where every peer lags (50 nodes on 2
-        cores: BENCHMARKS.md, session 12; ``benchmarks/lag_churn.py``); a laggard
+        cores: docs/benchmark-history.md, session 12; ``benchmarks/lag_churn.py``); a laggard
         silent all along may be dead, and then the next peers are tried."""
         self._pings.pop(peer, None)
         self._suspect[peer] = now + self.config.suspect_ttl

@@ -1,4 +1,4 @@
-"""The Pulsarcast node: PROTOCOL.md §5-§7 as a pure state machine.
+"""The Pulsarcast node: docs/protocol.md §5-§7 as a pure state machine.
 
 Theory of operation
 -------------------

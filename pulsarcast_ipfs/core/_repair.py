@@ -49,7 +49,7 @@ class Repair(NodeBase):
     """Repair (a part of :class:`~._node.PulsarcastNode`)."""
 
     def _retains(self, tree: Tree) -> bool:
-        """Whether this node keeps the topic's history (PROTOCOL.md §5 Persistence)."""
+        """Whether this node keeps the topic's history (docs/protocol.md §5 Persistence)."""
         return (
             tree.author == self.peer_id
             or tree.subscribed

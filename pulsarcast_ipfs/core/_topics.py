@@ -412,7 +412,7 @@ class Topics(NodeBase):
         self._maybe_leave(now, tree)
 
     def read(self, now: float, topic_cid: CID, *, holders: Iterable[str] = ()) -> None:
-        """Read a topic's history without subscribing (a *reader*, PROTOCOL.md §5).
+        """Read a topic's history without subscribing (a *reader*, docs/protocol.md §5).
 
         The node resolves the topic (fetching its descriptor), joins its tree like a
         relay, keeps its history within the retention policy and back-fills it from

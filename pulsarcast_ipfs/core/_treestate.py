@@ -1,4 +1,4 @@
-"""The dissemination tree of one topic, as a state machine (Algorithm 2, PROTOCOL.md §5-§6).
+"""The dissemination tree of one topic, as a state machine (Algorithm 2, docs/protocol.md §5-§6).
 
 Theory of operation
 -------------------

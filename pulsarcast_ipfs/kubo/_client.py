@@ -1,6 +1,6 @@
-"""Async client of Kubo's HTTP RPC API, covering what Pulsarcast needs (PROTOCOL.md §2).
+"""Async client of Kubo's HTTP RPC API, covering what Pulsarcast needs (docs/protocol.md §2).
 
-RPC facts it relies on (PROTOCOL.md §2): every call is POST; positional arguments
+RPC facts it relies on (docs/protocol.md §2): every call is POST; positional arguments
 are repeated ``arg=``; pubsub topics are multibase base64url (``u…``);
 ``block/put?cid-codec=dag-cbor&mhtype=sha2-256`` stores the exact bytes given
 (one multipart file per block, many per request; the answer is one
@@ -814,7 +814,7 @@ class KuboClient:
         """``p2p/listen``: accept ``protocol`` streams and forward them to the TCP ``target``.
 
         With ``report_peer_id`` every incoming connection starts with the sender's
-        peer ID (base58 text) and ``\\n`` (PROTOCOL.md §6).
+        peer ID (base58 text) and ``\\n`` (docs/protocol.md §6).
         """
         params = [
             ("arg", protocol),

@@ -81,7 +81,7 @@ class KuboFeatureDisabled(KuboAPIError):
 
 
 class KuboStreamMountingDisabled(KuboFeatureDisabled):
-    """``p2p`` calls need ``Experimental.Libp2pStreamMounting=true`` (PROTOCOL.md §2)."""
+    """``p2p`` calls need ``Experimental.Libp2pStreamMounting=true`` (docs/protocol.md §2)."""
 
 
 class KuboPubsubDisabled(KuboFeatureDisabled):

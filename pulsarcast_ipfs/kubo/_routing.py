@@ -1,4 +1,4 @@
-"""Kademlia helpers over a Kubo routing-table snapshot (PROTOCOL.md §3).
+"""Kademlia helpers over a Kubo routing-table snapshot (docs/protocol.md §3).
 
 "The 'closest known peer' to X is computed by the sidecar from ``stats/dht``
 plus currently connected peers, and includes the node itself in the ranking."
@@ -18,7 +18,7 @@ __all__ = ["closest_known_peers", "dag_cbor_cid", "parse_stats_dht"]
 
 
 def dag_cbor_cid(data: bytes) -> CID:
-    """The CIDv1 (dag-cbor, sha2-256) of exact block bytes (PROTOCOL.md §3).
+    """The CIDv1 (dag-cbor, sha2-256) of exact block bytes (docs/protocol.md §3).
 
     The core's codec builds it without ``multiformats``' run-time type validation
     (~100 µs a call, once per block stored: issue 13's profile of the sidecar);

@@ -108,7 +108,7 @@ class AsyncClient:
         request_to_publish: Peers = None,
         event_linking: EventLinking | str | None = None,
     ) -> Topic:
-        """Create a topic (PROTOCOL.md §5 "Create topic"); with ``parent``, a sub-topic
+        """Create a topic (docs/protocol.md §5 "Create topic"); with ``parent``, a sub-topic
         or new version sharing the parent's meta topic. Options left ``None`` take the
         sidecar's defaults; a list of peers enables the set for exactly those peers."""
         return await self._send(
@@ -133,7 +133,7 @@ class AsyncClient:
         request_to_publish: Peers = None,
         event_linking: EventLinking | str | None = None,
     ) -> Topic:
-        """Publish a new version of a topic on its meta topic (PROTOCOL.md §5)."""
+        """Publish a new version of a topic on its meta topic (docs/protocol.md §5)."""
         return await self._send(
             _calls.update_topic(
                 cid,
@@ -144,7 +144,7 @@ class AsyncClient:
         )
 
     async def subscribe(self, cid: str, *, fast: bool = False, filter: str | None = None) -> str:
-        """Subscribe this node (PROTOCOL.md §5 "Subscribe"); returns the topic's root CID.
+        """Subscribe this node (docs/protocol.md §5 "Subscribe"); returns the topic's root CID.
 
         ``fast``: also join the fast group of each publisher of the topic, which then
         sends its events here directly, in two hops at most (docs/sdk.md "Fast
@@ -234,7 +234,7 @@ class AsyncClient:
         inject_id: str | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
     ) -> PublishOutcome:
-        """Publish ``data`` (PROTOCOL.md §5 "Publish"): ``str`` travels as UTF-8 text,
+        """Publish ``data`` (docs/protocol.md §5 "Publish"): ``str`` travels as UTF-8 text,
         ``bytes`` as they are. A node that may only request to publish gets
         ``status == "requested"``; one that may do neither gets :class:`NotAllowed`.
         ``inject_id`` labels the publish in the metric records (benchmarks).
@@ -258,7 +258,7 @@ class AsyncClient:
         before: str | None = None,
         where: str | None = None,
     ) -> HistoryPage:
-        """One page of the topic's history (PROTOCOL.md §5 "History"), in the order
+        """One page of the topic's history (docs/protocol.md §5 "History"), in the order
         ``(clock, CID)`` that is the same on every node: ``newest`` first or ``oldest``
         first, strictly after the cursor ``after`` (the previous page's ``next``).
         ``before`` is the deprecated old name of ``after`` (newest first only).

@@ -99,7 +99,7 @@ class ClientConfig:
 
 
 class EventLinking(enum.StrEnum):
-    """How a topic's events choose their ``parents`` (PROTOCOL.md §5 "Event linking"):
+    """How a topic's events choose their ``parents`` (docs/protocol.md §5 "Event linking"):
     ``LAST_SEEN`` links every head the publisher knows, ``CUSTOM`` the one given."""
 
     LAST_SEEN = "LAST_SEEN"
@@ -180,7 +180,7 @@ def _created(doc: Mapping[str, Any], what: str) -> datetime:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PeerSet:
-    """A topic's ``allowedPublishers`` or ``requestToPublish`` (PROTOCOL.md §4).
+    """A topic's ``allowedPublishers`` or ``requestToPublish`` (docs/protocol.md §4).
 
     ``allowed_publishers``: disabled means anyone may publish; enabled, only ``peers``.
     ``request_to_publish``: enabled with no ``peers`` means anyone may ask.
@@ -216,7 +216,7 @@ class PeerSet:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Topic:
-    """A topic descriptor version (PROTOCOL.md §4), as ``GET /v1/topics/{cid}`` shows it.
+    """A topic descriptor version (docs/protocol.md §4), as ``GET /v1/topics/{cid}`` shows it.
 
     ``root_cid`` is the topic's first version (its stable identity); ``latest`` the
     newest version the sidecar knows (only on ``get_topic``).
@@ -293,7 +293,7 @@ class Topic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
-    """An event descriptor (PROTOCOL.md §4); ``payload`` decoded from base64.
+    """An event descriptor (docs/protocol.md §4); ``payload`` decoded from base64.
 
     ``parents`` are the events it links in the topic's history DAG (protocol 2:
     every head its publisher knew, at most 16), ``clock`` its Lamport clock (0
@@ -385,7 +385,7 @@ class Delivery:
     """One line of ``GET /v1/deliveries``: an event handed to this node's applications.
 
     ``seq`` is the sidecar's delivery cursor (resume with ``after=seq``);
-    ``recovered`` marks events found by gap repair (PROTOCOL.md §5 "History and
+    ``recovered`` marks events found by gap repair (docs/protocol.md §5 "History and
     eventual delivery"); ``delivered_at`` is the sidecar's clock, in Unix seconds.
     """
 
@@ -436,7 +436,7 @@ class Delivery:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PublishOutcome:
     """The answer to a publish: ``published`` (``event`` is its CID) or ``requested``
-    (a request to publish went up the tree; ``request_id`` names it, PROTOCOL.md §5)."""
+    (a request to publish went up the tree; ``request_id`` names it, docs/protocol.md §5)."""
 
     status: Literal["published", "requested"]
     event: str | None
@@ -470,7 +470,7 @@ HistoryOrder = Literal["newest", "oldest"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryPage:
-    """One page of a topic's history (PROTOCOL.md §5 "History").
+    """One page of a topic's history (docs/protocol.md §5 "History").
 
     The order is ``(clock, CID)``, the same on every node: ``newest`` first (the
     default) or ``oldest`` first. ``next`` is the cursor of the following page
@@ -526,7 +526,7 @@ class HistoryPage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicStatus:
-    """This node's place in one topic's dissemination tree (PROTOCOL.md §5).
+    """This node's place in one topic's dissemination tree (docs/protocol.md §5).
 
     ``role`` is ``root``, ``subscriber``, ``relay`` or ``none``; ``parent`` and
     ``children`` are tree neighbours (peer IDs); ``acting_root`` is set while this

@@ -1,4 +1,4 @@
-"""Simulated membership: Kademlia routing tables (PROTOCOL.md §3).
+"""Simulated membership: Kademlia routing tables (docs/protocol.md §3).
 
 Theory of operation
 -------------------

@@ -12,12 +12,12 @@ config, same records file, byte for byte.
    (the core's :func:`~pulsarcast_ipfs.core.make_signers`, or
    :func:`~pulsarcast_ipfs.core.make_peer_ids` without signatures) and Kademlia
    routing tables (k-buckets by common-prefix length of the
-   sha256 positions, PROTOCOL.md §3). Each node gets its table through
+   sha256 positions, docs/protocol.md §3). Each node gets its table through
    ``set_known_peers``; a crashed node leaves the tables ``detection_delay``
    after its crash and re-enters ``detection_delay`` after its restart, and
    every node whose table changed is told again.
 2. **Workload** (:mod:`pulsarcast_ipfs.workload`). At ``t0`` each topic's
-   creator calls ``create_topic`` (PROTOCOL.md §5, Algorithm 1); in
+   creator calls ``create_topic`` (docs/protocol.md §5, Algorithm 1); in
    ``ordered`` mode only the creator may publish, everyone may request to
    publish, with ``LAST_SEEN`` linking. Subscriptions are spread over
    ``subscribe_window`` seconds, then ``--events`` publish calls follow in
