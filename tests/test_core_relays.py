@@ -247,3 +247,27 @@ def test_flat_trees_send_exactly_what_they_sent_without_witnesses() -> None:
         return [(s.peer, s.data) for p in net.peers for s in net.logs[p].sent]
 
     assert run(2) == run(0)
+
+
+def test_a_silent_member_of_the_roots_list_is_dropped_by_the_root() -> None:
+    """A flat tree: publishers push to the root's members directly (the root does not
+    forward to them). A member that joins no anti-entropy still owes the root its
+    DIGESTs, and is dropped (a Sybil holding a slot near the root)."""
+    net = CoreNet(8, seed=6)
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "flat")
+    net.run_for(0.5)
+    for p in net.peers[1:]:
+        net.call(p, "subscribe", topic)
+    net.run_for(8)  # joined, MEMBERS out
+    sybil = net.peers[3]
+    assert sybil in net.nodes[author].topic_state(topic).children
+    net.drop_if = lambda s, r, rpc: s == sybil and isinstance(rpc, Digest | Heads)
+    publishers = [p for p in net.peers[1:] if p != sybil]
+    for i in range(45):
+        net.call(publishers[i % len(publishers)], "publish", topic, b"p%d" % i)
+        net.run_for(1.0)
+    assert penalised(net, sybil, "silent_child") == [author]
+    assert sybil not in net.nodes[author].topic_state(topic).children
+    others = [p for p in publishers if p in net.nodes[author].topic_state(topic).children]
+    assert not [p for p in others if penalised(net, p, "silent_child")]

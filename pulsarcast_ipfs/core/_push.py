@@ -297,6 +297,13 @@ class FirstHopPush(NodeBase):
                                     self._prune_edge(tree, p, cid, count=False)
                                     continue
                             tree.edge(p).known.add(cid)
+                            if (
+                                ev is not None
+                                and now - ev[1].created_ts < self.config.heads_interval
+                            ):
+                                # A live event it got from the publisher: its DIGEST
+                                # window changed, so it owes one (silent children).
+                                self._guard.forwarded(tree.key, p)
                     skip |= covered
             elif (
                 tree.parent is not None
