@@ -812,7 +812,7 @@ class _Api:
             if not 0 <= limit <= MAX_LIMIT:
                 raise ApiError(400, "bad_request", f"limit must be 0..{MAX_LIMIT}")
         try:
-            cursor = parse_cursor(q["after"]) if q.get("after") else None
+            cursor = parse_cursor(q["after"]) if "after" in q else None
             page = self.d.record_page(cursor, limit)
         except CursorError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None

@@ -275,5 +275,6 @@ async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
     msg = _error(far, 400, "bad_request")
     assert "past the end" in msg
     _error(await sc.api.get("/v1/records", params={"after": "x"}), 400, "bad_request")
+    _error(await sc.api.get("/v1/records", params={"after": ""}), 400, "bad_request")
     _error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
     _error(await sc.api.get("/v1/records", params={"limit": "10001"}), 400, "bad_request")
