@@ -5,7 +5,8 @@ A subscriber keeps its topics' histories against Kubo's garbage collection. One
 direct ``pin/add`` per retained event cost Kubo ~0.6 ms of CPU per event even in
 batches of 100 (per CID a query for a recursive pin, three synced datastore writes
 and a read of the block): half of Kubo's CPU while publishing at 20 events/s on 20
-nodes (docs/benchmark-history.md, the gossipsub-parity work). Instead the block store keeps one small DAG of the
+nodes (docs/benchmark-history.md, the gossipsub-parity work). Instead the block
+store keeps one small DAG of the
 retained events' CIDs, pinned *recursively* under the name :data:`INDEX_PIN_NAME`,
 and replaced with ``pin/update`` when it changes: one pin operation per change of
 the set, not per event.

@@ -25,7 +25,8 @@ INIT_PROFILES = "test,pebbleds"
 for blocks, pins and the rest, instead of the default flatfs (one file per block) +
 LevelDB. Every Pulsarcast subscriber stores and pins each event it keeps (docs/protocol.md
 §5); with flatfs Kubo's block store was 65-70 % of Kubo's CPU at 20 events/s
-(docs/benchmark-history.md "The gossipsub-parity work, session 10"), and a ``block/put`` cost 395-540 µs of
+(docs/benchmark-history.md "The gossipsub-parity work, session 10"), and a
+``block/put`` cost 395-540 µs of
 Kubo CPU against 70-130 µs with Pebble (``benchmarks/kubo_store.py``). The
 pub-sub baselines store nothing, so the datastore does not change their figures."""
 
