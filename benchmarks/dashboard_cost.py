@@ -2,18 +2,20 @@
 dashboard's event stream, under the same publishing — not a test.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/dashboard_cost.py [--nodes 4]
-[--rate 20] [--seconds 40] [--repeat 2] [--node 1]`` (``PULSARCAST_IPFS_BIN`` as for
-the Kubo tests).
+[--rate 20] [--seconds 40] [--repeat 2] [--node 1] [--clients 1,10]``
+(``PULSARCAST_IPFS_BIN`` as for the Kubo tests).
 
 A local cluster of ``--nodes`` real sidecars beside real Kubo daemons: node 0 creates
-a topic, every other node subscribes. Then ``--repeat`` rounds of two windows each,
-without and with a dashboard: events of 200 bytes are published through node 0 at
-``--rate`` per second for ``--seconds``; in the second window of each round a client
-reads sidecar ``--node``'s ``GET /dashboard/events`` (one JSON snapshot a second, what
-an open page gets) for the whole window. The sidecar's CPU time (user + system, from
-``/proc/PID/stat``) over each window is printed, with the added share of the window
-with the dashboard over the one without. The client runs in this process, so its own
-work is not counted. Figures are printed, not asserted.
+a topic, every other node subscribes. Then ``--repeat`` rounds of windows: events of
+200 bytes are published through node 0 at ``--rate`` per second for ``--seconds``,
+first with no dashboard open, then with each count of ``--clients`` reading sidecar
+``--node``'s ``GET /dashboard/events`` (one JSON snapshot a second, what an open page
+gets) for the whole window. The sidecar's CPU time (user + system, from
+``/proc/PID/stat``) over each window is printed, with the share it adds over the
+window without. Each stream builds its own snapshots, so N clients cost N times one:
+a window with several clients measures one client's cost above the noise of a shared
+machine (divided by N). The clients run in this process, so their own work is not
+counted. Figures are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def window(
-    sc: LocalSidecarCluster, topic: str, args: argparse.Namespace, *, dashboard: bool
+    sc: LocalSidecarCluster, topic: str, args: argparse.Namespace, *, clients: int
 ) -> tuple[float, float, int, int]:
     """Publish for ``args.seconds``; the measured sidecar's CPU seconds, the window's
-    length, events published and snapshots the dashboard client read."""
+    length, events published and snapshots the dashboard clients read."""
     pid = sc[args.node].pid
     snapshots = 0
     events = int(args.rate * args.seconds)
@@ -71,9 +73,10 @@ async def window(
         anyio.create_task_group() as tg,
     ):
         stop = anyio.Event()
-        if dashboard:
+        for _ in range(clients):
             tg.start_soon(read_stream, stop)
-            await anyio.sleep(1.0)  # connected, first snapshot sent
+        if clients:
+            await anyio.sleep(1.0)  # connected, first snapshots sent
 
         async def publish(k: int) -> None:
             nonlocal failed
@@ -109,21 +112,28 @@ async def measure(args: argparse.Namespace) -> None:
             f"{args.nodes} nodes; publishing {args.rate:g} events/s through node 0 for "
             f"{args.seconds:g} s a window; sidecar {args.node}'s CPU (/proc/{sc[args.node].pid})"
         )
-        rows = []
+        added: dict[int, list[float]] = {n: [] for n in args.clients}
         for rnd in range(1, args.repeat + 1):
-            without = await window(sc, topic, args, dashboard=False)
-            with_ = await window(sc, topic, args, dashboard=True)
-            for name, (cpu, secs, events, snaps) in (("without", without), ("with", with_)):
-                print(
-                    f"round {rnd} {name:7} dashboard: {cpu:6.2f} s CPU in {secs:5.1f} s "
-                    f"({100 * cpu / secs:5.1f} % of a core), {events} events, {snaps} snapshots"
-                )
-            added = (
-                100 * (with_[0] / with_[1] - without[0] / without[1]) / (without[0] / without[1])
-            )
-            rows.append(added)
-            print(f"round {rnd}: one open dashboard adds {added:+.1f} % to the sidecar's CPU")
-        print("added per round: " + ", ".join(f"{a:+.1f} %" for a in rows))
+            base = await window(sc, topic, args, clients=0)
+            show(rnd, 0, base)
+            share = base[0] / base[1]
+            for n in args.clients:
+                got = await window(sc, topic, args, clients=n)
+                show(rnd, n, got)
+                per_client = 100 * (got[0] / got[1] - share) / share / n
+                added[n].append(per_client)
+                print(f"round {rnd}: {n} open dashboards add {per_client:+.2f} % each")
+        for n, values in added.items():
+            each = ", ".join(f"{a:+.2f} %" for a in values)
+            print(f"one dashboard's share measured with {n} open: {each}")
+
+
+def show(rnd: int, clients: int, got: tuple[float, float, int, int]) -> None:
+    cpu, secs, events, snaps = got
+    print(
+        f"round {rnd}, {clients:2} dashboards: {cpu:6.2f} s CPU in {secs:5.1f} s "
+        f"({100 * cpu / secs:5.2f} % of a core), {events} events, {snaps} snapshots"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,10 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=40.0, help="length of a window")
     ap.add_argument("--repeat", type=int, default=2, help="rounds of (without, with)")
     ap.add_argument("--node", type=int, default=1, help="the sidecar measured and watched")
+    ap.add_argument(
+        "--clients",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=[1, 10],
+        help="dashboards open in the windows with (comma-separated counts, default 1,10)",
+    )
     ap.add_argument("--settle", type=float, default=8.0, help="seconds after subscribing")
     args = ap.parse_args(argv)
     if args.nodes < 2 or not 0 <= args.node < args.nodes or args.rate <= 0 or args.repeat < 1:
         ap.error("need 2+ nodes, 0 <= node < nodes, a positive rate and 1+ rounds")
+    if not args.clients or min(args.clients) < 1:
+        ap.error("--clients: counts of 1 or more")
     anyio.run(measure, args)
     return 0
 
