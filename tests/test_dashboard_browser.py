@@ -109,7 +109,7 @@ def browser() -> Iterator[Any]:
     opts.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         opts.add_argument(arg)
-    opts.add_argument("--window-size=1500,1100")
+    opts.add_argument("--window-size=1500,1250")
     driver = webdriver.Chrome(options=opts, service=Service(executable_path=chromedriver))
     driver.set_page_load_timeout(30)
     try:

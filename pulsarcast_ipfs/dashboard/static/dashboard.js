@@ -204,7 +204,9 @@ function render(doc) {
     }
   }
   const topics = document.getElementById("topics");
-  const sections = [...byTopic.keys()].sort().map((root) => drawTopic(root, byTopic.get(root), doc.ts));
+  const order = (root) => byTopic.get(root)[0].t.name + " " + root; // "news" before "meta-news"
+  const roots = [...byTopic.keys()].sort((a, b) => (order(a) < order(b) ? -1 : 1));
+  const sections = roots.map((root) => drawTopic(root, byTopic.get(root), doc.ts));
   if (!sections.length) sections.push(el("p", { class: "empty" }, "No topics yet."));
   topics.replaceChildren(...sections);
   document.body.dataset.updated = String(doc.ts);
