@@ -4,7 +4,8 @@ The page and the stream are :mod:`pulsarcast_ipfs.dashboard`'s; this module give
 them this node's snapshot and lets a browser in when the API has a token.
 
 A snapshot is built from what ``/v1/status`` and ``/metrics`` already hold: each
-topic's entry of ``/v1/status`` (:func:`._status.topic_status`), and the counts and
+topic's entry of ``/v1/status`` less its subscription's fields
+(:func:`._status.tree_status`), and the counts and
 histograms that ``/metrics`` exposes (:class:`._prometheus.SidecarStats`), read, not
 computed again. The parent link's round trip comes from the core's PING/PONG.
 
@@ -36,7 +37,7 @@ from pulsarcast_ipfs.dashboard import PAGE_PATH, dashboard_routes
 
 from ._driver import VERSION
 from ._prometheus import OTHER
-from ._status import topic_status
+from ._status import tree_status
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -53,7 +54,7 @@ def node_snapshot(d: Driver) -> dict[str, Any]:
     s = d.prom
     topics: list[dict[str, Any]] = []
     for st in d.topic_states() if d.running else ():
-        t = topic_status(d, st)
+        t = tree_status(d, st)
         label = s.topics(t["root_cid"], st.name)
         latency = s.latency.get(label)
         repairs = s.repairs.get(label)

@@ -10,7 +10,7 @@ from pulsarcast_ipfs.core import FastGroupState, TopicState, cid_str
 if TYPE_CHECKING:
     from ._driver import Driver
 
-__all__ = ["fast_json", "topic_status"]
+__all__ = ["fast_json", "topic_status", "tree_status"]
 
 
 def fast_json(st: FastGroupState | None) -> dict[str, Any] | None:
@@ -29,8 +29,9 @@ def fast_json(st: FastGroupState | None) -> dict[str, Any] | None:
     }
 
 
-def topic_status(d: Driver, st: TopicState) -> dict[str, Any]:
-    """One topic of ``/v1/status`` (docs/http-api.md)."""
+def tree_status(d: Driver, st: TopicState) -> dict[str, Any]:
+    """A topic of ``/v1/status`` without its subscription's fields: the node's place
+    in the tree, what it keeps, its fast groups (what the dashboard shows)."""
     return {
         "cid": cid_str(st.latest_cid),
         "root_cid": cid_str(st.topic_cid),
@@ -39,10 +40,16 @@ def topic_status(d: Driver, st: TopicState) -> dict[str, Any]:
         "parent": st.parent,
         "children": list(st.children),
         "subscribed": st.subscribed,
-        **d.subs.status(st.topic_cid, subscribed=st.subscribed),
         "acting_root": st.acting_root,
         "heads": [cid_str(c) for c in st.heads[:8]],
         "retained": st.retained,
         "retained_bytes": st.retained_bytes,
         "fast": fast_json(d.fast_state(st.topic_cid)),
     }
+
+
+def topic_status(d: Driver, st: TopicState) -> dict[str, Any]:
+    """One topic of ``/v1/status`` (docs/http-api.md): :func:`tree_status` and the
+    subscription's ``filter``, ``filters``, ``explicit``, ``consumers``, ``summary``
+    and ``child_summaries``."""
+    return {**tree_status(d, st), **d.subs.status(st.topic_cid, subscribed=st.subscribed)}
