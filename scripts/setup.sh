@@ -4,6 +4,8 @@
 #   - a virtual environment in .venv with the pinned Python dependencies
 #   - Kubo (ipfs) and Toxiproxy built from their pinned Go modules into .tools/bin
 #   - a check that Java 17+ is there for PySpark
+#   - Debian's chromium and chromium-driver for the dashboard's browser test
+#     (installed with apt-get when run as root and missing)
 #
 # Every step is skipped when its result is already up to date, so running this
 # again costs a second. Environment:
@@ -107,4 +109,19 @@ java_bin=${JAVA_HOME:+$JAVA_HOME/bin/}java
 jv=$("$java_bin" -version 2>&1 | head -1 | sed -E 's/.*version "([0-9]+).*/\1/')
 [ "${jv:-0}" -ge 17 ] 2>/dev/null || die "PySpark needs Java 17 or newer; found: $("$java_bin" -version 2>&1 | head -1)"
 log "Java $jv found for PySpark"
+
+# --- Chromium for the dashboard's browser test ------------------------------
+# tests/test_dashboard_browser.py drives the system Chromium through chromedriver
+# (selenium is a dev extra); it fails, never skips, where they are missing.
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+  log "Chromium found for the browser test ($(chromium --version 2>/dev/null | head -1))"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  log "installing Debian's chromium and chromium-driver (the dashboard's browser test)"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } >/dev/null \
+    || die "apt-get install chromium chromium-driver failed"
+else
+  log "warning: no chromium/chromedriver, so the dashboard's browser test will fail" \
+    "(as root: apt-get install chromium chromium-driver)"
+fi
 log "ready"

@@ -46,7 +46,6 @@ from pulsarcast_ipfs.core import (
     DescriptorError,
     EventDescriptor,
     EventLinking,
-    FastGroupState,
     Filter,
     FilterSyntaxError,
     HistoryOrder,
@@ -70,10 +69,13 @@ from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
 
 from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
+from ._dashboard import cookie_login, dashboard_cookie_ok
+from ._dashboard import routes as dashboard_routes
 from ._driver import VERSION, Driver, SigningFailed, event_json
 from ._openapi import openapi_document
 from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._record_pages import MAX_LIMIT, CursorError, parse_cursor
+from ._status import topic_status
 from ._subscriptions import consumer_json
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
@@ -193,22 +195,6 @@ def parse_options(body: dict[str, Any]) -> TopicOptions:
         request_to_publish=_policy(body, "request_to_publish"),
         event_linking=EventLinking(linking),
     )
-
-
-def fast_json(st: FastGroupState | None) -> dict[str, Any] | None:
-    """A topic's fast groups in ``/v1/status`` (docs/http-api.md)."""
-    if st is None or not (st.fast or st.joined or st.members or st.helping):
-        return None
-    return {
-        "subscribed_fast": st.fast,
-        "joined": [{"publisher": p, "helper": h} for p, h in st.joined],
-        "group": {
-            "members": st.members,
-            "direct": list(st.direct),
-            "helpers": {h: list(ms) for h, ms in st.helpers},
-        },
-        "helping": {p: list(ms) for p, ms in st.helping},
-    }
 
 
 PAYLOAD_TOO_LARGE = f"payload over the limit of {MAX_PAYLOAD_SIZE} bytes (512 KiB)"
@@ -350,39 +336,15 @@ class _Api:
         return JSONResponse({"status": "ok", "kubo": "ok"})
 
     async def status(self, request: Request) -> Response:
-        topics = []
-        for st in self.d.topic_states():
-            topics.append(
-                {
-                    "cid": cid_str(st.latest_cid),
-                    "root_cid": cid_str(st.topic_cid),
-                    "name": st.name,
-                    "role": st.role,
-                    "parent": st.parent,
-                    "children": list(st.children),
-                    "subscribed": st.subscribed,
-                    **self.subscription_status(st.topic_cid, st.subscribed),
-                    "acting_root": st.acting_root,
-                    "heads": [cid_str(c) for c in st.heads[:8]],
-                    "retained": st.retained,
-                    "retained_bytes": st.retained_bytes,
-                    "fast": fast_json(self.d.fast_state(st.topic_cid)),
-                }
-            )
         return JSONResponse(
             {
                 "peer_id": self.d.peer_id,
                 "version": VERSION,
                 "kubo_version": self.d.kubo_version,
                 "api": self.d.config.api,
-                "topics": topics,
+                "topics": [topic_status(self.d, st) for st in self.d.topic_states()],
             }
         )
-
-    def subscription_status(self, root: CID, subscribed: bool) -> dict[str, Any]:
-        """``filter``, ``filters``, ``explicit``, ``consumers`` and ``summary`` of a
-        topic in ``/v1/status`` (docs/http-api.md)."""
-        return self.d.subs.status(root, subscribed=subscribed)
 
     async def create_topic(self, request: Request) -> Response:
         body = await read_json(request, self.max_body)
@@ -854,21 +816,32 @@ def _wrap(fn: Handler) -> Handler:
 
 
 class _Auth:
-    """Bearer-token check (every path but ``/health`` when a token is set)."""
+    """Bearer-token check (every path but ``/health`` and ``/``, a redirect, when a
+    token is set). The dashboard's ``GET`` paths also take the token's cookie, which
+    ``/dashboard?token=`` sets (:mod:`._dashboard`)."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token and scope["type"] == "http" and scope.get("path") != "/health":
+        if self.token and scope["type"] == "http" and scope.get("path") not in OPEN_PATHS:
             headers = dict(scope.get("headers") or [])
             got = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(got, b"Bearer " + self.token.encode()):
-                resp = _error_response(401, "unauthorized", "a valid bearer token is required")
+            if not hmac.compare_digest(
+                got, b"Bearer " + self.token.encode()
+            ) and not dashboard_cookie_ok(scope, self.token):
+                resp: Response | None = cookie_login(scope, self.token)
+                if resp is None:
+                    resp = _error_response(401, "unauthorized", "a valid bearer token is required")
                 await resp(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+OPEN_PATHS: Final = frozenset({"/health", "/"})
+"""What answers without the token: the health check, and ``/``, which only redirects
+to ``/dashboard`` (with its query, so that ``/?token=`` logs a browser in)."""
 
 
 def build_app(driver: Driver) -> ASGIApp:
@@ -893,6 +866,7 @@ def build_app(driver: Driver) -> ASGIApp:
         Route("/v1/records", _wrap(a.records), methods=["GET"]),
         Route("/metrics", _wrap(a.metrics), methods=["GET"]),
         Route("/openapi.json", _wrap(a.openapi), methods=["GET"]),
+        *dashboard_routes(driver),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -11,7 +11,16 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from pulsarcast_ipfs import __version__
-    from pulsarcast_ipfs.cli import _app, _bench, _cluster, _collect, _demo, _report, _sim
+    from pulsarcast_ipfs.cli import (
+        _app,
+        _bench,
+        _cluster,
+        _collect,
+        _dashboard,
+        _demo,
+        _report,
+        _sim,
+    )
 
     parser = argparse.ArgumentParser(
         prog="pulsarcast",
@@ -24,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sim.add_parser(sub)
     _report.add_parser(sub)
     _collect.add_parser(sub)
+    _dashboard.add_parser(sub)
     _bench.add_parser(sub)
     _app.add_parsers(sub, root=parser)
     return parser

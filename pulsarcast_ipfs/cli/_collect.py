@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "cluster_sources", "run"]
+__all__ = ["add_parser", "add_source_args", "api_sources", "cluster_sources", "run"]
 
 _DESCRIPTION = """\
 Pull the metric records every sidecar serves at GET /v1/records into a Parquet
@@ -31,6 +31,21 @@ def add_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("out", metavar="OUT", help="output directory of the dataset")
+    add_source_args(p)
+    p.add_argument(
+        "--page",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="records per request (1..10000, default 5000)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(handler=run)
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """``--api`` (repeated), ``--api-file``, ``--cluster`` and ``--token``: which
+    sidecars to reach and how (read back by :func:`api_sources`)."""
     p.add_argument(
         "--api",
         dest="sources",
@@ -55,15 +70,6 @@ def add_parser(sub: Any) -> None:
         metavar="TOKEN",
         help="bearer token for the sidecars (env PULSARCAST_API_TOKEN)",
     )
-    p.add_argument(
-        "--page",
-        type=int,
-        default=5000,
-        metavar="N",
-        help="records per request (1..10000, default 5000)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(handler=run)
 
 
 def _err(msg: str) -> int:
@@ -83,7 +89,8 @@ def cluster_sources(directory: Path) -> list[str]:
         raise ValueError(f"unreadable {path}: {exc}") from None
 
 
-def _sources(args: argparse.Namespace) -> list[str]:
+def api_sources(args: argparse.Namespace) -> list[str]:
+    """The sidecar URLs that :func:`add_source_args`' options name, each once."""
     from pulsarcast_ipfs.sdk._types import normalise_api
 
     raw: list[str] = list(args.sources)
@@ -114,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.page <= 10_000:
         return _err("--page must be 1..10000")
     try:
-        urls = _sources(args)
+        urls = api_sources(args)
     except ValueError as exc:
         return _err(str(exc))
     token = args.token or os.environ.get("PULSARCAST_API_TOKEN") or None

@@ -50,6 +50,11 @@ class Liveness(NodeBase):
     def _is_suspect(self, now: float, peer: str) -> bool:
         return self._is_banned(now, peer) or _in_force(self._suspect, peer, now)
 
+    def link_rtt(self, peer: str) -> float | None:
+        """The smoothed round trip (s) of the link to parent ``peer``, from its PONGs
+        (``None``: not measured yet, or not a parent: only parents are PINGed)."""
+        return self._srtt.get(peer)
+
     def _lag_limit(self, peer: str) -> float:
         """How late a PONG from ``peer`` may come: ``slow_parent_after`` plus twice
         the shortest round trip seen on that link (its delay, not a backlog)."""
