@@ -34,22 +34,18 @@ import anyio
 
 from pulsarcast_ipfs.cluster import (
     ATTACK_SCENARIOS,
+    RELAY_CHOICES,
     RELAY_FANOUT,
     SCENARIOS,
     FaultResult,
     LocalSidecarCluster,
     attack_cluster,
     fault_cluster,
+    relay_round,
 )
 from pulsarcast_ipfs.stats import median
 
 ALL_SCENARIOS = {**SCENARIOS, **ATTACK_SCENARIOS}
-
-
-def relay_round(relays: str, r: int) -> bool:
-    """Whether round ``r`` (from 0) runs the fault scenarios with relays
-    (``flat_fanout`` :data:`RELAY_FANOUT`)."""
-    return relays == "always" or (relays == "alternate" and r % 2 == 0)
 
 
 async def rounds(
@@ -149,7 +145,7 @@ def main() -> int:
     )
     p.add_argument(
         "--relays",
-        choices=("alternate", "always", "never"),
+        choices=RELAY_CHOICES,
         default="alternate",
         help=f"rounds whose fault scenarios run with flat_fanout {RELAY_FANOUT} (relays with "
         "children): every other one, the first included (default), all, or none",

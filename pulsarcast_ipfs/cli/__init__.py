@@ -11,7 +11,16 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from pulsarcast_ipfs import __version__
-    from pulsarcast_ipfs.cli import _app, _bench, _cluster, _collect, _demo, _report, _sim
+    from pulsarcast_ipfs.cli import (
+        _app,
+        _bench,
+        _check,
+        _cluster,
+        _collect,
+        _demo,
+        _report,
+        _sim,
+    )
 
     parser = argparse.ArgumentParser(
         prog="pulsarcast",
@@ -25,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _report.add_parser(sub)
     _collect.add_parser(sub)
     _bench.add_parser(sub)
+    _check.add_parser(sub)
     _app.add_parsers(sub, root=parser)
     return parser
 

@@ -28,7 +28,7 @@ import json
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,11 +42,13 @@ from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.stats import percentile
 
 __all__ = [
+    "RELAY_CHOICES",
     "RELAY_FANOUT",
     "SCENARIOS",
     "FaultResult",
     "chattr",
     "fault_cluster",
+    "relay_round",
     "scenario_kill_nodes",
     "scenario_partition",
     "scenario_restarts",
@@ -108,14 +110,27 @@ RELAY_FANOUT: Final = 3
 root's MEMBERS list names itself and two children, everyone else hangs below them
 (with the default, a 10-node tree has depth 1 and a killed "relay" is a leaf)."""
 
+RELAY_CHOICES: Final = ("alternate", "always", "never")
+"""Which rounds of a repeated run have relays (:func:`relay_round`)."""
+
+
+def relay_round(relays: str, r: int) -> bool:
+    """Whether round ``r`` (from 0) runs with relays (``flat_fanout``
+    :data:`RELAY_FANOUT`): ``alternate`` every other round, the first included."""
+    return relays == "always" or (relays == "alternate" and r % 2 == 0)
+
 
 def fault_cluster(
-    *, nodes: int = 10, run: str = "faults", flat_fanout: int | None = None
+    *,
+    nodes: int = 10,
+    run: str = "faults",
+    flat_fanout: int | None = None,
+    misbehave: Mapping[int, str] | None = None,
 ) -> LocalSidecarCluster:
     """The cluster the scenarios expect: Toxiproxy on, ``routing_k=1`` (relays and
     depth), fast keep-alives so dead neighbours are noticed within seconds;
     ``flat_fanout`` given (e.g. :data:`RELAY_FANOUT`): the sidecars' ``--flat-fanout``
-    (None: their default)."""
+    (None: their default); ``misbehave``: test-only ``--misbehave`` specs per node."""
     extra = ["--ping-interval", "1"]
     if flat_fanout is not None:
         extra += ["--flat-fanout", str(flat_fanout)]
@@ -125,6 +140,7 @@ def fault_cluster(
         run=run,
         toxiproxy=True,
         extra_args=extra,
+        misbehave=misbehave,
     )
 
 
