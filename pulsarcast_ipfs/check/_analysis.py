@@ -9,8 +9,9 @@ checker:
 - **lost**: an acknowledged event missing from a live subscriber's delivery log.
   At ``local`` a publisher destroyed for good (process, repo and state) may take
   events it acknowledged with it: ``local`` promises only the publisher's own
-  node. Those are counted apart (``lost_excused``), every other loss is a
-  violation;
+  node. Those — acknowledged at ``local`` by a publisher destroyed later, and
+  delivered at no live subscriber — are counted apart (``lost_excused``); every
+  other loss is a violation (an event one live subscriber has, another must get);
 - **duplicated**: an event (a sent value) delivered more than once at one node;
 - **unexpected**: a delivery of a value that was never sent, or of a second event
   for a call whose event is known (attributed to no level when its value is
@@ -274,7 +275,7 @@ def analyse(
             if not missing:
                 continue
             rep = level(c.effective)
-            if c.effective == "local" and c.node in destroyed:
+            if c.effective == "local" and c.node in destroyed and not holding:
                 rep.lost_excused += 1
             else:
                 rep.lost.append(

@@ -146,7 +146,7 @@ def plot(
     samples: Sequence[Sample], path: Path, *, faults: Sequence[tuple[float, str]] = ()
 ) -> bool:
     """Four panels (RSS, FDs, state directory, Kubo repo) over time, a line per node,
-    the faults as faint vertical lines; False (no file) without matplotlib."""
+    the faults as dashed vertical lines; False (no file) without matplotlib."""
     try:
         import matplotlib
 
@@ -172,11 +172,11 @@ def plot(
                     ys.append(float("nan") if v is None else v)
             ax.plot(xs, ys, label=f"node{node}", linewidth=1)
         for t, _ in faults:
-            ax.axvline(t / 60, color="grey", alpha=0.25, linewidth=0.8)
+            ax.axvline(t / 60, color="tab:red", alpha=0.35, linewidth=0.8, linestyle="--")
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)
     axes[0].legend(ncol=min(len(nodes), 5), fontsize="small")
-    axes[-1].set_xlabel("minutes (grey lines: faults)")
+    axes[-1].set_xlabel("minutes (dashed red lines: faults)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
