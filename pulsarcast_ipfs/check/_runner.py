@@ -16,14 +16,17 @@ The round (docs/faults.md "The checker"):
 
 It writes to ``out``: ``result.json`` (everything), ``calls.ndjson`` (every call),
 ``deliveries/nodeN.ndjson`` (what was read), ``resources.ndjson`` and
-``resources.png``, ``table.txt`` (the readable verdict).
+``resources.png``, ``table.txt`` (the readable verdict), ``logs/`` (every sidecar's
+and Kubo daemon's log).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -180,6 +183,7 @@ async def run_check(cfg: CheckConfig, *, say: Callable[[str], None] = print) -> 
             sampler.stop()
         report = analyse(pubs.calls, reads, destroyed=live.destroyed)
         notes = _planted(sc, spare) if spare is not None else []
+        _keep_logs(sc, out / "logs")
     settle = min(cfg.settle, cfg.duration / 2)
     faults_at = [(f.start - t0, f.kind) for f in nemesis.faults]
     plotted = plot(sampler.samples, out / "resources.png", faults=faults_at)
@@ -340,6 +344,16 @@ async def _history(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[str
             cursor = page.get("next")
             if not cursor or not page["events"]:
                 return events
+
+
+def _keep_logs(sc: LocalSidecarCluster, into: Path) -> None:
+    """Copy the sidecars' and Kubo daemons' logs into the run directory (the
+    cluster's own directory goes when it stops)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for i in range(len(sc)):
+        for src in (sc[i].log_path, sc.cluster[i].log_path):
+            with contextlib.suppress(OSError):
+                shutil.copyfile(src, into / src.name)
 
 
 def _planted(sc: LocalSidecarCluster, node: int) -> list[str]:
