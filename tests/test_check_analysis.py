@@ -2,12 +2,13 @@
 calls and reads with one anomaly planted at a time, each caught, counted under its
 level and nowhere else; a clean history has none. Also the publishers' reading of
 answers (acknowledged / failed / unknown, ack levels detected from ``holders``), on
-a mock transport, and the resource summary."""
+a mock transport, the resource summary, and bad ``pulsarcast check`` options."""
 
 from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from pulsarcast_ipfs.check import (
     payload_key,
     summarise,
 )
+from pulsarcast_ipfs.cli import main
 
 pytestmark = pytest.mark.anyio
 
@@ -204,3 +206,34 @@ def test_the_resource_summary_measures_after_the_settling_time() -> None:
     assert doc["rss_at_settle_mib"] == 55 and doc["rss_growth_mib"] == 4
     assert (doc["fds_min"], doc["fds_max"]) == (30, 32)
     assert doc["state_max_mib"] == 90 / mib
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "2"], "Error: nodes: at least 4"),
+        (["--levels", "local,all"], "Error: levels: local or a number"),
+        (["--faults", "kill_restart,meteor"], "Error: unknown fault kinds ['meteor']"),
+        (["--publishers", "9"], "Error: publishers: more than the nodes"),
+        (["--rounds", "0"], "Error: --rounds: at least 1"),
+        (["--plant-loss", "3"], "refused unless PULSARCAST_ALLOW_MISBEHAVE=1"),
+        (["--gap", "40-20"], "argument --gap: expected 0 < MIN <= MAX"),
+        (["--gap", "soon"], "argument --gap: expected MIN-MAX seconds"),
+    ],
+)
+def test_bad_check_options_are_one_line_errors_and_start_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.delenv("PULSARCAST_ALLOW_MISBEHAVE", raising=False)
+    out = tmp_path / "run"
+    try:
+        code = main(["check", "--out", str(out), *args])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err and not out.exists()
