@@ -5,6 +5,10 @@ Run: ``.venv/bin/python benchmarks/faults.py [--repeat 5] [--nodes 10]
 
 Each round starts a fresh cluster (Kubo + sidecar per node, Toxiproxy, routing_k=1)
 and runs the chosen scenarios on it in order (``pulsarcast_ipfs.cluster._faults``);
+with ``--relays alternate`` (the default) every other round, the first included, runs
+with ``flat_fanout`` 3 (``RELAY_FANOUT``), so that its trees have relays with children
+and the relays the scenarios kill, restart or slow down are interior nodes (with the
+sidecars' default a 10-node tree has depth 1); ``always`` / ``never`` for all rounds;
 the relays-that-lie scenarios (``silent_relays``, ``blackhole_relays``:
 ``pulsarcast_ipfs.cluster._attacks``) get a cluster of their own in the round, with
 ``flat_fanout`` 3 (relays with children), and their "recovery" is the slowest honest
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -29,11 +34,14 @@ import anyio
 
 from pulsarcast_ipfs.cluster import (
     ATTACK_SCENARIOS,
+    RELAY_CHOICES,
+    RELAY_FANOUT,
     SCENARIOS,
     FaultResult,
     LocalSidecarCluster,
     attack_cluster,
     fault_cluster,
+    relay_round,
 )
 from pulsarcast_ipfs.stats import median
 
@@ -41,14 +49,19 @@ ALL_SCENARIOS = {**SCENARIOS, **ATTACK_SCENARIOS}
 
 
 async def rounds(
-    repeat: int, nodes: int, names: list[str], out: Path | None
+    repeat: int, nodes: int, names: list[str], out: Path | None, relays: str = "alternate"
 ) -> dict[str, list[FaultResult | str]]:
     results: dict[str, list[FaultResult | str]] = {n: [] for n in names}
     for r in range(repeat):
         began = time.monotonic()
-        print(f"== round {r + 1}/{repeat}: starting a {nodes}-node cluster", flush=True)
+        fanout = RELAY_FANOUT if relay_round(relays, r) else None
+        shape = f"flat_fanout {fanout}" if fanout else "default flat_fanout"
+        print(f"== round {r + 1}/{repeat}: starting a {nodes}-node cluster ({shape})", flush=True)
         groups = (
-            (fault_cluster, [n for n in names if n in SCENARIOS]),
+            (
+                functools.partial(fault_cluster, flat_fanout=fanout),
+                [n for n in names if n in SCENARIOS],
+            ),
             (attack_cluster, [n for n in names if n in ATTACK_SCENARIOS]),
         )
         for make, chosen in groups:
@@ -130,12 +143,19 @@ def main() -> int:
         choices=sorted(ALL_SCENARIOS),
         help="scenario to run (repeatable; default: all)",
     )
+    p.add_argument(
+        "--relays",
+        choices=RELAY_CHOICES,
+        default="alternate",
+        help=f"rounds whose fault scenarios run with flat_fanout {RELAY_FANOUT} (relays with "
+        "children): every other one, the first included (default), all, or none",
+    )
     p.add_argument("--json", type=Path, help="append one JSON line per scenario run here")
     a = p.parse_args()
     if a.repeat < 1 or a.nodes < 6:
         p.error("--repeat must be >= 1 and --nodes >= 6")
     names = a.scenario or list(ALL_SCENARIOS)
-    results = anyio.run(rounds, a.repeat, a.nodes, names, a.json)
+    results = anyio.run(rounds, a.repeat, a.nodes, names, a.json, a.relays)
     print(summary(results))
     failed = any(
         not (isinstance(r, FaultResult) and r.ok) for runs in results.values() for r in runs

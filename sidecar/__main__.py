@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--misbehave",
         metavar="SPEC",
         help="TEST ONLY: be a relay that lies (blackhole, silent, censor=PEER or "
-        "delay=SECONDS); refused unless PULSARCAST_ALLOW_MISBEHAVE=1 is set",
+        "delay=SECONDS), or drop the N-th delivery (lose=N, a planted bug for the "
+        "checker's test); refused unless PULSARCAST_ALLOW_MISBEHAVE=1 is set",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p

@@ -156,7 +156,8 @@ class SidecarConfig:
     misbehave: str = ""
     """Test only (docs/sidecar.md "Misbehaving on purpose"): ``blackhole``, ``silent``,
     ``censor=PEER`` or ``delay=SECONDS`` makes this sidecar a relay that lies, for
-    fault tests of the defence. Refused unless ``PULSARCAST_ALLOW_MISBEHAVE=1`` is set.
+    fault tests of the defence; ``lose=N`` drops its N-th delivery for good (the
+    checker's planted bug). Refused unless ``PULSARCAST_ALLOW_MISBEHAVE=1`` is set.
     Empty (the default): honest."""
     group_capacity: int = 16
     """Fast groups (docs/protocol-notes.md "Fast groups"): peers this node sends each

@@ -212,6 +212,8 @@ class Driver:
         (:mod:`pulsarcast_ipfs.testing._misbehave`); None: honest."""
         if self._misbehaviour is not None:
             log.warning("misbehaving on purpose (test only): %s", self._misbehaviour)
+        self._deliveries_seen = 0
+        """Deliveries handled since start (``--misbehave lose=N`` drops the N-th)."""
         self._listeners: set[Listener] = set()
         self._topics: dict[str, str] = {}
         """Root topic CID → name, for every tree this node has been in."""
@@ -415,6 +417,11 @@ class Driver:
         )
         if self.fatal is not None:
             return
+        if self._misbehaviour is not None and self._misbehaviour.kind == "lose":
+            self._deliveries_seen += 1
+            if self._deliveries_seen == self._misbehaviour.nth:  # test only: a planted loss
+                log.warning("dropping delivery %s on purpose (test only: lose)", cid)
+                return
         try:
             obj = self.state.append_delivery(obj)
         except StateError as exc:

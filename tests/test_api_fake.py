@@ -278,3 +278,23 @@ async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
     _error(await sc.api.get("/v1/records", params={"after": ""}), 400, "bad_request")
     _error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
     _error(await sc.api.get("/v1/records", params={"limit": "10001"}), 400, "bad_request")
+
+
+async def test_the_planted_loss_drops_exactly_the_nth_delivery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--misbehave lose=2`` (test only, the checker's planted bug): the second
+    delivery is missing from the log for good, although the event is published and
+    in the history; the others are delivered."""
+    monkeypatch.setenv("PULSARCAST_ALLOW_MISBEHAVE", "1")
+    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    async with sidecar_at(tmp_path, kubo, misbehave="lose=2") as sc:
+        topic = await _topic(sc)
+        for n in range(3):
+            r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"m{n}"})
+            assert r.json()["status"] == "published"
+        h = (await sc.api.get(f"/v1/topics/{topic}/history", params={"order": "oldest"})).json()
+        assert [base64.b64decode(e["payload"]) for e in h["events"]] == [b"m0", b"m1", b"m2"]
+        lines = (await sc.api.get("/v1/deliveries", params={"after": 0, "follow": "false"})).text
+        got = [base64.b64decode(json.loads(x)["payload"]) for x in lines.splitlines() if x]
+        assert got == [b"m0", b"m2"]

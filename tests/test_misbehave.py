@@ -52,7 +52,20 @@ def test_specs_parse_and_bad_ones_are_one_line_errors() -> None:
     assert parse_misbehaviour("delay=2.5") == Misbehaviour(kind="delay", delay=2.5)
     assert parse_misbehaviour("delay=5s").delay == 5.0
     assert parse_misbehaviour(f"censor={P[1]}").censored == P[1]
-    for bad in ("loud", "silent=3", "delay", "delay=0", "delay=-1", "delay=soon", "censor"):
+    assert parse_misbehaviour("lose=10") == Misbehaviour(kind="lose", nth=10)
+    assert str(parse_misbehaviour("lose=10")) == "lose=10"
+    for bad in (
+        "loud",
+        "silent=3",
+        "delay",
+        "delay=0",
+        "delay=-1",
+        "delay=soon",
+        "censor",
+        "lose",
+        "lose=0",
+        "lose=x",
+    ):
         with pytest.raises(MisbehaviourError) as info:
             parse_misbehaviour(bad)
         assert "\n" not in str(info.value)
@@ -68,6 +81,7 @@ def test_what_each_misbehaviour_drops_holds_or_sends() -> None:
         "silent": ("drop", "drop", "drop", "drop", "send"),
         "delay=3": ("hold", "hold", "send", "send", "send"),
         f"censor={P[1]}": ("drop", "send", "send", "send", "send"),
+        "lose=1": ("send", "send", "send", "send", "send"),  # drops at delivery, not here
     }
     for spec, want in table.items():
         rule = parse_misbehaviour(spec)

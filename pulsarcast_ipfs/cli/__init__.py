@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pulsarcast_ipfs.cli import (
         _app,
         _bench,
+        _check,
         _cluster,
         _collect,
         _dashboard,
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _collect.add_parser(sub)
     _dashboard.add_parser(sub)
     _bench.add_parser(sub)
+    _check.add_parser(sub)
     _app.add_parsers(sub, root=parser)
     return parser
 

@@ -18,7 +18,14 @@ from __future__ import annotations
 from pulsarcast_ipfs.cluster._attacks import ATTACK_SCENARIOS, attack_cluster
 from pulsarcast_ipfs.cluster._config import ClusterConfig
 from pulsarcast_ipfs.cluster._errors import ClusterError
-from pulsarcast_ipfs.cluster._faults import SCENARIOS, FaultResult, fault_cluster
+from pulsarcast_ipfs.cluster._faults import (
+    RELAY_CHOICES,
+    RELAY_FANOUT,
+    SCENARIOS,
+    FaultResult,
+    fault_cluster,
+    relay_round,
+)
 from pulsarcast_ipfs.cluster._kubo import INIT_PROFILES, kubo_settings
 from pulsarcast_ipfs.cluster._node import ClusterNode
 from pulsarcast_ipfs.cluster._sidecars import LocalSidecarCluster, SidecarProcess
@@ -29,6 +36,8 @@ from pulsarcast_ipfs.cluster._toxiproxy import ToxiproxyAPI, ToxiproxyError
 __all__ = [
     "ATTACK_SCENARIOS",
     "INIT_PROFILES",
+    "RELAY_CHOICES",
+    "RELAY_FANOUT",
     "SCENARIOS",
     "ClusterConfig",
     "ClusterError",
@@ -43,4 +52,5 @@ __all__ = [
     "default_state_dir",
     "fault_cluster",
     "kubo_settings",
+    "relay_round",
 ]

@@ -28,7 +28,7 @@ import json
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,14 +42,19 @@ from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.stats import percentile
 
 __all__ = [
+    "RELAY_CHOICES",
+    "RELAY_FANOUT",
     "SCENARIOS",
     "FaultResult",
+    "chattr",
     "fault_cluster",
+    "relay_round",
     "scenario_kill_nodes",
     "scenario_partition",
     "scenario_restarts",
     "scenario_slow_subscriber",
     "scenario_unwritable_state",
+    "throttle",
 ]
 
 PROTOCOL = "/x/pulsarcast/2.8.0"
@@ -100,15 +105,42 @@ class FaultResult:
         return "\n".join(lines)
 
 
-def fault_cluster(*, nodes: int = 10, run: str = "faults") -> LocalSidecarCluster:
+RELAY_FANOUT: Final = 3
+"""A small ``flat_fanout`` for rounds whose trees must have relays with children: the
+root's MEMBERS list names itself and two children, everyone else hangs below them
+(with the default, a 10-node tree has depth 1 and a killed "relay" is a leaf)."""
+
+RELAY_CHOICES: Final = ("alternate", "always", "never")
+"""Which rounds of a repeated run have relays (:func:`relay_round`)."""
+
+
+def relay_round(relays: str, r: int) -> bool:
+    """Whether round ``r`` (from 0) runs with relays (``flat_fanout``
+    :data:`RELAY_FANOUT`): ``alternate`` every other round, the first included."""
+    return relays == "always" or (relays == "alternate" and r % 2 == 0)
+
+
+def fault_cluster(
+    *,
+    nodes: int = 10,
+    run: str = "faults",
+    flat_fanout: int | None = None,
+    misbehave: Mapping[int, str] | None = None,
+) -> LocalSidecarCluster:
     """The cluster the scenarios expect: Toxiproxy on, ``routing_k=1`` (relays and
-    depth), fast keep-alives so dead neighbours are noticed within seconds."""
+    depth), fast keep-alives so dead neighbours are noticed within seconds;
+    ``flat_fanout`` given (e.g. :data:`RELAY_FANOUT`): the sidecars' ``--flat-fanout``
+    (None: their default); ``misbehave``: test-only ``--misbehave`` specs per node."""
+    extra = ["--ping-interval", "1"]
+    if flat_fanout is not None:
+        extra += ["--flat-fanout", str(flat_fanout)]
     return LocalSidecarCluster(
         nodes=nodes,
         routing_k=1,
         run=run,
         toxiproxy=True,
-        extra_args=["--ping-interval", "1"],
+        extra_args=extra,
+        misbehave=misbehave,
     )
 
 
@@ -512,7 +544,7 @@ async def scenario_partition(
     )
 
 
-async def _throttle(sc: LocalSidecarCluster, i: int, kbps: int | None) -> None:
+async def throttle(sc: LocalSidecarCluster, i: int, kbps: int | None) -> None:
     """Limit node ``i``'s bandwidth: every connection of it must come in through its
     proxy (its own dials are filtered, every other node dials it)."""
     node = sc.cluster[i]
@@ -563,7 +595,7 @@ async def scenario_slow_subscriber(
     t_limit = 0.0
     for phase in ("without", "with"):
         if phase == "with":
-            await _throttle(sc, slow, kbps)
+            await throttle(sc, slow, kbps)
             t_limit = time.time()
         pub = Publishing(sc, topic, interval=0.2)
         async with anyio.create_task_group() as tg:
@@ -627,7 +659,7 @@ async def scenario_slow_subscriber(
     st = trees["without"].get(slow)
     figures["slow_node_children_before"] = float(len(st[2]) if st else 0)
     t_lift = time.time()
-    await _throttle(sc, slow, None)
+    await throttle(sc, slow, None)
     got, missing, dups = await check_delivery(sc, topic, subs, want_all)
     slow_lat = latencies({slow: got[slow]}, want_all)
     figures["slow_node_p50_s"] = _p50(slow_lat)
@@ -649,7 +681,8 @@ async def scenario_slow_subscriber(
     )
 
 
-def _chattr(flag: str, *paths: Path) -> None:
+def chattr(flag: str, *paths: Path) -> None:
+    """``chattr FLAG PATHS``: ``+i`` makes them immutable (EPERM even for root)."""
     subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
 
 
@@ -673,7 +706,7 @@ async def scenario_unwritable_state(sc: LocalSidecarCluster, *, tag: str = "") -
     state_file, log_file = state_dir / "state.json", state_dir / "deliveries.ndjson"
     t_fault = time.time()
     try:
-        _chattr("+i", state_dir, log_file)
+        chattr("+i", state_dir, log_file)
         before = state_file.read_bytes(), log_file.read_bytes()
         await pub.publish_from(author, count=5)
 
@@ -701,7 +734,7 @@ async def scenario_unwritable_state(sc: LocalSidecarCluster, *, tag: str = "") -
         if (state_file.read_bytes(), log_file.read_bytes()) != before:
             problems.append("the state files changed during the refused start")
     finally:
-        _chattr("-i", state_dir, log_file)
+        chattr("-i", state_dir, log_file)
     await pub.publish_from(author, count=3)
     await sc.start_sidecar(victim)
     t_fixed = time.time()
