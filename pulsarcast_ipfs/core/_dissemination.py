@@ -87,6 +87,7 @@ class Dissemination(NodeBase):
             self._guard.parent_sent(tree.key, peer, ev.cid)  # (witnesses score the parent)
         if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
+        asking = rpc.ack is not None and self._ack_before(peer, tree, rpc, ev)
         seen_parents = rpc.parents
         if seen_parents is not None and (
             (peer != tree.parent and ev.publisher != peer) or self._own_filters(tree) is None
@@ -104,6 +105,8 @@ class Dissemination(NodeBase):
             pushed=rpc.pushed,
             seen_parents=seen_parents,
         )
+        if asking:
+            self._ack_after(now, peer, tree, ev.cid)
 
     def _accept_event(
         self,
@@ -266,7 +269,8 @@ class Dissemination(NodeBase):
         if ev.topic != tree.key:
             desc = tree.versions.get(ev.topic)
             block = desc.encode() if desc is not None else None
-        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed)
+        ack = True if self._outbox and cid in self._outbox else None  # (._acks)
+        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed, ack=ack)
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
         for peer in targets:
             summary = self._target_summary(tree, peer) if peer != tree.parent else None
