@@ -52,7 +52,7 @@ __all__ = [
     "scenario_unwritable_state",
 ]
 
-PROTOCOL = "/x/pulsarcast/2.8.0"
+PROTOCOL = "/x/pulsarcast/2.9.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
