@@ -132,7 +132,9 @@ async def test_400_for_malformed_cids(sc: LocalSidecarCluster) -> None:
             for cursor in ("after", "before"):
                 r = await api.get(f"/v1/topics/{topic}/history", params={cursor: bad})
                 err(r, 400, "bad_request")
-            r = await api.post(f"/v1/topics/{topic}/publish", json={"text": "x", "parent": bad})
+            r = await api.post(
+                f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x", "parent": bad}
+            )
             err(r, 400, "bad_request")
 
 

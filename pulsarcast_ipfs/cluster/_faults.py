@@ -200,7 +200,8 @@ class Publishing:
                 n += 1
                 try:
                     r = await c.post(
-                        f"/v1/topics/{self.topic}/publish", json={"text": f"{i}:{n}:{time.time()}"}
+                        f"/v1/topics/{self.topic}/publish",
+                        json={"ack": "local", "text": f"{i}:{n}:{time.time()}"},
                     )
                 except httpx.HTTPError:
                     self.failed[i] += 1
