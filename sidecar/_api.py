@@ -419,6 +419,7 @@ class _Api:
                 "kubo_version": self.d.kubo_version,
                 "api": self.d.config.api,
                 "topics": topics,
+                "outbox": sorted(self.d.acks.outbox.waiting),
             }
         )
 
