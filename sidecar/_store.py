@@ -271,6 +271,8 @@ class BlockStore:
         self._urgent: set[CID] = set()
         """Retained events a publisher waits for: put and pinned without waiting for
         fuller batches, then told to :attr:`on_held`."""
+        self._urgent_put: dict[CID, bytes] = {}
+        """Urgent retained events not put yet: put with the retention index's blocks."""
         self.on_held: Callable[[list[CID]], None] | None = None
         """Told the retained events that are stored and pinned (the retention index
         that links them is pinned; with ``retain_pin`` off: put)."""
@@ -367,8 +369,22 @@ class BlockStore:
                 return
             self._retained[cid] = own
             self._unpin_due.pop(cid, None)
-            if urgent and not own:
+            if urgent and not own and self.retain_pin:
+                # A publisher waits: no put of its own, the block goes with the
+                # retention index's blocks in the one import before its pin/update.
                 self._urgent.add(cid)
+                self._stored.add(cid)
+                if self.index.add(cid):
+                    self.pins_added += 1
+                    self._unindexed[cid] = data
+                    self._urgent_put[cid] = data
+                    self._put_wake.set()
+                    self._full_wake.set()  # (the writer may linger on other blocks)
+                elif cid not in self._unindexed:
+                    self._held([cid])  # pinned already (linked before)
+                return
+            if urgent and not own:
+                self._urgent.add(cid)  # (retain_pin off: told once it is put)
                 self._full_wake.set()
             if own and cid in self._stored:
                 return  # already pinned (or queued to be) as this node's own block
@@ -668,6 +684,8 @@ class BlockStore:
         linked = list(self._unindexed)  # every one of them is in the build
         build = self.index.build()
         blocks = list(build.blocks)
+        urgent = list(self._urgent_put.items())
+        blocks += urgent
         if self.index.root is None:
             blocks.append((_EMPTY_ROOT_CID, EMPTY_ROOT))  # pinned first (see _pin_index)
         try:
@@ -681,8 +699,12 @@ class BlockStore:
             self.pin_failed += 1
             log.warning("retention index %s not pinned: %s", build.root, exc)
             self._index_since = anyio.current_time()  # tried again after index_linger
+            self._urgent.clear()  # (no retrying at once: their publishers time out)
             return True
         self.index.commit(build)
+        for cid, _ in urgent:
+            self._urgent_put.pop(cid, None)
+        self.stored += len(urgent)
         for cid in linked:
             self._unindexed.pop(cid, None)
         self._held(linked)
