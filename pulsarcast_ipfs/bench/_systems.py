@@ -104,9 +104,12 @@ class System(abc.ABC):
         latency: Latency | None,
         sample_interval: float,
         say: Say | None = None,
+        ack: int = 0,
     ) -> None:
         self.nodes = nodes
         self.run = run
+        self.ack = ack
+        """The acknowledgement level of every publish (Pulsarcast systems; 0: ``local``)."""
         self.run_dir = run_dir
         self.latency = latency
         self.sample_interval = sample_interval
@@ -440,12 +443,9 @@ class PulsarcastSystem(System):
         fast: bool = False,
         group_capacity: int = 16,
         filters: FilterPlan | None = None,
-        ack: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.ack = ack
-        """Every publish's acknowledgement level (0: ``local``), sent explicitly."""
         self.ordered = ordered
         self.fast = fast
         self.filters = filters
@@ -787,8 +787,7 @@ def make_system(
     }
     if name in ("gossipsub", "floodsub"):
         return KuboPubsubSystem(name, **kw)
-    if name.startswith("pulsarcast"):
-        kw["ack"] = ack
+    kw["ack"] = ack
     if name in ("pulsarcast", "pulsarcast-ordered"):
         return PulsarcastSystem(ordered=name == "pulsarcast-ordered", **kw)
     if name == "pulsarcast-fast":
