@@ -366,6 +366,12 @@ class BlockStore:
             self._own_topics.add(cid)
         if retain:
             if cid in self._retained:
+                if urgent and not own:
+                    if cid in self._unindexed:
+                        self._urgent.add(cid)  # told at the next index pin, made soon
+                        self._put_wake.set()
+                    elif cid in self.index or not self.retain_pin:
+                        self._held([cid])
                 return
             self._retained[cid] = own
             self._unpin_due.pop(cid, None)

@@ -40,6 +40,7 @@ from ._base import NodeBase
 from ._codec import Event, Stored, encode_frame
 from ._descriptors import EventDescriptor, decode_cached
 from ._errors import DescriptorError, LocalProtocolError
+from ._io import StoreBlock
 from ._tree import Tree
 
 __all__ = ["MAX_ACK", "Acknowledgements", "OutboxEntry"]
@@ -55,6 +56,8 @@ class OutboxEntry:
     """An event of this node waiting for ``needed`` holders."""
 
     tree: CID
+    event: EventDescriptor
+    """Kept here: the node's event cache may drop it while it waits."""
     needed: int
     holders: dict[str, None] = field(default_factory=dict)
     due: float
@@ -66,10 +69,10 @@ class Acknowledgements(NodeBase):
 
     # ------------------------------------------------------------------ publisher
 
-    def _outbox_add(self, now: float, tree: Tree, cid: CID, needed: int) -> None:
+    def _outbox_add(self, now: float, tree: Tree, ev: EventDescriptor, needed: int) -> None:
         retry = self.config.ack_retry
-        self._outbox[cid] = OutboxEntry(
-            tree=tree.key, needed=needed, due=now + retry, interval=retry
+        self._outbox[ev.cid] = OutboxEntry(
+            tree=tree.key, event=ev, needed=needed, due=now + retry, interval=retry
         )
 
     def _check_ack(self, ack: int) -> int:
@@ -116,9 +119,11 @@ class Acknowledgements(NodeBase):
             self._seen.put(cid)
             self._events.put(cid, (tree.key, ev))
             self._note_recent(tree, cid, ev)
-            self._retain(now, tree, cid, ev)
+            if not self._retain(now, tree, cid, ev):
+                # (its put may not have happened before the crash)
+                self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
         if needed:
-            self._outbox_add(now, tree, cid, needed)
+            self._outbox_add(now, tree, ev, needed)
             self._outbox[cid].due = now
         return cid
 
@@ -150,6 +155,8 @@ class Acknowledgements(NodeBase):
             tree = self._trees.get(entry.tree)
             if tree is None:
                 continue
+            if cid not in self._events:
+                self._events.put(cid, (tree.key, entry.event))
             skip = set(entry.holders)
             neighbours = set(tree.neighbours())
             if tree.members_epoch is None:
@@ -182,6 +189,13 @@ class Acknowledgements(NodeBase):
             self._asked.pop(cid)
             self._send(now, peer, Stored(topic=tree.key, event=cid), tree.name)
             return
+        if cid not in self._asked:
+            # Held before this node knew (a restart): the driver says so again.
+            ev = tree.history.get(cid)
+            if ev is not None:
+                self._emit(
+                    StoreBlock(cid=cid, data=ev.encode(), own=False, retain=True, urgent=True)
+                )
         self._asked.put(cid, (peer, tree.key))
 
     def blocks_held(self, now: float, cids: list[CID] | tuple[CID, ...]) -> None:

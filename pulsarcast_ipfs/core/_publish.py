@@ -215,7 +215,7 @@ class Publishing(NodeBase):
             self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
         self._note_recent(tree, cid, ev)
         if ack:
-            self._outbox_add(now, tree, cid, ack)  # before the sends: they carry ``ack``
+            self._outbox_add(now, tree, ev, ack)  # before the sends: they carry ``ack``
         self._record(
             now,
             RecordKind.EVENT_PUBLISHED,
