@@ -170,3 +170,38 @@ def test_bad_ack_levels_are_refused(bad: object) -> None:
     net, topic, author = _net(1)
     with pytest.raises(LocalProtocolError, match="ack must be"):
         net.call(author, "publish", topic, b"x", ack=bad)
+
+
+def test_the_first_send_asks_needed_plus_one_peers_and_an_offer_again_asks_all() -> None:
+    net, topic, author = _net(6)
+    subs = net.peers[1:]
+    for p in subs:
+        net.call(p, "subscribe", topic)
+    net.run_for(5)
+    res = net.call(author, "publish", topic, b"x", ack=1)
+    first = [s for s in net.logs[author].sent if isinstance(s.rpc, Event)]
+    asked = {s.peer for s in first if s.rpc.ack}
+    assert len(first) == len(subs)  # sent to every subscriber at once, as at local
+    assert len(asked) == 2  # ack=1: two of them asked (one spare)
+    net.run_for(0.2)
+    _hold_all(net, subs)
+    net.run_for(0.5)
+    holders = net.nodes[author].acknowledged(res.event_cid)
+    assert holders is not None and set(holders) <= asked
+    # Only the asked answered: the others stored without STORED.
+    answered = {p for p in subs if _stored_sent(net, p)}
+    assert answered == asked and set(holders) <= answered
+    # Offered again, every peer is asked: here the two not asked at first are the
+    # only ones that hold the event.
+    before = len(net.logs[author].sent)
+    res2 = net.call(author, "publish", topic, b"y", ack=2)
+    first2 = [s for s in net.logs[author].sent[before:] if isinstance(s.rpc, Event)]
+    asked2 = {s.peer for s in first2 if s.rpc.ack}
+    assert len(asked2) == 3
+    net.run_for(0.2)
+    others = [p for p in subs if p not in asked2]
+    _hold_all(net, others)
+    net.run_for(0.5)
+    assert net.nodes[author].holders(res2.event_cid) == ()  # not asked: no answer
+    net.run_for(3)  # offered again, every subscriber asked
+    assert set(net.nodes[author].acknowledged(res2.event_cid) or ()) == set(others)

@@ -32,6 +32,7 @@ once per ask. Nothing is answered for an event this node does not hold.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pulsarcast_ipfs.core._cid import CID
@@ -62,6 +63,11 @@ class OutboxEntry:
     holders: dict[str, None] = field(default_factory=dict)
     due: float
     interval: float
+    asked: dict[str, None] = field(default_factory=dict)
+    """The peers asked so far (EVENT with ``ack``)."""
+    ask_all: bool = False
+    """An offer again: every peer it goes to is asked (the first send asks
+    ``needed + 1`` of them: :meth:`Acknowledgements._ask_whom`)."""
 
 
 class Acknowledgements(NodeBase):
@@ -74,6 +80,34 @@ class Acknowledgements(NodeBase):
         self._outbox[ev.cid] = OutboxEntry(
             tree=tree.key, event=ev, needed=needed, due=now + retry, interval=retry
         )
+
+    def _ask_whom(
+        self,
+        tree: Tree,
+        cid: CID,
+        targets: list[str],
+        direct: Mapping[str, tuple[CID, ...] | None],
+    ) -> frozenset[str]:
+        """Of the peers an EVENT of this node's waiting event goes to, those asked to
+        answer STORED: on the first send ``needed + 1`` of them (the parent first, then
+        the members of the root's list in its order, then children), so that holders
+        store and pin urgently only what a publisher waits for; on an offer again,
+        all. At least one peer is always asked."""
+        entry = self._outbox[cid]
+        going = [*targets, *direct]
+        if entry.ask_all:
+            chosen = going
+        else:
+            order = {p: i for i, p in enumerate(tree.members)}
+            parent = tree.parent
+
+            def rank(p: str) -> tuple[int, int]:
+                return (0 if p == parent else 1, order.get(p, len(order)))
+
+            left = entry.needed + 1 - len(entry.asked)
+            chosen = sorted((p for p in going if p not in entry.asked), key=rank)[: max(0, left)]
+        entry.asked.update(dict.fromkeys(chosen))
+        return frozenset(chosen)
 
     def _check_ack(self, ack: int) -> int:
         if isinstance(ack, bool) or not isinstance(ack, int) or not 0 <= ack <= MAX_ACK:
@@ -152,6 +186,7 @@ class Acknowledgements(NodeBase):
                 continue
             entry.interval = min(cap, entry.interval * 2)
             entry.due = now + entry.interval
+            entry.ask_all = True
             tree = self._trees.get(entry.tree)
             if tree is None:
                 continue

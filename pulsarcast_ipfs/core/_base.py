@@ -151,6 +151,14 @@ class NodeBase:
 
         def _check_ack(self, ack: int) -> int: ...
 
+        def _ask_whom(
+            self,
+            tree: Tree,
+            cid: CID,
+            targets: list[str],
+            direct: Mapping[str, tuple[CID, ...] | None],
+        ) -> frozenset[str]: ...
+
         def _outbox_add(self, now: float, tree: Tree, ev: EventDescriptor, needed: int) -> None: ...
 
         # Methods defined in one module (named above each group) and called from another.

@@ -269,10 +269,18 @@ class Dissemination(NodeBase):
         if ev.topic != tree.key:
             desc = tree.versions.get(ev.topic)
             block = desc.encode() if desc is not None else None
-        ack = True if self._outbox and cid in self._outbox else None  # (._acks)
-        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed, ack=ack)
+        rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed)
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
+        plain_rpc, plain_data = rpc, data
+        asked: frozenset[str] = frozenset()
+        if self._outbox and cid in self._outbox:
+            # (._acks) This node's event waits for holders: these peers are asked.
+            asked = self._ask_whom(tree, cid, targets, direct)
+            ask_rpc = replace(rpc, ack=True)
+            ask_data = encode_frame(ask_rpc)
         for peer in targets:
+            if asked:
+                rpc, data = (ask_rpc, ask_data) if peer in asked else (plain_rpc, plain_data)
             summary = self._target_summary(tree, peer) if peer != tree.parent else None
             if peer == tree.parent:
                 self._guard.parent_sent(tree.key, peer, cid)  # it has it: not a miss
@@ -291,6 +299,10 @@ class Dissemination(NodeBase):
                 # A live event changes the child's DIGEST window: it owes a DIGEST.
                 self._guard.forwarded(tree.key, peer)
         for peer, parents in direct.items():
+            if asked:
+                rpc, data = (ask_rpc, ask_data) if peer in asked else (plain_rpc, plain_data)
+            else:
+                rpc, data = plain_rpc, plain_data
             if parents is None:
                 self._send(now, peer, rpc, tree.name, data)
             else:  # a pruned first hop (:meth:`_first_hop`)
