@@ -101,7 +101,8 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
                 node = (node + 1) % nodes
             async with sc.client(node) as c:
                 r = await c.post(
-                    f"/v1/topics/{cid}/publish", json={"text": f"event {k} " + "x" * 200}
+                    f"/v1/topics/{cid}/publish",
+                    json={"ack": "local", "text": f"event {k} " + "x" * 200},
                 )
             if r.status_code == 200:
                 per_topic[k % len(topics)] += 1

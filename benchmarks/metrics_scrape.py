@@ -60,7 +60,9 @@ async def measure(*, topics: int, events: int, scrapes: int, metrics_topics: int
                     r.raise_for_status()
                     cid = r.json()["cid"]
                     for n in range(events):
-                        r = await api.post(f"/v1/topics/{cid}/publish", json={"text": str(n)})
+                        r = await api.post(
+                            f"/v1/topics/{cid}/publish", json={"ack": "local", "text": str(n)}
+                        )
                         r.raise_for_status()
                 await api.get("/metrics")  # warm
                 wall: list[float] = []

@@ -37,7 +37,9 @@ async def bench(nodes: int, events: int, rate: float, burst_seconds: float, rout
         # 1. latency at a steady rate
         async with sc.client(0) as a:
             for n in range(events):
-                r = await a.post(f"/v1/topics/{topic}/publish", json={"text": f"e{n}"})
+                r = await a.post(
+                    f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"e{n}"}
+                )
                 assert r.status_code == 200, r.text
                 await anyio.sleep(1 / rate)
         await anyio.sleep(5)
@@ -62,7 +64,9 @@ async def bench(nodes: int, events: int, rate: float, burst_seconds: float, rout
             nonlocal count
             async with sc.client(0) as c:
                 while time.monotonic() - began < burst_seconds:
-                    r = await c.post(f"/v1/topics/{topic}/publish", json={"text": "burst"})
+                    r = await c.post(
+                        f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "burst"}
+                    )
                     assert r.status_code == 200, r.text
                     count += 1
 

@@ -28,6 +28,7 @@ __all__ = [
     "INVALID_PARENT",
     "KUBO_UNAVAILABLE",
     "METHOD_NOT_ALLOWED",
+    "NOT_ACKNOWLEDGED",
     "NOT_ALLOWED",
     "NOT_FOUND",
     "PAYLOAD_TOO_LARGE",
@@ -143,6 +144,14 @@ TIMEOUT = ErrorCode(
     sdk_class="Timeout",
     meaning="fetching a descriptor from IPFS (or resolving a topic) took too long",
 )
+NOT_ACKNOWLEDGED = ErrorCode(
+    status=504,
+    code="not_acknowledged",
+    sdk_class="NotAcknowledged",
+    meaning="a publish at `ack` N: fewer than N other nodes said they hold the event within "
+    "`ack_timeout`. The event exists (`event`), the holders that answered are listed "
+    "(`holders`); it stays in the outbox and is offered again",
+)
 
 ERROR_CODES: tuple[ErrorCode, ...] = (
     BAD_REQUEST,
@@ -158,6 +167,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     KUBO_UNAVAILABLE,
     SIGNING_FAILED,
     TIMEOUT,
+    NOT_ACKNOWLEDGED,
 )
 """Every error answer of the API, by status."""
 

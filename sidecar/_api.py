@@ -35,6 +35,7 @@ from pulsarcast_ipfs.api_errors import (
     CONFLICT,
     INVALID_PARENT,
     KUBO_UNAVAILABLE,
+    NOT_ACKNOWLEDGED,
     NOT_ALLOWED,
     SIGNING_FAILED,
     TIMEOUT,
@@ -68,6 +69,14 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, validate_peer_id
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
 
+from ._acklevels import (
+    DEFAULT_ACK,
+    DEFAULT_ACK_TIMEOUT,
+    MAX_ACK_TIMEOUT,
+    NotAcknowledged,
+    parse_ack,
+    parse_idempotency_key,
+)
 from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._dashboard import cookie_login, dashboard_cookie_ok
 from ._dashboard import routes as dashboard_routes
@@ -90,6 +99,40 @@ READ_WAIT = 20.0
 """Longest a history request waits for a new reader to gather the topic's history
 (holders looked up, tree joined, back-fill complete); then it answers with what it
 has and ``"complete": false``."""
+
+
+def _ack_fields(body: dict[str, Any], header: str | None) -> tuple[int, float, str | None]:
+    """A publish's ``ack`` (default 1), ``ack_timeout`` (seconds) and idempotency key
+    (``idempotency_key`` or the ``Idempotency-Key`` header; both: the same)."""
+    try:
+        ack = parse_ack(body.get("ack", DEFAULT_ACK))
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    t = body.get("ack_timeout", DEFAULT_ACK_TIMEOUT)
+    if (
+        isinstance(t, bool)
+        or not isinstance(t, int | float)
+        or not 0 < t <= MAX_ACK_TIMEOUT
+        or t != t
+    ):
+        raise ApiError(
+            400,
+            "bad_request",
+            f"ack_timeout must be a number of seconds in (0, {MAX_ACK_TIMEOUT:g}]",
+        )
+    key = body.get("idempotency_key")
+    if header is not None:
+        if key is not None and key != header:
+            raise ApiError(
+                400, "bad_request", "the Idempotency-Key header and idempotency_key differ"
+            )
+        key = header
+    if key is not None:
+        try:
+            key = parse_idempotency_key(key)
+        except ValueError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+    return ack, float(t), key
 
 
 class ApiError(Exception):
@@ -343,6 +386,7 @@ class _Api:
                 "kubo_version": self.d.kubo_version,
                 "api": self.d.config.api,
                 "topics": [topic_status(self.d, st) for st in self.d.topic_states()],
+                "outbox": sorted(self.d.acks.outbox.waiting),
             }
         )
 
@@ -525,6 +569,7 @@ class _Api:
         inject_id = body.get("inject_id")
         if inject_id is not None and not isinstance(inject_id, str):
             raise ApiError(400, "bad_request", "inject_id must be a string")
+        ack, ack_timeout, key = _ack_fields(body, request.headers.get("idempotency-key"))
         attributes = body.get("attributes")
         if attributes is not None:
             if not isinstance(attributes, dict):
@@ -533,14 +578,39 @@ class _Api:
                 )
             validate_attributes(attributes)  # InvalidAttributes: 400 bad_request, saying why
         self.tree_key(cid)
-        res = await self.d.publish(
-            cid, payload, parent=parent, inject_id=inject_id, attributes=attributes or None
-        )
+        try:
+            out = await self.d.publish(
+                cid,
+                payload,
+                parent=parent,
+                inject_id=inject_id,
+                attributes=attributes or None,
+                ack=ack,
+                ack_timeout=ack_timeout,
+                key=key,
+            )
+        except NotAcknowledged as exc:
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": NOT_ACKNOWLEDGED.code,
+                        "message": str(exc),
+                        "event": cid_str(exc.event),
+                        "holders": list(exc.holders),
+                        "ack": exc.needed,
+                    }
+                },
+                status_code=NOT_ACKNOWLEDGED.status,
+            )
+        res = out.result
         return JSONResponse(
             {
                 "status": res.status,
                 "event": cid_str(res.event_cid) if res.event_cid is not None else None,
                 "request_id": res.request_id,
+                "ack": out.ack if out.ack else "local",
+                "holders": list(out.holders),
+                "repeated": out.repeated,
             }
         )
 

@@ -62,6 +62,7 @@ from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.testing._misbehave import verdict
 
+from ._acklevels import AckLevels, Published
 from ._announce import MEMBERS_WAIT, should_announce
 from ._config import SidecarConfig
 from ._consumers import ConsumerPolicy
@@ -166,6 +167,9 @@ class Driver:
             kubo=self.kubo, fetch_timeout=config.fetch_timeout, retain_pin=config.retain_pin
         )
         self.store.on_topic_announced = self._topic_announced
+        self.store.on_held = self._on_held
+        self.acks = AckLevels(self)
+        """Publishes at acknowledgement levels and the persisted outbox (:mod:`._acklevels`)."""
         self.node_config = NodeConfig(
             ping_interval=config.ping_interval,
             heads_interval=config.heads_interval,
@@ -364,7 +368,22 @@ class Driver:
         # the core says whose block it is, whether to announce it and whether its
         # history is kept: own blocks and retained events are pinned, only own topic
         # versions announced (docs/sidecar.md "Providing")
-        self.store.store(out.cid, out.data, own=out.own, announce=out.announce, retain=out.retain)
+        self.store.store(
+            out.cid,
+            out.data,
+            own=out.own,
+            announce=out.announce,
+            retain=out.retain,
+            urgent=out.urgent,
+        )
+
+    def _on_held(self, cids: list[CID]) -> None:
+        """The store: these retained events are stored and pinned (STORED to the
+        publishers that wait for it)."""
+        try:
+            self.call(lambda now: self.node.blocks_held(now, cids))
+        except Exception:
+            log.exception("blocks_held failed")
 
     def on_release_blocks(self, _: None, out: ReleaseBlocks) -> None:
         self.store.release(out.cids)
@@ -609,15 +628,49 @@ class Driver:
         parent: CID | None,
         inject_id: str | None,
         attributes: dict[str, Any] | None = None,
+        ack: int = 0,
+        ack_timeout: float = 10.0,
+        key: str | None = None,
+    ) -> Published:
+        """Publish (or request to publish) ``payload`` in topic ``cid``; with ``ack``
+        other nodes holding it, at most ``ack_timeout`` later; ``key``: an idempotency
+        key (:mod:`._acklevels`)."""
+        return await self.acks.publish(
+            cid,
+            payload,
+            parent=parent,
+            inject_id=inject_id,
+            attributes=attributes,
+            ack=ack,
+            ack_timeout=ack_timeout,
+            key=key,
+        )
+
+    async def publish_now(
+        self,
+        cid: CID,
+        payload: bytes,
+        *,
+        parent: CID | None,
+        inject_id: str | None,
+        attributes: dict[str, Any] | None = None,
+        ack: int = 0,
     ) -> PublishResult:
-        """Publish (or request to publish) ``payload`` in topic ``cid``."""
+        """The core's publish: the event exists and is on its way (not waiting for
+        holders)."""
         t0 = time.perf_counter()
         ok = False
         try:
             res = await self.complete(
                 self.call(
                     lambda now: self.node.publish(
-                        now, cid, payload, parent=parent, inject_id=inject_id, attributes=attributes
+                        now,
+                        cid,
+                        payload,
+                        parent=parent,
+                        inject_id=inject_id,
+                        attributes=attributes,
+                        ack=ack,
                     )
                 )
             )
@@ -873,6 +926,7 @@ class Driver:
             await self.transport.claim()
             await self._choose_announce()
             self.state.load(self.peer_id)
+            waiting = self.acks.load()
             self.subs.load(self.clock())
             self.metrics.open(self.peer_id)
             self._node = PulsarcastNode(
@@ -901,6 +955,8 @@ class Driver:
                     if self.config.resource_interval > 0:
                         tg.start_soon(self._resource_loop)
                     self._resume()
+                    if waiting:
+                        tg.start_soon(self.acks.resume, waiting)
                     for service in services:
                         await tg.start(self._run_service, service)
                     self.ready.set()
@@ -924,6 +980,7 @@ class Driver:
                             log.exception("could not save the state")
                     self.metrics.close()
                     self.state.close()
+                    self.acks.close()
                     log.info("stopped")
 
     async def _run_service(
@@ -1051,6 +1108,7 @@ class Driver:
             await anyio.sleep(2.0)
             self.metrics.flush()
             self.subs.expire(self.clock())
+            self.acks.sweep()
             self.announce_topics()
             self.warm_members()
             if self.delegates is not None and self._tg is not None:

@@ -143,6 +143,13 @@ _PUBLISH = {
         "parent": {"type": "string"},
         "inject_id": {"type": "string"},
         "attributes": {"$ref": "#/components/schemas/Attributes"},
+        "ack": {
+            "oneOf": [{"const": "local"}, {"type": "integer", "minimum": 1, "maximum": 64}],
+            "description": "other nodes that must hold the event before the answer "
+            "(default 1); local: answered once it is in this node",
+        },
+        "ack_timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
+        "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
     },
 }
 

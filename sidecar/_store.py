@@ -268,6 +268,14 @@ class BlockStore:
         """``pin/add`` + ``pin/rm`` + ``pin/update`` calls for own events, topics and
         the retention index (batches)."""
         self.topics_announced = 0
+        self._urgent: set[CID] = set()
+        """Retained events a publisher waits for: put and pinned without waiting for
+        fuller batches, then told to :attr:`on_held`."""
+        self._urgent_put: dict[CID, bytes] = {}
+        """Urgent retained events not put yet: put with the retention index's blocks."""
+        self.on_held: Callable[[list[CID]], None] | None = None
+        """Told the retained events that are stored and pinned (the retention index
+        that links them is pinned; with ``retain_pin`` off: put)."""
         self.on_topic_announced: Callable[[CID, bool], None] | None = None
         """Told whether each topic announcement (``provide/once``) succeeded."""
         self.fetched = 0
@@ -333,7 +341,14 @@ class BlockStore:
         return len(self._puts) >= self.put_batch or self._queued_bytes >= self.put_batch_bytes
 
     def store(
-        self, cid: CID, data: bytes, *, own: bool, announce: bool = False, retain: bool = False
+        self,
+        cid: CID,
+        data: bytes,
+        *,
+        own: bool,
+        announce: bool = False,
+        retain: bool = False,
+        urgent: bool = False,
     ) -> None:
         """Queue a block to be put (never blocks).
 
@@ -341,7 +356,9 @@ class BlockStore:
         ``announce`` (a topic version this node authored; implies ``own``): pinned and
         announced. ``retain``: an event of a retained history, pinned (in a batch) and
         not announced; a block first stored unretained is put again and pinned when it
-        comes back retained. Otherwise kept unpinned and unannounced.
+        comes back retained. Otherwise kept unpinned and unannounced. ``urgent`` (with
+        ``retain``): a publisher waits for this node to hold it: no waiting for fuller
+        batches, and :attr:`on_held` is told once it is pinned.
         """
         own = own or announce
         kind: _Kind = "announce" if announce else "own" if own else "retain" if retain else "plain"
@@ -349,9 +366,32 @@ class BlockStore:
             self._own_topics.add(cid)
         if retain:
             if cid in self._retained:
+                if urgent and not own:
+                    if cid in self._unindexed:
+                        self._urgent.add(cid)  # told at the next index pin, made soon
+                        self._put_wake.set()
+                    elif cid in self.index or not self.retain_pin:
+                        self._held([cid])
                 return
             self._retained[cid] = own
             self._unpin_due.pop(cid, None)
+            if urgent and not own and self.retain_pin:
+                # A publisher waits: no put of its own, the block goes with the
+                # retention index's blocks in the one import before its pin/update.
+                self._urgent.add(cid)
+                self._stored.add(cid)
+                if self.index.add(cid):
+                    self.pins_added += 1
+                    self._unindexed[cid] = data
+                    self._urgent_put[cid] = data
+                    self._put_wake.set()
+                    self._full_wake.set()  # (the writer may linger on other blocks)
+                elif cid not in self._unindexed:
+                    self._held([cid])  # pinned already (linked before)
+                return
+            if urgent and not own:
+                self._urgent.add(cid)  # (retain_pin off: told once it is put)
+                self._full_wake.set()
             if own and cid in self._stored:
                 return  # already pinned (or queued to be) as this node's own block
             # Put again even if stored before: an unpinned copy may have been
@@ -448,6 +488,8 @@ class BlockStore:
             return float("inf")
         if self._index_since is None:
             self._index_since = now
+        if self._urgent and any(c in self._unindexed for c in self._urgent):
+            return 0.0  # a publisher waits for one of them
         return max(0.0, self._index_since + self.index_linger - now)
 
     def _pins_urgent(self) -> bool:
@@ -481,8 +523,9 @@ class BlockStore:
             await self._flush_index()
 
     async def _linger(self) -> None:
-        """Wait up to ``put_linger`` for more blocks unless a batch is full already."""
-        if self.put_linger <= 0 or self._batch_full():
+        """Wait up to ``put_linger`` for more blocks unless a batch is full already
+        (or a publisher waits for one of them)."""
+        if self.put_linger <= 0 or self._batch_full() or self._urgent:
             return
         self._full_wake = anyio.Event()
         with anyio.move_on_after(self.put_linger):
@@ -569,6 +612,8 @@ class BlockStore:
             if self.retain_pin and self._retained.get(cid) is False and self.index.add(cid):
                 self.pins_added += 1
                 self._unindexed[cid] = data
+            elif cid in self._urgent and cid not in self._unindexed:
+                self._held([cid])  # pinned before (indexed), or nothing to pin
         elif kind == "topic":
             if cid in self._topics:
                 if cid not in self._pinned:
@@ -645,6 +690,8 @@ class BlockStore:
         linked = list(self._unindexed)  # every one of them is in the build
         build = self.index.build()
         blocks = list(build.blocks)
+        urgent = list(self._urgent_put.items())
+        blocks += urgent
         if self.index.root is None:
             blocks.append((_EMPTY_ROOT_CID, EMPTY_ROOT))  # pinned first (see _pin_index)
         try:
@@ -658,10 +705,15 @@ class BlockStore:
             self.pin_failed += 1
             log.warning("retention index %s not pinned: %s", build.root, exc)
             self._index_since = anyio.current_time()  # tried again after index_linger
+            self._urgent.clear()  # (no retrying at once: their publishers time out)
             return True
         self.index.commit(build)
+        for cid, _ in urgent:
+            self._urgent_put.pop(cid, None)
+        self.stored += len(urgent)
         for cid in linked:
             self._unindexed.pop(cid, None)
+        self._held(linked)
         self.index_updates += 1
         self._index_since = None
         while self._stale_roots:
@@ -671,6 +723,12 @@ class BlockStore:
             except KuboError as exc:
                 log.info("older retention index %s not unpinned: %s", old, exc)
         return True
+
+    def _held(self, cids: list[CID]) -> None:
+        for cid in cids:
+            self._urgent.discard(cid)
+        if cids and self.on_held is not None:
+            self.on_held(cids)
 
     async def _pin_index(self, build: IndexBuild) -> None:
         old = self.index.root

@@ -30,7 +30,7 @@ POSTS = [
 async def _publish_all(sc: Sidecar, topic: str) -> None:
     for text, attrs in POSTS:
         r = await sc.api.post(
-            f"/v1/topics/{topic}/publish", json={"text": text, "attributes": attrs}
+            f"/v1/topics/{topic}/publish", json={"ack": "local", "text": text, "attributes": attrs}
         )
         assert r.status_code == 200, r.text
 
@@ -185,11 +185,13 @@ async def test_a_named_consumer_resumes_from_its_cursor_after_a_restart(tmp_path
         assert await _served(first, "reader") == ["b", "d"]
         # published while the reader is away: kept for it
         r = await first.api.post(
-            f"/v1/topics/{topic}/publish", json={"text": "f", "attributes": {"ups": 99}}
+            f"/v1/topics/{topic}/publish",
+            json={"ack": "local", "text": "f", "attributes": {"ups": 99}},
         )
         assert r.status_code == 200
         await first.api.post(
-            f"/v1/topics/{topic}/publish", json={"text": "g", "attributes": {"ups": 1}}
+            f"/v1/topics/{topic}/publish",
+            json={"ack": "local", "text": "g", "attributes": {"ups": 1}},
         )
     async with sidecar_at(tmp_path, kubo) as second:
         got = (await second.api.get("/v1/consumers/reader")).json()

@@ -100,7 +100,7 @@ async def test_a_topic_is_created_published_to_and_read_back(sc: Sidecar) -> Non
     assert got["name"] == "news" and got["author"] == sc.kubo.signer.peer_id
     cids = []
     for n in range(3):
-        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"m{n}"})
+        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"m{n}"})
         assert r.status_code == 200, r.text
         assert r.json()["status"] == "published"
         cids.append(r.json()["event"])
@@ -136,7 +136,9 @@ async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
 async def test_errors_have_their_documented_codes(sc: Sidecar) -> None:
     topic = await _topic(sc, linking="CUSTOM")
     other = await _topic(sc, "other")
-    in_other = (await sc.api.post(f"/v1/topics/{other}/publish", json={"text": "x"})).json()
+    in_other = (
+        await sc.api.post(f"/v1/topics/{other}/publish", json={"ack": "local", "text": "x"})
+    ).json()
     publish = f"/v1/topics/{topic}/publish"
     _error(await sc.api.post(publish, json={"text": "a", "payload": "YQ=="}), 400, "bad_request")
     _error(await sc.api.post(publish, content=b"{nope"), 400, "bad_request")
@@ -163,7 +165,7 @@ async def test_errors_have_their_documented_codes(sc: Sidecar) -> None:
     _error(await sc.api.get("/v1/topics/not-a-cid"), 400, "bad_request")
     stranger = str(compute_cid(b"\xa1\x61a\x01"))
     _error(
-        await sc.api.post(f"/v1/topics/{stranger}/publish", json={"text": "a"}),
+        await sc.api.post(f"/v1/topics/{stranger}/publish", json={"ack": "local", "text": "a"}),
         404,
         "unknown_topic",
     )
@@ -252,7 +254,7 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
 async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
     topic = await _topic(sc)
     for i in range(3):
-        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"e{i}"})
+        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"e{i}"})
         assert r.status_code == 200, r.text
     head = (await sc.api.get("/v1/records", params={"limit": "0"})).json()
     assert head["node"] == sc.kubo.signer.peer_id and head["records"] == []

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _publish(sc: Sidecar, topic: str, text: str, attrs: dict[str, Any] | None) -> str:
-    body: dict[str, Any] = {"text": text}
+    body: dict[str, Any] = {"ack": "local", "text": text}
     if attrs is not None:
         body["attributes"] = attrs
     r = await sc.api.post(f"/v1/topics/{topic}/publish", json=body)
@@ -65,7 +65,9 @@ async def test_attributes_are_published_and_read_back(sc: Sidecar) -> None:
 )
 async def test_bad_attributes_are_400_saying_why(sc: Sidecar, attrs: object, says: str) -> None:
     topic = await _topic(sc)
-    r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": "x", "attributes": attrs})
+    r = await sc.api.post(
+        f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x", "attributes": attrs}
+    )
     assert says in _error(r, 400, "bad_request")
     h = (await sc.api.get(f"/v1/topics/{topic}/history")).json()
     assert h["events"] == []  # nothing published

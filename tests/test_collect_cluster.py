@@ -96,7 +96,9 @@ async def test_collect_from_a_cluster_is_every_record_once(
         await ok(sc, i, "POST", f"/v1/topics/{topic}/subscribe")
     await wait_joined(sc, topic, range(1, NODES))
     for n in range(EVENTS):
-        await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"e{n}"})
+        await ok(
+            sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"e{n}"}
+        )
     await anyio.sleep(2)
     out = tmp_path / "dataset"
     argv = ["collect", str(out), "--cluster", str(sc.base_dir), "--quiet"]
@@ -118,7 +120,7 @@ async def test_collect_from_a_cluster_is_every_record_once(
     kinds = {json.loads(x)["kind"] for v in collected.values() for x in v}
     assert {"event_published", "event_delivered", "rpc_sent"} <= kinds, kinds
 
-    await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": "late"})
+    await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "late"})
     await anyio.sleep(1)
     assert await anyio.to_thread.run_sync(cli_main, argv) == 0
     second = capsys.readouterr().out

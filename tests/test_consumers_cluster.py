@@ -89,7 +89,11 @@ async def parent_sees(sc: LocalSidecarCluster, topic: str, want: list[str]) -> N
 async def publish(sc: LocalSidecarCluster, topic: str, posts: dict[str, dict[str, Any]]) -> None:
     for text, attrs in posts.items():
         await ok(
-            sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": text, "attributes": attrs}
+            sc,
+            0,
+            "POST",
+            f"/v1/topics/{topic}/publish",
+            json={"ack": "local", "text": text, "attributes": attrs},
         )
 
 

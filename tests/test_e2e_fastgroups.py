@@ -86,7 +86,11 @@ async def test_fast_subscribers_get_group_traffic_exactly_once_and_survive_a_hel
 
     before = {i: await group_event_bytes(sc, i) for i in subs}
     cids = [
-        (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"e{n}"}))["event"]
+        (
+            await ok(
+                sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"e{n}"}
+            )
+        )["event"]
         for n in range(10)
     ]
 
@@ -112,7 +116,15 @@ async def test_fast_subscribers_get_group_traffic_exactly_once_and_survive_a_hel
     await sc.kill_sidecar(victim)
     rest = [i for i in subs if i != victim]
     more = [
-        (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"late{n}"}))["event"]
+        (
+            await ok(
+                sc,
+                0,
+                "POST",
+                f"/v1/topics/{topic}/publish",
+                json={"ack": "local", "text": f"late{n}"},
+            )
+        )["event"]
         for n in range(5)
     ]
 

@@ -174,7 +174,9 @@ async def test_exactly_once_with_relays_and_depth(sc: LocalSidecarCluster) -> No
     async def publish_from(i: int) -> None:
         async with sc.client(i) as c:
             for n in range(counts[i]):
-                r = await c.post(f"/v1/topics/{topic}/publish", json={"text": f"{i}:{n}"})
+                r = await c.post(
+                    f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"{i}:{n}"}
+                )
                 assert r.status_code == 200, r.text
                 assert r.json()["status"] == "published"
                 want.add(r.json()["event"])
@@ -222,13 +224,17 @@ async def test_allowed_publishers_and_request_to_publish(sc: LocalSidecarCluster
     )
     await subscribe_all(sc, topic, [1, 2, 3, 4, 5])
     # Node 2 may neither publish nor request: a clear 403.
-    r = await api(sc, 2, "POST", f"/v1/topics/{topic}/publish", json={"text": "no"})
+    r = await api(sc, 2, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "no"})
     assert r.status_code == 403, r.text
     assert r.json()["error"]["code"] == "not_allowed"
     # Node 3 may request: published once by the first allowed node on the way up.
-    res = await ok(sc, 3, "POST", f"/v1/topics/{topic}/publish", json={"text": "please"})
+    res = await ok(
+        sc, 3, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "please"}
+    )
     assert res["status"] == "requested" and res["request_id"]
-    ok_pub = await ok(sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"text": "allowed"})
+    ok_pub = await ok(
+        sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "allowed"}
+    )
 
     async def both_arrived() -> bool:
         ds = await deliveries(sc, 5, topic)
@@ -303,7 +309,15 @@ async def test_event_linking(sc: LocalSidecarCluster) -> None:
     cids = []
     for n in range(5):
         cids.append(
-            (await ok(sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"text": str(n)}))["event"]
+            (
+                await ok(
+                    sc,
+                    1,
+                    "POST",
+                    f"/v1/topics/{topic}/publish",
+                    json={"ack": "local", "text": str(n)},
+                )
+            )["event"]
         )
     await wait_deliveries(sc, [2, 3], topic, set(cids))
     # LAST_SEEN, one publisher at a time: one chain, each event linking the previous.
@@ -327,23 +341,41 @@ async def test_event_linking(sc: LocalSidecarCluster) -> None:
 
     custom = await create(sc, 1, "custom", event_linking="CUSTOM")
     await subscribe_all(sc, custom, [2])
-    first = (await ok(sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "a"}))["event"]
+    first = (
+        await ok(sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"ack": "local", "text": "a"})
+    )["event"]
     second = await ok(
-        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "b", "parent": first}
+        sc,
+        1,
+        "POST",
+        f"/v1/topics/{custom}/publish",
+        json={"ack": "local", "text": "b", "parent": first},
     )
     ev = await ok(sc, 1, "GET", f"/v1/events/{second['event']}")
     assert (ev["parents"], ev["clock"]) == ([first], 1)
     unknown = str(compute_cid(b"\xa1anot an event"))
     r = await api(
-        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": unknown}
+        sc,
+        1,
+        "POST",
+        f"/v1/topics/{custom}/publish",
+        json={"ack": "local", "text": "c", "parent": unknown},
     )
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_parent", r.text
     r = await api(
-        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": cids[0]}
+        sc,
+        1,
+        "POST",
+        f"/v1/topics/{custom}/publish",
+        json={"ack": "local", "text": "c", "parent": cids[0]},
     )
     assert r.status_code == 409 and r.json()["error"]["code"] == "conflict", r.text
     r = await api(
-        sc, 1, "POST", f"/v1/topics/{custom}/publish", json={"text": "c", "parent": "xyz"}
+        sc,
+        1,
+        "POST",
+        f"/v1/topics/{custom}/publish",
+        json={"ack": "local", "text": "c", "parent": "xyz"},
     )
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
 
@@ -375,7 +407,13 @@ async def test_concurrent_publishers_one_history_everywhere(sc: LocalSidecarClus
 
     async def publish(i: int) -> None:
         for n in range(20):
-            r = await ok(sc, i, "POST", f"/v1/topics/{topic}/publish", json={"text": f"{i}:{n}"})
+            r = await ok(
+                sc,
+                i,
+                "POST",
+                f"/v1/topics/{topic}/publish",
+                json={"ack": "local", "text": f"{i}:{n}"},
+            )
             want.append(r["event"])
 
     async with anyio.create_task_group() as tg:
@@ -441,7 +479,13 @@ async def test_unsubscribe_prunes_and_update_changes_behaviour(sc: LocalSidecarC
     await wait_until(pruned, deadline=15, what="the branch pruned")
     # Any subscriber but the one that left (which no longer knows the topic).
     pub = next(i for i in subs if i != leaf)
-    r = await ok(sc, pub, "POST", f"/v1/topics/{topic}/publish", json={"text": "before update"})
+    r = await ok(
+        sc,
+        pub,
+        "POST",
+        f"/v1/topics/{topic}/publish",
+        json={"ack": "local", "text": "before update"},
+    )
     assert r["status"] == "published"
     # Update: only the author may publish now; subscribers learn it through the meta topic.
     new = await ok(
@@ -454,7 +498,9 @@ async def test_unsubscribe_prunes_and_update_changes_behaviour(sc: LocalSidecarC
     assert new["parent"] == topic and new["allowed_publishers"]["enabled"] is True
 
     async def refused() -> bool:
-        r = await api(sc, pub, "POST", f"/v1/topics/{topic}/publish", json={"text": "after"})
+        r = await api(
+            sc, pub, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "after"}
+        )
         return r.status_code == 403
 
     await wait_until(
@@ -486,7 +532,9 @@ async def test_independent_client_reads_descriptor(sc: LocalSidecarCluster) -> N
 async def test_restarted_subscriber_recovers(sc: LocalSidecarCluster) -> None:
     topic = await create(sc, 0, "resume")
     await subscribe_all(sc, topic, [3, 5, 6])
-    first = (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": "x"}))["event"]
+    first = (
+        await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x"})
+    )["event"]
     await wait_deliveries(sc, [5], topic, {first})
     await sc.stop_sidecar(5)
     # Graceful shutdown closed its p2p listener and forwards in Kubo.
@@ -495,12 +543,20 @@ async def test_restarted_subscriber_recovers(sc: LocalSidecarCluster) -> None:
     missed = []
     for n in range(50):
         missed.append(
-            (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": f"m{n}"}))[
-                "event"
-            ]
+            (
+                await ok(
+                    sc,
+                    0,
+                    "POST",
+                    f"/v1/topics/{topic}/publish",
+                    json={"ack": "local", "text": f"m{n}"},
+                )
+            )["event"]
         )
     await sc.start_sidecar(5)
-    last = (await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"text": "y"}))["event"]
+    last = (
+        await ok(sc, 0, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "y"})
+    )["event"]
     want = {first, *missed, last}
     got = await wait_deliveries(sc, [5, 3], topic, want, deadline=90)
     assert_exactly_once(got, want)
@@ -516,9 +572,15 @@ async def test_relay_killed_mid_stream(sc: LocalSidecarCluster) -> None:
         if n == 20:
             await sc.kill_sidecar(relay)
         want.append(
-            (await ok(sc, author, "POST", f"/v1/topics/{topic}/publish", json={"text": f"f{n}"}))[
-                "event"
-            ]
+            (
+                await ok(
+                    sc,
+                    author,
+                    "POST",
+                    f"/v1/topics/{topic}/publish",
+                    json={"ack": "local", "text": f"f{n}"},
+                )
+            )["event"]
         )
         await anyio.sleep(0.05)
     alive = [i for i in subs if i != relay]
@@ -537,7 +599,11 @@ async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
     subs = [1, 2]
     await subscribe_all(sc, topic, subs)
     cids = [
-        (await ok(sc, 6, "POST", f"/v1/topics/{topic}/publish", json={"text": f"o{n}"}))["event"]
+        (
+            await ok(
+                sc, 6, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"o{n}"}
+            )
+        )["event"]
         for n in range(10)
     ]
     await wait_deliveries(sc, subs, topic, set(cids))

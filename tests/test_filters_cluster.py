@@ -68,7 +68,7 @@ async def publish(sc: LocalSidecarCluster, topic: str, ks: range) -> dict[str, d
     """Nodes 0 and 2 publish events ``ks`` (alternately); CID -> attributes ({} none)."""
     out: dict[str, dict[str, Any]] = {}
     for k in ks:
-        body: dict[str, Any] = {"text": f"post {k}"}
+        body: dict[str, Any] = {"ack": "local", "text": f"post {k}"}
         attrs = attrs_of(k)
         if attrs is not None:
             body["attributes"] = attrs

@@ -69,7 +69,11 @@ async def publish_concurrently(
     async def one(i: int) -> None:
         for k in range(rounds):
             res = await ok(
-                sc, i, "POST", f"/v1/topics/{topic}/publish", json={"text": f"{tag} {i}/{k}"}
+                sc,
+                i,
+                "POST",
+                f"/v1/topics/{topic}/publish",
+                json={"ack": "local", "text": f"{tag} {i}/{k}"},
             )
             cids.append(res["event"])
 
@@ -156,7 +160,9 @@ async def test_an_independent_reader_walks_every_event_block(
     import ipfshttpclient
 
     # one more event links every head: from it alone, the whole DAG is reachable
-    last = await ok(sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"text": "closes it"})
+    last = await ok(
+        sc, 1, "POST", f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "closes it"}
+    )
     await wait_delivered(sc, SUBSCRIBERS, topic, {last["event"]})
     want = {e["cid"] for e in await whole_history(sc, 2, topic)}
     api = sc.cluster[BARE].api_url.removeprefix("http://")

@@ -70,7 +70,13 @@ async def test_the_end_to_end_flow_on_each_kubo_release(
         await wait_until(joined, deadline=60, what="both subscribers joined", interval=0.3)
         published = []
         for n in range(EVENTS):
-            r = await _ok(sc, n % 2, "POST", f"/v1/topics/{topic}/publish", json={"text": f"e{n}"})
+            r = await _ok(
+                sc,
+                n % 2,
+                "POST",
+                f"/v1/topics/{topic}/publish",
+                json={"ack": "local", "text": f"e{n}"},
+            )
             assert r.json()["status"] == "published", r.json()
             published.append(r.json()["event"])
 

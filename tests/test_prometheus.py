@@ -48,9 +48,11 @@ async def test_every_family_is_typed_and_helped_and_counts_known_traffic(
     async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sc:
         topic = await _topic(sc, "news")
         for n in range(3):
-            r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"m{n}"})
+            r = await sc.api.post(
+                f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"m{n}"}
+            )
             assert r.status_code == 200, r.text
-        bad = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": 1})
+        bad = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": 1})
         assert bad.status_code == 400  # refused before the driver: not a publish call
         m = await _scrape(sc)
         text = (await sc.api.get("/metrics")).text
@@ -101,7 +103,7 @@ async def test_topic_labels_are_bounded_with_an_other_bucket(tmp_path: Path) -> 
         sc.driver.prom.topics.limit = 2  # the first two label sets: "t0" and "meta-t0"
         for i in range(4):
             topic = await _topic(sc, f"t{i}")
-            r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": "x"})
+            r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x"})
             assert r.status_code == 200, r.text
         m = await _scrape(sc)
     assert m.label_values("pulsarcast_events_published_total", "topic") == {"t0", "meta-t0", OTHER}
@@ -176,7 +178,7 @@ async def test_the_driver_times_a_recovered_delivery(tmp_path: Path) -> None:
     ``Deliver`` does not."""
     async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sc:
         topic = await _topic(sc, "news")
-        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": "m"})
+        r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "m"})
         d = sc.driver
         known = d.node._known_event(cid_from_str(r.json()["event"]))
         assert known is not None

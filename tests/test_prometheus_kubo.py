@@ -52,7 +52,13 @@ async def test_metrics_count_a_topics_traffic_on_both_ends(sc: LocalSidecarClust
 
     await wait_until(joined, deadline=60, what="the subscriber joined", interval=0.3)
     for n in range(EVENTS):
-        await _call(sc, AUTHOR, "POST", f"/v1/topics/{topic}/publish", json={"text": f"p{n}"})
+        await _call(
+            sc,
+            AUTHOR,
+            "POST",
+            f"/v1/topics/{topic}/publish",
+            json={"ack": "local", "text": f"p{n}"},
+        )
 
     async def delivered() -> bool:
         r = await _call(

@@ -78,8 +78,8 @@ async def test_topics_subscribe_publish_deliver(sc: LocalSidecarCluster) -> None
         await join(b, topic.cid)
         await join(c, topic.cid)
 
-        text = await b.publish(topic.cid, "héllo")
-        binary = await c.publish(topic.cid, b"\x00\xff\x10")
+        text = await b.publish(topic.cid, "héllo", ack="local")
+        binary = await c.publish(topic.cid, b"\x00\xff\x10", ack="local")
         assert text.published and binary.published
         for pc in (a, b, c):
             got = await collect(pc, topic.cid, 2)
@@ -107,7 +107,7 @@ async def test_history_pages_both_ways(sc: LocalSidecarCluster) -> None:
         await join(c, topic.cid)
         cids = []
         for n in range(5):
-            cids.append((await a.publish(topic.cid, f"e{n}")).event)
+            cids.append((await a.publish(topic.cid, f"e{n}", ack="local")).event)
             await collect(c, topic.cid, n + 1)  # one at a time: a single LAST_SEEN chain
         page = await c.history(topic.cid, limit=2)
         assert [e.text for e in page.events] == ["e4", "e3"] and page.next == cids[3]
@@ -139,23 +139,23 @@ async def test_refusals_are_typed(sc: LocalSidecarCluster) -> None:
         )
         await join(b, closed.cid)
         with pytest.raises(NotAllowed) as info:
-            await b.publish(closed.cid, "no")
+            await b.publish(closed.cid, "no", ack="local")
         assert info.value.status == 403 and "request to publish" in info.value.message
         with pytest.raises(UnknownTopic):
             await b.publish((await a.create_topic("sdk-unsubscribed")).cid, "x")
         with pytest.raises(BadRequest):
             await a.get_topic("not-a-cid")
         with pytest.raises(PayloadTooLarge):
-            await a.publish(closed.cid, b"x" * (MAX_PAYLOAD_SIZE + 1))
+            await a.publish(closed.cid, b"x" * (MAX_PAYLOAD_SIZE + 1), ack="local")
 
         custom = await a.create_topic("sdk-custom", event_linking="CUSTOM")
         other = await a.create_topic("sdk-other")
-        foreign = (await a.publish(other.cid, "elsewhere")).event
+        foreign = (await a.publish(other.cid, "elsewhere", ack="local")).event
         assert foreign is not None
         with pytest.raises((Conflict, InvalidParent)):
-            await a.publish(custom.cid, "child", parent=foreign)
-        first = await a.publish(custom.cid, "first")
-        second = await a.publish(custom.cid, "second", parent=first.event)
+            await a.publish(custom.cid, "child", parent=foreign, ack="local")
+        first = await a.publish(custom.cid, "first", ack="local")
+        second = await a.publish(custom.cid, "second", parent=first.event, ack="local")
         ev = await a.get_event(str(second.event))
         assert (ev.parents, ev.clock) == ((first.event,), 1)
 
@@ -168,7 +168,7 @@ async def test_request_to_publish(sc: LocalSidecarCluster) -> None:
             "sdk-restricted", allowed_publishers=[me], request_to_publish=[asker]
         )
         await join(b, topic.cid)
-        out = await b.publish(topic.cid, "please publish")
+        out = await b.publish(topic.cid, "please publish", ack="local")
         assert out.status == "requested" and out.request_id
         (delivered,) = await collect(b, topic.cid, 1)
         assert (delivered.event.author, delivered.event.publisher) == (asker, me)
@@ -197,7 +197,7 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(follow)
-                await a.publish(topic.cid, "before")
+                await a.publish(topic.cid, "before", ack="local")
                 await restarted.wait()
 
                 async def rejoined() -> bool:
@@ -205,6 +205,6 @@ async def test_a_followed_stream_survives_a_sidecar_restart(sc: LocalSidecarClus
                     return st is not None and st.parent is not None
 
                 await wait_until(rejoined, deadline=60, what="node1 back in the tree")
-                await a.publish(topic.cid, "after")
+                await a.publish(topic.cid, "after", ack="local")
         assert [d.event.text for d in seen] == ["before", "after"]
         assert seen[1].seq > seen[0].seq

@@ -169,7 +169,7 @@ def test_replayed_event_is_a_duplicate() -> None:
 
 # -- over real Kubo daemons and sidecars (signatures on by default) ------------------------
 
-PROTOCOL = "/x/pulsarcast/2.8.0"
+PROTOCOL = "/x/pulsarcast/2.9.0"
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,9 @@ async def test_signed_cluster_delivers_signed_and_refuses_forged_at_the_first_ho
             return any(t["root_cid"] == topic and t["parent"] for t in st["topics"])
 
         await wait_until(joined, deadline=60, what="sidecar 1 to join", interval=0.2)
-        r = await api0.post(f"/v1/topics/{topic}/publish", json={"text": "signed hello"})
+        r = await api0.post(
+            f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "signed hello"}
+        )
         assert r.status_code == 200 and r.json()["status"] == "published", r.text
         good = r.json()["event"]
 

@@ -28,6 +28,7 @@ from pulsarcast_ipfs.core import (
     Members,
     MembersWant,
     RemoteProtocolError,
+    Stored,
     Summary,
     Watch,
     _codec,
@@ -128,6 +129,9 @@ def _seed_messages() -> list[dict[str, Any]]:
         topic=topic, epoch=2, members=tuple(WORLD.peers[2:4]), ttl=30.0
     ).to_ipld()
     frame_ev = next(v for v in by_op.values() if v["op"] == "EVENT")
+    # a publisher waiting for holders, and a holder's answer (wire 2.9)
+    by_op["EVENT"] = {**frame_ev, "ack": True}
+    by_op["STORED"] = Stored(topic=topic, event=ev).to_ipld()
     by_op["GROUP_EVENT"] = GroupEvent(topic=topic, event=frame_ev["event"]).to_ipld()
     assert len(by_op) == len(_codec._BY_OP)
     return [by_op[op] for op in sorted(by_op)]

@@ -82,7 +82,11 @@ async def test_topic_validation(api: httpx.AsyncClient) -> None:
     )
     err(await api.get("/v1/topics/notacid"), 400, "bad_request")
     unknown = str(compute_cid(b"\xa1aa\x01"))  # a dag-cbor CID nobody has
-    err(await api.post(f"/v1/topics/{unknown}/publish", json={"text": "x"}), 404, "unknown_topic")
+    err(
+        await api.post(f"/v1/topics/{unknown}/publish", json={"ack": "local", "text": "x"}),
+        404,
+        "unknown_topic",
+    )
     err(await api.post(f"/v1/topics/{unknown}/unsubscribe"), 404, "unknown_topic")
     # Not known here and nobody announces it: looked up, then a clear 404.
     r = await api.get(f"/v1/topics/{unknown}/history")
@@ -98,14 +102,22 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
     cid = topic["cid"]
     err(await api.post(f"/v1/topics/{cid}/publish", json={}), 400, "bad_request")
     err(
-        await api.post(f"/v1/topics/{cid}/publish", json={"text": "a", "payload": "YQ=="}),
+        await api.post(
+            f"/v1/topics/{cid}/publish", json={"ack": "local", "text": "a", "payload": "YQ=="}
+        ),
         400,
         "bad_request",
     )
-    err(await api.post(f"/v1/topics/{cid}/publish", json={"payload": "***"}), 400, "bad_request")
+    err(
+        await api.post(f"/v1/topics/{cid}/publish", json={"ack": "local", "payload": "***"}),
+        400,
+        "bad_request",
+    )
     big = base64.b64encode(b"x" * (MAX_PAYLOAD_SIZE + 1)).decode()
     err(
-        await api.post(f"/v1/topics/{cid}/publish", json={"payload": big}), 413, "payload_too_large"
+        await api.post(f"/v1/topics/{cid}/publish", json={"ack": "local", "payload": big}),
+        413,
+        "payload_too_large",
     )
     err(
         await api.post(f"/v1/topics/{cid}/publish", content=b"x" * (2 * 1024 * 1024)),
@@ -114,7 +126,9 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
     )
     # LAST_SEEN topic: choosing a parent is refused.
     err(
-        await api.post(f"/v1/topics/{cid}/publish", json={"text": "a", "parent": cid}),
+        await api.post(
+            f"/v1/topics/{cid}/publish", json={"ack": "local", "text": "a", "parent": cid}
+        ),
         400,
         "bad_request",
     )
@@ -138,7 +152,7 @@ async def test_publish_validation_and_deliveries(api: httpx.AsyncClient) -> None
             tg.start_soon(follow)
             await opened.wait()
             for text in ("one", "two"):
-                r = await api.post(f"/v1/topics/{cid}/publish", json={"text": text})
+                r = await api.post(f"/v1/topics/{cid}/publish", json={"ack": "local", "text": text})
                 assert r.status_code == 200 and r.json()["status"] == "published", r.text
                 events.append(r.json()["event"])
     assert [d["cid"] for d in seen] == events
@@ -206,7 +220,9 @@ async def _history_pages_and_bad_queries(
     h = (await api.get(url, params={"order": "oldest"})).json()
     assert [e["clock"] for e in h["events"]] == [0, 1]
     other = (await api.post("/v1/topics", json={"name": "other"})).json()["cid"]
-    other_ev = (await api.post(f"/v1/topics/{other}/publish", json={"text": "x"})).json()["event"]
+    other_ev = (
+        await api.post(f"/v1/topics/{other}/publish", json={"ack": "local", "text": "x"})
+    ).json()["event"]
     for params, fragment in [
         ({"limit": 0}, "limit"),
         ({"limit": 501}, "limit"),

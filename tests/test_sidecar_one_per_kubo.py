@@ -78,7 +78,9 @@ async def first_still_delivers(sc: LocalSidecarCluster, name: str) -> None:
             return any(t["root_cid"] == topic and t["parent"] for t in st["topics"])
 
         await wait_until(has_parent, deadline=30, what="node0 joining", interval=0.2)
-        event = (await one.post(f"/v1/topics/{topic}/publish", json={"text": "hi"})).json()
+        event = (
+            await one.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "hi"})
+        ).json()
 
         async def delivered() -> bool:
             r = await zero.get(

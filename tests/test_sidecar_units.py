@@ -1262,3 +1262,37 @@ async def test_an_input_wakes_the_timer_task_only_for_an_earlier_deadline(tmp_pa
         with anyio.fail_after(5):
             await node.fired_event.wait()
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_an_event_a_publisher_waits_for_is_reported_held_once_pinned() -> None:
+    """(acknowledgement levels) ``urgent``: put with the retention index's blocks and
+    the index pinned without the batching waits; ``on_held`` is told only after Kubo
+    has the block linked from the pinned index. A store started again reports an
+    event the pinned index already links at once, when it is asked for it again."""
+    waited, plain = _blocks(1, "waited"), _blocks(1, "plain")
+    held: list[list[CID]] = []
+
+    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+        store.on_held = held.append
+        store.store(*plain[0], own=False, retain=True)  # lingers (index_linger 30 s)
+        t0 = anyio.current_time()
+        store.store(*waited[0], own=False, retain=True, urgent=True)
+        with anyio.fail_after(5):
+            while not held:
+                assert waited[0][0] not in kubo.indexed()  # never told before the pin
+                await anyio.sleep(0.01)
+        assert anyio.current_time() - t0 < 5  # not the 30 s linger
+        assert waited[0][0] in kubo.indexed() and waited[0][0] in kubo.blocks
+
+    kubo, _ = await _with_store(steps, put_linger=30.0, pin_linger=30.0, index_linger=30.0)
+    assert waited[0][0] in [c for batch in held for c in batch]
+    again: list[list[CID]] = []
+
+    async def restarted(store: BlockStore, kubo: FakeKubo) -> None:
+        store.on_held = again.append
+        await anyio.wait_all_tasks_blocked()  # the index pinned before is loaded
+        store.store(*waited[0], own=False, retain=True, urgent=True)
+        assert again == [[waited[0][0]]]  # at once: it is linked from the pinned index
+
+    await _with_store(restarted, kubo=kubo)

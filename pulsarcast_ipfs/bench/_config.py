@@ -208,6 +208,10 @@ class BenchConfig:
     ``pulsarcast-filtered`` in :attr:`systems` (:attr:`filtered`)."""
     selectivity: float = DEFAULT_SELECTIVITY
     """The share of a topic's events each subscription's filter should match."""
+    ack: int = 0
+    """Pulsarcast systems: the acknowledgement level of every publish (0: ``local``,
+    answered once the event is in the publisher's node; N: once N other nodes hold
+    it). Always sent explicitly: the sidecar's own default is 1."""
     join_timeout: float = 120.0
     """Seconds the runner waits, after subscribing, for every subscriber and publisher
     to join its topics' trees before the first publication (``_ready.py``); past it
@@ -252,6 +256,8 @@ class BenchConfig:
             raise BenchError("grace and settle must be >= 0")
         if not (math.isfinite(self.join_timeout) and self.join_timeout > 0):
             raise BenchError(f"join timeout must be positive, got {self.join_timeout}")
+        if isinstance(self.ack, bool) or not isinstance(self.ack, int) or not 0 <= self.ack <= 64:
+            raise BenchError(f"ack must be local (0) or 1..64 other nodes, got {self.ack!r}")
         if self.group_capacity < 1:
             raise BenchError(f"group capacity must be at least 1, got {self.group_capacity}")
         if not (math.isfinite(self.selectivity) and 0 < self.selectivity < 1):

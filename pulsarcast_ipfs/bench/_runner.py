@@ -244,6 +244,7 @@ async def _run_one(
         "subscriptions": sum(len(s) for s in schedule.subscriptions),
         "expected_deliveries": schedule.expected_deliveries(),
         **({"group_capacity": cfg.group_capacity} if system_name == "pulsarcast-fast" else {}),
+        **({"ack": cfg.ack or "local"} if system_name.startswith("pulsarcast") else {}),
         **(
             {
                 "filters": {
@@ -285,6 +286,7 @@ async def _run_one(
                     say=progress.stage,
                     group_capacity=cfg.group_capacity,
                     filters=plan,
+                    ack=cfg.ack,
                 )
                 try:
                     await stack.enter_async_context(system)
@@ -380,6 +382,7 @@ async def _run_one(
             first_error=outcome.first_error,
             publish_failures=outcome.publish_failures,
             retries=outcome.retries,
+            **(system.publish_call_summary() if system is not None else {}),
             finished_at=time.time(),
             loadavg_at_end=list(os.getloadavg()),
         )

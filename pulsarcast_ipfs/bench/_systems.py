@@ -75,6 +75,7 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
 PULSARCAST_PROTOCOLS: tuple[str, ...] = (
+    "/x/pulsarcast/2.9.0",
     "/x/pulsarcast/2.8.0",
     "/x/pulsarcast/2.6.0",
     "/x/pulsarcast/2.5.0",
@@ -103,9 +104,12 @@ class System(abc.ABC):
         latency: Latency | None,
         sample_interval: float,
         say: Say | None = None,
+        ack: int = 0,
     ) -> None:
         self.nodes = nodes
         self.run = run
+        self.ack = ack
+        """The acknowledgement level of every publish (Pulsarcast systems; 0: ``local``)."""
         self.run_dir = run_dir
         self.latency = latency
         self.sample_interval = sample_interval
@@ -114,6 +118,10 @@ class System(abc.ABC):
         self.errors: dict[str, int] = {}
         self.first_error: str | None = None
         self.publish_failures: dict[str, int] = {}
+        self.publish_calls: list[float] = []
+        """Seconds of each publish call answered with success (Pulsarcast systems)."""
+        self.not_acknowledged = 0
+        """Publish calls answered ``not_acknowledged`` (the event exists)."""
         """Publish calls that failed or were refused, by reason (``HTTP 404
         unknown_topic``, ``ConnectTimeout``, ``KuboError`` …): each is also an
         ``event_dropped`` record of its node and goes into ``run.json``."""
@@ -211,6 +219,21 @@ class System(abc.ABC):
 
     def _publish_retried(self, reason: str) -> None:
         self._retried(f"publish {reason}")
+
+    def publish_call_summary(self) -> dict[str, Any]:
+        """For ``run.json``: the publish calls' durations (p50, p99, seconds) and how
+        many were answered ``not_acknowledged`` (Pulsarcast systems; else nothing)."""
+        calls = sorted(self.publish_calls)
+        if not calls and not self.not_acknowledged:
+            return {}
+
+        def q(p: float) -> float | None:
+            return calls[min(len(calls) - 1, int(p * len(calls)))] if calls else None
+
+        return {
+            "publish_call": {"count": len(calls), "p50_s": q(0.5), "p99_s": q(0.99)},
+            "not_acknowledged": self.not_acknowledged,
+        }
 
     def _publish_failed(self, ev: ScheduledEvent, reason: str, detail: str) -> None:
         """Count a publish call that failed (``reason``: a short, countable cause) and
@@ -673,11 +696,13 @@ class PulsarcastSystem(System):
         body: dict[str, Any] = {
             "payload": base64.b64encode(data).decode("ascii"),
             "inject_id": ev.inject_id,
+            "ack": self.ack or "local",
         }
         if ev.attributes and self.filters is not None:
             body["attributes"] = dict(ev.attributes)
         path = f"/v1/topics/{self.topic_cids[ev.topic]}/publish"
         http = self._http[ev.node]
+        t0 = time.perf_counter()
         try:
             resp = await with_connect_retries(
                 lambda: http.post(path, json=body), retried=self._publish_retried
@@ -685,6 +710,12 @@ class PulsarcastSystem(System):
         except httpx.HTTPError as exc:  # never reached the sidecar, or no answer
             self._publish_failed(ev, type(exc).__name__, repr(exc))
             return
+        if resp.status_code == 504 and _error_code(resp) == "not_acknowledged":
+            # The event exists and is offered on: not a failed publish.
+            self.not_acknowledged += 1
+            return
+        if resp.status_code < 300:
+            self.publish_calls.append(time.perf_counter() - t0)
         if resp.status_code >= 300:  # refused: the API's error code says why
             self._publish_failed(
                 ev, f"HTTP {resp.status_code} {_error_code(resp)}", resp.text[:200]
@@ -741,6 +772,7 @@ def make_system(
     say: Say | None = None,
     group_capacity: int = 16,
     filters: FilterPlan | None = None,
+    ack: int = 0,
 ) -> System:
     """The :class:`System` named ``name`` (one of :data:`SYSTEMS`); ``filters`` is
     what ``pulsarcast-filtered`` subscribes with (the other systems take none: their
@@ -755,6 +787,7 @@ def make_system(
     }
     if name in ("gossipsub", "floodsub"):
         return KuboPubsubSystem(name, **kw)
+    kw["ack"] = ack
     if name in ("pulsarcast", "pulsarcast-ordered"):
         return PulsarcastSystem(ordered=name == "pulsarcast-ordered", **kw)
     if name == "pulsarcast-fast":

@@ -25,7 +25,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -41,6 +41,7 @@ from pulsarcast_ipfs.sdk import (
     EventLinking,
     HistoryOrder,
     InvalidResponse,
+    NotAcknowledged,
     NotAllowed,
     PeerSet,
     SdkError,
@@ -217,6 +218,27 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
         "number is a number (12, -0.5, 1e3), any other is a string; NAME='\"12\"' (double "
         "quotes, JSON escapes) forces a string",
     )
+    p.add_argument(
+        "--ack",
+        type=ack_level,
+        default=None,
+        metavar="LEVEL",
+        help="answer once this many OTHER nodes hold the event (stored and pinned), or "
+        "'local': once it is in this node (the sidecar's default: 1)",
+    )
+    p.add_argument(
+        "--ack-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wait at most this long for the holders (the sidecar's default: 10); then "
+        "not_acknowledged: the event exists and is offered on",
+    )
+    p.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="name this publish: the same KEY again makes no second event (a retry)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     # history
@@ -326,6 +348,9 @@ def _run(args: argparse.Namespace, handler: Handler) -> int:
         )
     except NotAllowed as exc:
         return _fail(f"not allowed: {exc.message}")
+    except NotAcknowledged as exc:
+        held = ", ".join(exc.holders) or "none"
+        return _fail(f"{exc.message} (not_acknowledged; holders: {held})")
     except ApiError as exc:
         return _fail(f"{exc.message} ({exc.code})")
     except InvalidResponse as exc:
@@ -503,7 +528,15 @@ def _pub(args: argparse.Namespace, client: Client) -> int:
     else:
         data = args.data
     attributes = parse_attrs(args.attr)
-    out = client.publish(args.topic, data, parent=args.parent, attributes=attributes or None)
+    out = client.publish(
+        args.topic,
+        data,
+        parent=args.parent,
+        attributes=attributes or None,
+        ack=args.ack,
+        ack_timeout=args.ack_timeout,
+        idempotency_key=args.idempotency_key,
+    )
     if args.json:
         _emit(out.to_json())
     elif out.published:
@@ -514,6 +547,17 @@ def _pub(args: argparse.Namespace, client: Client) -> int:
         )
         print(out.request_id or "requested")
     return 0
+
+
+def ack_level(text: str) -> int | Literal["local"]:
+    """``--ack``: ``local`` or a number of other nodes from 1 to 64."""
+    if text == "local":
+        return "local"
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(
+            f"'local' or a number of other nodes from 1 to 64, not {text!r}"
+        )
+    return int(text)
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pulsarcast_ipfs.cli._app import ack_level
+
 __all__ = ["add_parser", "run"]
 
 _EPILOG = """\
@@ -102,6 +104,15 @@ def add_parser(sub: Any) -> None:
         "--sample-interval", type=float, default=10.0, help="seconds between resource samples"
     )
     p.add_argument(
+        "--ack",
+        type=ack_level,
+        default="local",
+        metavar="LEVEL",
+        help="Pulsarcast systems: the acknowledgement level of every publish: 'local' "
+        "(the default here: answered once the event is in the publisher's node) or N "
+        "(once N other nodes hold it); the run records each publish call's duration",
+    )
+    p.add_argument(
         "--group-capacity",
         type=int,
         default=4,
@@ -189,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
             sample_interval=args.sample_interval,
             seed=args.seed,
             group_capacity=args.group_capacity,
+            ack=0 if args.ack == "local" else args.ack,
             filters=args.filters,
             selectivity=args.selectivity,
             out=out,

@@ -216,7 +216,7 @@ async def _scenario(demo: _Demo) -> None:
     demo.stage("publishing")
     expected: dict[int, list[str]] = {i: [] for i in range(n)}
     for publisher, text in ((0, "hello from node0"), (2, "node2 says hi"), (n - 1, "last word")):
-        out = await c[publisher].publish(news.cid, text)
+        out = await c[publisher].publish(news.cid, text, ack="local")
         console.print(f"  node{publisher} → news: {text!r}  event {out.event}")
         for i in [0, *news_subs]:
             expected[i].append(text)
@@ -226,7 +226,7 @@ async def _scenario(demo: _Demo) -> None:
         arrived = functools.partial(_everywhere, c, out.event, news_subs)
         if not await _wait("an event", arrived):
             demo.problems.append(f"{text!r} did not reach every subscriber in {WAIT:.0f} s")
-    out = await c[2].publish(alerts.cid, "node2 asks: storm warning")
+    out = await c[2].publish(alerts.cid, "node2 asks: storm warning", ack="local")
     console.print(
         f"  node2 → alerts: {out.status} (request {out.request_id}); node0 publishes it "
         "with node2 as author"
@@ -237,7 +237,7 @@ async def _scenario(demo: _Demo) -> None:
         expected[i].append("node2 asks: storm warning")
     refused = n - 2
     try:
-        await c[refused].publish(alerts.cid, "not allowed")
+        await c[refused].publish(alerts.cid, "not allowed", ack="local")
     except NotAllowed as exc:
         console.print(f"  node{refused} → alerts: [red]Error: not allowed: {exc.message}[/red]")
     else:

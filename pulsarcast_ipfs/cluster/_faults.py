@@ -57,7 +57,7 @@ __all__ = [
     "throttle",
 ]
 
-PROTOCOL = "/x/pulsarcast/2.8.0"
+PROTOCOL = "/x/pulsarcast/2.9.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -232,7 +232,8 @@ class Publishing:
                 n += 1
                 try:
                     r = await c.post(
-                        f"/v1/topics/{self.topic}/publish", json={"text": f"{i}:{n}:{time.time()}"}
+                        f"/v1/topics/{self.topic}/publish",
+                        json={"ack": "local", "text": f"{i}:{n}:{time.time()}"},
                     )
                 except httpx.HTTPError:
                     self.failed[i] += 1

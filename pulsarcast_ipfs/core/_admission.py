@@ -52,6 +52,7 @@ _LIMITED_OPS = {
     "GROUP_ACK": "event",
     "GROUP_ASSIGN": "event",
     "GROUP_LEAVE": "event",
+    "STORED": "event",
 }
 
 

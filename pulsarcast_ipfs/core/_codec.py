@@ -23,9 +23,13 @@ the dissemination tree across updates)::
                         up: a joined node moving up to the root (flat trees)
     JOIN_ACK           {op, topic, ok}
     LEAVE              {op, topic}
-    EVENT              {op, topic, event, topicBlock, pushed}
+    EVENT              {op, topic, event, topicBlock, pushed[, ack]}
                         event block; topic-version block or null; pushed: the MEMBERS
-                        epoch the publisher pushed this event to directly, or null
+                        epoch the publisher pushed this event to directly, or null;
+                        ack (wire 2.9): true from a publisher that waits for holders
+                        (left out otherwise)
+    STORED             {op, topic, event}   wire 2.9: a holder to the event's publisher
+                        that asked (EVENT ack): the event is stored and pinned here
     REQUEST_TO_PUBLISH {op, topic, descriptor, requestId, author, payload, parent, created,
                         injectId, signature[, attributes]}   signature: the author's
                         (1.1.0) or null; attributes: the event's (issue 15), a key
@@ -106,6 +110,7 @@ __all__ = [
     "RequestAck",
     "RequestToPublish",
     "Rpc",
+    "Stored",
     "Summary",
     "Watch",
     "decode_rpc",
@@ -295,7 +300,11 @@ class Event(_Message):
     sees them: each parent the sender did not (and will not) send there because the
     receiver's summary does not match it is replaced by *its* parents, recursively
     (docs/protocol-notes.md "Filters in the tree"). Left out when nothing was pruned."""
-    _optional: ClassVar[frozenset[str]] = frozenset({"parents"})
+    ack: bool | None = None
+    """(wire 2.9) True: sent by the event's publisher, which waits for the receiver to
+    answer STORED once it holds the event (stored and pinned: it retains the topic's
+    history). Left out otherwise (never false on the wire)."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"parents", "ack"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -304,6 +313,8 @@ class Event(_Message):
             _bytes(self.topic_block, "topicBlock", MAX_DESCRIPTOR_SIZE)
         if self.pushed is not None:
             _uint(self.pushed, "pushed")
+        if self.ack is not None and self.ack is not True:
+            raise _bad("ack: true when present")
         if self.parents is not None:
             if not isinstance(self.parents, tuple) or len(self.parents) > MAX_SEEN_PARENTS:
                 raise _bad(f"parents: expected at most {MAX_SEEN_PARENTS} CIDs")
@@ -374,6 +385,24 @@ class RequestAck(_Message):
         _ident(self.request_id, "requestId")
         _bool(self.ok, "ok")
         _opt_cid(self.event, "event")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stored(_Message):
+    """STORED (wire 2.9, docs/protocol.md §6): the sender holds ``event`` of ``topic``
+    — stored in its Kubo and pinned, as part of the topic's retained history — and
+    tells the event's publisher, which asked for it (EVENT ``ack``). One per event
+    per holder (and per ask); the publisher counts holders for its acknowledgement
+    levels (docs/http-api.md "Publish")."""
+
+    op: ClassVar[str] = "STORED"
+    _wire: ClassVar[dict[str, str]] = {}
+    topic: CID
+    event: CID
+
+    def _validate(self) -> None:
+        _cid(self.topic, "topic")
+        _cid(self.event, "event")
 
 
 def _summary(value: object, where: str) -> tuple[str, ...]:
@@ -753,6 +782,7 @@ Rpc = (
     | Event
     | RequestToPublish
     | RequestAck
+    | Stored
     | Ping
     | Pong
     | Heads
@@ -776,6 +806,7 @@ _ALL: Final[tuple[type[_Message], ...]] = (
     Event,
     RequestToPublish,
     RequestAck,
+    Stored,
     Ping,
     Pong,
     Heads,

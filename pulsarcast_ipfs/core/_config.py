@@ -164,6 +164,16 @@ class NodeConfig:
     least), and heard from by no DIGEST or HEADS since, takes part in no
     anti-entropy: it is dropped. 0: off."""
 
+    ack_retry: float = 1.0
+    """(acknowledgement levels, :mod:`._acks`) An event of the outbox that is not held
+    by enough nodes yet is offered again (EVENT with ``ack``) to the tree neighbours
+    and the root's list that do not hold it, first this long after publishing, then
+    at twice the interval each time, up to :attr:`ack_retry_max`."""
+    ack_retry_max: float = 30.0
+    outbox_size: int = 10_000
+    """Events waiting for holders at most (a publish asking for holders beyond it is
+    refused: ``OutboxFull``)."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -171,7 +181,13 @@ class NodeConfig:
                 if not isinstance(value, RetentionPolicy):
                     raise LocalProtocolError("retention must be a RetentionPolicy")
                 continue
-            if f.name in ("group_capacity", "group_spare", "flat_fanout", "witnesses"):
+            if f.name in (
+                "group_capacity",
+                "group_spare",
+                "flat_fanout",
+                "witnesses",
+                "outbox_size",
+            ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise LocalProtocolError(f"NodeConfig.{f.name} must be an integer >= 0")
                 if f.name == "group_spare" and value > 64:

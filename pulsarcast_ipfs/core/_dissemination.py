@@ -87,6 +87,7 @@ class Dissemination(NodeBase):
             self._guard.parent_sent(tree.key, peer, ev.cid)  # (witnesses score the parent)
         if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
+        asking = rpc.ack is not None and self._ack_before(peer, tree, rpc, ev)
         seen_parents = rpc.parents
         if seen_parents is not None and (
             (peer != tree.parent and ev.publisher != peer) or self._own_filters(tree) is None
@@ -104,6 +105,8 @@ class Dissemination(NodeBase):
             pushed=rpc.pushed,
             seen_parents=seen_parents,
         )
+        if asking:
+            self._ack_after(now, peer, tree, ev.cid)
 
     def _accept_event(
         self,
@@ -268,7 +271,16 @@ class Dissemination(NodeBase):
             block = desc.encode() if desc is not None else None
         rpc = Event(topic=tree.key, event=ev.encode(), topic_block=block, pushed=pushed)
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
+        plain_rpc, plain_data = rpc, data
+        asked: frozenset[str] = frozenset()
+        if self._outbox and cid in self._outbox:
+            # (._acks) This node's event waits for holders: these peers are asked.
+            asked = self._ask_whom(tree, cid, targets, direct)
+            ask_rpc = replace(rpc, ack=True)
+            ask_data = encode_frame(ask_rpc)
         for peer in targets:
+            if asked:
+                rpc, data = (ask_rpc, ask_data) if peer in asked else (plain_rpc, plain_data)
             summary = self._target_summary(tree, peer) if peer != tree.parent else None
             if peer == tree.parent:
                 self._guard.parent_sent(tree.key, peer, cid)  # it has it: not a miss
@@ -287,6 +299,10 @@ class Dissemination(NodeBase):
                 # A live event changes the child's DIGEST window: it owes a DIGEST.
                 self._guard.forwarded(tree.key, peer)
         for peer, parents in direct.items():
+            if asked:
+                rpc, data = (ask_rpc, ask_data) if peer in asked else (plain_rpc, plain_data)
+            else:
+                rpc, data = plain_rpc, plain_data
             if parents is None:
                 self._send(now, peer, rpc, tree.name, data)
             else:  # a pruned first hop (:meth:`_first_hop`)

@@ -72,6 +72,10 @@ class StoreBlock:
     retain: bool = False
     """An event of a topic whose history this node keeps (its retention policy): pin
     it, without announcing it (the topic is announced once, not each event)."""
+    urgent: bool = False
+    """(acknowledgement levels) The event's publisher waits for this node to hold it:
+    store and pin it without waiting for a fuller batch, then tell the core
+    (``blocks_held``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

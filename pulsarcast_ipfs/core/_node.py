@@ -67,6 +67,7 @@ signatures one part calls in another, checked by mypy):
                        that asked, two hops at most (:mod:`._groupstate`)
 :mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
 :mod:`._pruning`       pruning on the summaries (forward, ``parents``, what is wanted)
+:mod:`._acks`          acknowledgement levels: the outbox, STORED from holders
 =====================  =========================================================
 """
 
@@ -80,6 +81,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
+from ._acks import Acknowledgements
 from ._admission import Admission
 from ._antientropy import AntiEntropy
 from ._codec import (
@@ -101,6 +103,7 @@ from ._codec import (
     RequestAck,
     RequestToPublish,
     Rpc,
+    Stored,
     Summary,
     Watch,
     encode_frame,
@@ -143,6 +146,7 @@ class PulsarcastNode(
     FastGroups,
     Summaries,
     Pruning,
+    Acknowledgements,
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
 
@@ -226,6 +230,10 @@ class PulsarcastNode(
         self._helped = LRU(c.event_cache_size)  # events forwarded as a helper
         self._fast_counts = {}
         self._fast_wanted = {}  # subscribe(fast=True) calls waiting for their topic
+        self._outbox = {}
+        self._asked = LRU(4096)
+        self._held = LRU(c.event_cache_size)
+        self._acked = LRU(4096)
         self._guard = RelayGuard(
             witnesses=c.witnesses,
             witness_grace=c.witness_grace,
@@ -302,6 +310,8 @@ class PulsarcastNode(
             self._on_group_assign(now, peer, rpc)
         elif isinstance(rpc, GroupLeave):
             self._on_group_leave(now, peer, rpc)
+        elif isinstance(rpc, Stored):
+            self._on_stored(now, peer, rpc)
 
     # ------------------------------------------------------------------ timers
 
@@ -342,6 +352,10 @@ class PulsarcastNode(
         for r in self._requests.values():
             if best is None or r.due < best:
                 best = r.due
+        if self._outbox:
+            at = self._ack_due()
+            if at is not None and (best is None or at < best):
+                best = at
         return best
 
     def handle_timer(self, now: float) -> None:
@@ -378,6 +392,8 @@ class PulsarcastNode(
                 self._summary_timer(now, tree)
         self._fetch_timers(now)
         self._request_timers(now)
+        if self._outbox:
+            self._offer_again(now)
 
     # ------------------------------------------------- relays that lie (._guard)
 

@@ -57,13 +57,17 @@ class Publishing(NodeBase):
         parent: CID | None = None,
         inject_id: str | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
+        ack: int = 0,
     ) -> PublishResult | Pending:
         """Algorithms 3 and 4: publish here if allowed, else request an allowed node to.
 
         With ``require_signatures`` this returns :class:`Pending`; the
         :class:`PublishResult` comes in an :class:`OperationDone` once signed.
         ``attributes`` (core/_filters.py rules; ``InvalidAttributes`` if broken) go
-        into the event descriptor; None or an empty map means none.
+        into the event descriptor; None or an empty map means none. ``ack``: how many
+        other nodes are to hold the event (:mod:`._acks`; 0: none, the outbox is not
+        used); their STOREDs are counted in :meth:`holders` / :meth:`acknowledged`.
+        A request to publish (this node may not publish itself) asks for none.
         """
         tree = self._tree_for(topic_cid)
         if not isinstance(payload, bytes):
@@ -75,6 +79,7 @@ class Publishing(NodeBase):
         elif not isinstance(inject_id, str) or not inject_id or len(inject_id) > 256:
             raise LocalProtocolError("inject_id must be a non-empty string of at most 256")
         attrs = validate_attributes(attributes) if attributes else None
+        ack = self._check_ack(ack)
         version = tree.latest
         parent = self._check_parent(tree, parent)
         if not version.may_publish(self.peer_id) and not version.may_request(self.peer_id):
@@ -89,7 +94,7 @@ class Publishing(NodeBase):
             inject_id=inject_id,
             size=len(payload),
         )
-        return self._run(now, self._publish(tree.key, payload, parent, inject_id, attrs))
+        return self._run(now, self._publish(tree.key, payload, parent, inject_id, attrs, ack))
 
     def _publish(
         self,
@@ -98,6 +103,7 @@ class Publishing(NodeBase):
         parent: CID | None,
         inject_id: str,
         attributes: dict[str, AttributeValue] | None,
+        ack: int = 0,
     ) -> _Steps[PublishResult]:
         tree = self._trees.get(key)
         if tree is None:
@@ -127,7 +133,9 @@ class Publishing(NodeBase):
             ev = yield from self._signed_event(draft, key)
             if key not in self._trees:
                 raise UnknownTopic(f"topic {tree.name!r} was left while signing")
-            cid = self._publish_event(self._op_now, tree, ev, via="direct", inject_id=inject_id)
+            cid = self._publish_event(
+                self._op_now, tree, ev, via="direct", inject_id=inject_id, ack=ack
+            )
             return PublishResult(
                 status="published", event_cid=cid, request_id=None, inject_id=inject_id
             )
@@ -194,6 +202,7 @@ class Publishing(NodeBase):
         *,
         via: Literal["direct", "request"],
         inject_id: str | None,
+        ack: int = 0,
     ) -> CID:
         """Store, record, deliver locally, send to every neighbour — in this very call.
 
@@ -205,6 +214,8 @@ class Publishing(NodeBase):
         if not self._retain(now, tree, cid, ev):
             self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
         self._note_recent(tree, cid, ev)
+        if ack:
+            self._outbox_add(now, tree, ev, ack)  # before the sends: they carry ``ack``
         self._record(
             now,
             RecordKind.EVENT_PUBLISHED,

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Literal, Self, TypeVar
 
 import anyio
 import httpx
@@ -233,15 +233,32 @@ class AsyncClient:
         parent: str | None = None,
         inject_id: str | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
+        ack: int | Literal["local"] | None = None,
+        ack_timeout: float | None = None,
+        idempotency_key: str | None = None,
     ) -> PublishOutcome:
         """Publish ``data`` (docs/protocol.md §5 "Publish"): ``str`` travels as UTF-8 text,
         ``bytes`` as they are. A node that may only request to publish gets
         ``status == "requested"``; one that may do neither gets :class:`NotAllowed`.
         ``inject_id`` labels the publish in the metric records (benchmarks).
         ``attributes`` (at most 16 names to strings or finite numbers; docs/sdk.md)
-        go into the event descriptor, for subscribers' filters to select on."""
+        go into the event descriptor, for subscribers' filters to select on.
+        ``ack``: ``"local"`` (answered once the event is in this node), or how many
+        *other* nodes must hold it (stored and pinned) first — the sidecar's default
+        is 1 — for at most ``ack_timeout`` seconds, else :class:`NotAcknowledged`
+        (the event exists and is offered on). ``idempotency_key``: a retry with the
+        same key makes no second event (docs/http-api.md "Publish")."""
         return await self._send(
-            _calls.publish(topic, data, parent=parent, inject_id=inject_id, attributes=attributes)
+            _calls.publish(
+                topic,
+                data,
+                parent=parent,
+                inject_id=inject_id,
+                attributes=attributes,
+                ack=ack,
+                ack_timeout=ack_timeout,
+                idempotency_key=idempotency_key,
+            )
         )
 
     async def get_event(self, cid: str) -> Event:

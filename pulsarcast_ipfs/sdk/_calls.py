@@ -14,7 +14,7 @@ import json
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
 from pulsarcast_ipfs.sdk._errors import InvalidResponse, error_from_response
@@ -272,7 +272,14 @@ def publish(
     parent: str | None,
     inject_id: str | None = None,
     attributes: Mapping[str, AttributeValue] | None = None,
+    ack: int | Literal["local"] | None = None,
+    ack_timeout: float | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[PublishOutcome]:
+    """``ack``: ``"local"``, or how many other nodes must hold the event before the
+    answer (the sidecar's default, 1, when None); ``ack_timeout``: for at most this
+    many seconds (then :class:`NotAcknowledged`); ``idempotency_key``: the same key
+    again makes no second event (docs/http-api.md "Publish")."""
     body: dict[str, Any]
     if isinstance(data, str):
         body = {"text": data}
@@ -287,6 +294,18 @@ def publish(
         body["inject_id"] = inject_id
     if attrs := _attributes(attributes):
         body["attributes"] = attrs
+    if ack is not None:
+        if ack != "local" and (isinstance(ack, bool) or not isinstance(ack, int) or ack < 1):
+            raise ValueError(f'ack must be "local" or a number of other nodes >= 1, got {ack!r}')
+        body["ack"] = ack
+    if ack_timeout is not None:
+        if isinstance(ack_timeout, bool) or not isinstance(ack_timeout, int | float):
+            raise TypeError(f"ack_timeout must be a number of seconds, got {ack_timeout!r}")
+        body["ack_timeout"] = ack_timeout
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise ValueError("idempotency_key must be a non-empty string")
+        body["idempotency_key"] = idempotency_key
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/publish",

@@ -18,6 +18,7 @@ Hierarchy (docs/http-api.md "Errors")::
         ├── KuboUnavailable         503 kubo_unavailable
         │   └── SigningFailed       503 signing_failed
         └── Timeout                 504 timeout
+            └── NotAcknowledged     504 not_acknowledged
 
 The codes, their statuses and the class each becomes are the table of
 :mod:`pulsarcast_ipfs.api_errors` (``sdk_class``); a test checks that every row
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidParent",
     "InvalidResponse",
     "KuboUnavailable",
+    "NotAcknowledged",
     "NotAllowed",
     "NotFound",
     "PayloadTooLarge",
@@ -159,6 +161,17 @@ class Timeout(ApiError):
     code_name = "timeout"
 
 
+class NotAcknowledged(Timeout):
+    """504: a publish at ``ack`` N got fewer than N holders in time. The event exists
+    (:attr:`event`) and stays in the sidecar's outbox, offered again; :attr:`holders`:
+    the other nodes that did say they hold it. Retrying with the same idempotency key
+    makes no second event."""
+
+    code_name = "not_acknowledged"
+    event: str | None = None
+    holders: tuple[str, ...] = ()
+
+
 _CLASSES: dict[str, type[ApiError]] = {
     cls.__name__: cls
     for cls in (
@@ -174,6 +187,7 @@ _CLASSES: dict[str, type[ApiError]] = {
         KuboUnavailable,
         SigningFailed,
         Timeout,
+        NotAcknowledged,
     )
 }
 _BY_CODE: dict[str, type[ApiError]] = {e.code: _CLASSES[e.sdk_class] for e in ERROR_CODES}
@@ -210,4 +224,10 @@ def error_from_response(status: int, body: bytes) -> ApiError:
     if not message:
         message = body[:500].decode("utf-8", errors="replace").strip()
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status, ApiError)
-    return cls(status, code or cls.code_name or f"http_{status}", message)
+    error = cls(status, code or cls.code_name or f"http_{status}", message)
+    if isinstance(error, NotAcknowledged) and isinstance(err, dict):
+        ev, holders = err.get("event"), err.get("holders")
+        error.event = ev if isinstance(ev, str) else None
+        if isinstance(holders, list):
+            error.holders = tuple(str(h) for h in holders)
+    return error

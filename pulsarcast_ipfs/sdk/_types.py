@@ -441,13 +441,26 @@ class PublishOutcome:
     status: Literal["published", "requested"]
     event: str | None
     request_id: str | None
+    ack: int | Literal["local"] = "local"
+    """The level the answer waited for: ``"local"``, or N other nodes."""
+    holders: tuple[str, ...] = ()
+    """The other nodes that said they hold the event (stored and pinned)."""
+    repeated: bool = False
+    """The idempotency key named an earlier publish: no new event was made."""
 
     @property
     def published(self) -> bool:
         return self.status == "published"
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "event": self.event, "request_id": self.request_id}
+        return {
+            "status": self.status,
+            "event": self.event,
+            "request_id": self.request_id,
+            "ack": self.ack,
+            "holders": list(self.holders),
+            "repeated": self.repeated,
+        }
 
     @classmethod
     def from_json(cls, doc: Any) -> PublishOutcome:
@@ -456,12 +469,22 @@ class PublishOutcome:
         status = d.get("status")
         event = _opt_str(d, "event", what)
         request_id = _opt_str(d, "request_id", what)
+        ack = d.get("ack", "local")
+        if ack != "local" and (isinstance(ack, bool) or not isinstance(ack, int)):
+            raise InvalidResponse(f"publish outcome: bad ack {ack!r}")
+        holders = d.get("holders", [])
+        if not isinstance(holders, list) or not all(isinstance(h, str) for h in holders):
+            raise InvalidResponse("publish outcome: holders must be a list of peer IDs")
+        repeated = d.get("repeated", False)
+        if not isinstance(repeated, bool):
+            raise InvalidResponse("publish outcome: repeated must be a bool")
+        extra = {"ack": ack, "holders": tuple(holders), "repeated": repeated}
         if status == "published":
             if event is None:
                 raise InvalidResponse("publish outcome: 'published' without an event CID")
-            return cls(status="published", event=event, request_id=request_id)
+            return cls(status="published", event=event, request_id=request_id, **extra)
         if status == "requested":
-            return cls(status="requested", event=event, request_id=request_id)
+            return cls(status="requested", event=event, request_id=request_id, **extra)
         raise InvalidResponse(f"publish outcome: unknown status {status!r}")
 
 
