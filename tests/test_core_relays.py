@@ -20,6 +20,7 @@ from pulsarcast_ipfs.core import (
     GroupEvent,
     Heads,
     Join,
+    Leave,
     NodeConfig,
     Watch,
     encode_frame,
@@ -271,3 +272,32 @@ def test_a_silent_member_of_the_roots_list_is_dropped_by_the_root() -> None:
     assert sybil not in net.nodes[author].topic_state(topic).children
     others = [p for p in publishers if p in net.nodes[author].topic_state(topic).children]
     assert not [p for p in others if penalised(net, p, "silent_child")]
+
+
+def test_a_silent_child_cannot_dodge_by_leaving_and_joining_again() -> None:
+    """A silent child that LEAVEs its parent for six seconds in every ten (a heads
+    round falls in each gap, so it is never a child for six rounds in a row) and
+    JOINs again still owes the rounds it was fed in, and is dropped and refused
+    like one that stays. (Without the carried count it is never dropped.)"""
+    net, topic, _author, members, relay, below = tree_net()
+    child = below[0]
+
+    def drop(s: str, r: str, rpc: object) -> bool:
+        if s == child and r == relay:
+            return isinstance(rpc, Digest | Heads | Event | Leave)  # silent; leaves are ours
+        return s == relay and r == child and isinstance(rpc, Leave)  # it ignores LEAVEs
+
+    net.drop_if = drop
+    publishers = [p for p in members if p != relay and p not in below][:2]
+    join = Join(topic=topic, descriptor=_descriptor(net, topic), leaf=False, up=False)
+    for i in range(120):  # 120 s of traffic: twenty-four heads rounds
+        if i % 10 == 0:
+            net.inject(child, relay, Leave(topic=topic))
+        elif i % 10 == 6:
+            net.inject(child, relay, join)
+        net.call(publishers[i % 2], "publish", topic, b"c%d" % i)
+        net.run_for(1.0)
+    assert penalised(net, child, "silent_child") == [relay]
+    net.inject(child, relay, join)
+    net.run_for(1)
+    assert child not in net.nodes[relay].topic_state(topic).children  # refused

@@ -150,6 +150,9 @@ class _TreeGuard:
     child_owed: dict[str, int] = field(default_factory=dict)
     """(parent side) Per child: heads rounds with live events for it since it was
     last heard from (a DIGEST or HEADS)."""
+    child_gone: dict[str, int] = field(default_factory=dict)
+    """(parent side) Children that left owing rounds: heads rounds since. Their count
+    is kept ``silent_rounds`` rounds, so that LEAVE and re-JOIN does not clear it."""
 
 
 class RelayGuard:
@@ -489,6 +492,7 @@ class RelayGuard:
         if tg is None:
             return
         tg.child_owed.pop(child, None)
+        tg.child_gone.pop(child, None)
         tg.child_fed.discard(child)
 
     def forwarded(self, key: CID, child: str) -> None:
@@ -507,9 +511,21 @@ class RelayGuard:
         for child in tg.child_fed:
             owed[child] = owed.get(child, 0) + 1
         tg.child_fed.clear()
-        for gone in [c for c in owed if c not in children]:
-            del owed[gone]
-        out = sorted(c for c, rounds in owed.items() if rounds >= self.silent_rounds)
+        # A child that left keeps what it owes a while (a silent relay that LEAVEs
+        # and re-JOINs to dodge the count), then is forgotten.
+        gone = tg.child_gone
+        for c in [c for c in gone if c in children]:
+            del gone[c]
+        for c in [c for c in owed if c not in children]:
+            rounds = gone.get(c, 0) + 1
+            if rounds > self.silent_rounds:
+                del owed[c]
+                gone.pop(c, None)
+            else:
+                gone[c] = rounds
+        out = sorted(
+            c for c, rounds in owed.items() if rounds >= self.silent_rounds and c in children
+        )
         for c in out:
             del owed[c]
         self.evictions += len(out)
