@@ -52,6 +52,7 @@ from ._io import (
     Role,
     SendRpc,
 )
+from ._joingate import JoinGate
 from ._tree import LRU, Tree
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class NodeBase:
     _fast_counts: dict[str, int]
     _fast_wanted: dict[CID, None]
     _guard: RelayGuard
+    _gate: JoinGate
 
     if TYPE_CHECKING:
         # Methods defined in one module (named above each group) and called from another.

@@ -164,6 +164,20 @@ class NodeConfig:
     least), and heard from by no DIGEST or HEADS since, takes part in no
     anti-entropy: it is dropped. 0: off."""
 
+    subnet_children: int = 4
+    """(docs/protocol-notes.md "Sybil joins") Children of one tree that may share a
+    colocation key (the network of their address, a /24 or /64, from
+    ``set_peer_subnets``); a JOIN beyond it is refused and the joiner goes one level
+    lower. Peers without a key are not counted. 0: no bound."""
+    subnet_join_rate: float = 200.0
+    """JOINs accepted per second from new children of one colocation key, together
+    (token bucket): by default what one peer may send (``join_rate``), so that many
+    identities on one network JOIN no faster than one peer."""
+    subnet_join_burst: float = 2000.0
+    established_after: float = 60.0
+    """A root whose children overflow its MEMBERS list lists one child per network
+    first, then children adopted at least this long ago before fresher ones."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -171,7 +185,13 @@ class NodeConfig:
                 if not isinstance(value, RetentionPolicy):
                     raise LocalProtocolError("retention must be a RetentionPolicy")
                 continue
-            if f.name in ("group_capacity", "group_spare", "flat_fanout", "witnesses"):
+            if f.name in (
+                "group_capacity",
+                "group_spare",
+                "flat_fanout",
+                "witnesses",
+                "subnet_children",
+            ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise LocalProtocolError(f"NodeConfig.{f.name} must be an integer >= 0")
                 if f.name == "group_spare" and value > 64:
