@@ -197,6 +197,7 @@ def test_join_gate_ranks_one_per_network_then_established_then_fresh() -> None:
         ("/ip4/127.0.0.1/tcp/4001", None),
         ("/ip4/192.168.1.9/tcp/4001", None),
         ("/ip6/::1/tcp/4001", None),
+        ("/ip4/1.2.3.4/tcp/4001/p2p/12D3KooWRelay/p2p-circuit", None),
         ("/dns4/example.org/tcp/4001", None),
         ("/ip4/not-an-ip/tcp/1", None),
         ("", None),

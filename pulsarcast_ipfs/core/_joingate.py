@@ -76,11 +76,10 @@ class _Bucket:
 def colocation_key(multiaddr: str) -> str | None:
     """The colocation key of a peer's address (a multiaddr such as Kubo's
     ``swarm/peers`` ``Addr``): ``ip4:a.b.c.0/24`` or ``ip6:xxxx:…::/64``; ``None``
-    for an address with no public IP (loopback, private, link-local, a relay
-    circuit's own address is its relay's, which is what colocates) or one that does
-    not parse."""
+    for an address with no public IP (loopback, private, link-local), a relay
+    circuit (its IP is the relay's, not the peer's) or one that does not parse."""
     parts = multiaddr.split("/")
-    if len(parts) < 3 or parts[0] != "":
+    if len(parts) < 3 or parts[0] != "" or "p2p-circuit" in parts:
         return None
     proto, host = parts[1], parts[2]
     if proto not in ("ip4", "ip6"):
