@@ -301,3 +301,31 @@ def test_a_silent_child_cannot_dodge_by_leaving_and_joining_again() -> None:
     net.inject(child, relay, join)
     net.run_for(1)
     assert child not in net.nodes[relay].topic_state(topic).children  # refused
+
+
+def test_a_silent_parent_claiming_to_miss_everything_is_still_left() -> None:
+    """A silent relay that, twice a second, sends its children a DIGEST listing
+    nothing (it claims to miss everything): each child answers with HEADS entries of
+    what it has, the events it fetched on its witnesses' word among them. Telling the
+    parent of an event after fetching it elsewhere is no delivery by the parent, so
+    the claim games no score: the children leave it as they leave any silent relay.
+    (Scored as a delivery, the relay keeps every child.)"""
+    net, topic, _author, members, relay, below = tree_net()
+    net.drop_if = silent(relay)
+    publishers = [p for p in members if p != relay and p not in below][:3]
+    cids = []
+    for i in range(40):
+        cids.append(net.call(publishers[i % 3], "publish", topic, b"g%d" % i).event_cid)
+        for _ in range(2):
+            net.run_for(0.25)
+            for p in below:
+                if net.nodes[p].topic_state(topic).parent == relay:
+                    claim = Digest(
+                        topic=topic, lo=net.now - 60.0, hi=net.now, count=0, sum=0, have=()
+                    )
+                    net.inject(relay, p, claim)
+    net.run_for(15)
+    for p in below:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+        assert net.nodes[p].topic_state(topic).parent != relay, p
+    assert set(penalised(net, relay, "withheld")) == set(below)

@@ -20,9 +20,11 @@ parent's copy normally wins, and nothing is fetched twice), and ``witness_grace 
 blame_window`` after the announcement it scores the parent:
 
 - the parent sent it (any time, even after the fetch: a parent that was itself
-  repairing), or this node sent or advertised it to the parent first (it came here
-  by another path, a publisher's first hop, and went up: the parent then rightly
-  does not send it back) -> a delivery;
+  repairing), or this node sent or advertised it to the parent before the
+  announcement (it came here by another path, a publisher's first hop, and went
+  up: the parent then rightly does not send it back) -> a delivery. Told to the
+  parent only after the announcement, it came from the fetch: no delivery (a
+  parent's DIGEST claiming to miss everything draws such HEADS);
 - it did not -> a miss.
 
 **Scores** (cf. gossipsub's mesh-delivery score P3, but on evidence the parent
@@ -318,12 +320,20 @@ class RelayGuard:
         tg = self._trees.get(key)
         return tg is not None and (peer in tg.watching or peer in tg.former)
 
-    def parent_sent(self, key: CID, parent: str, cid: CID) -> None:
+    def parent_sent(self, key: CID, parent: str, cid: CID, *, up: bool = False) -> None:
         """``cid`` crossed the edge to the tree parent: an EVENT from it (new or a
-        duplicate), or an EVENT or HEADS entry to it."""
+        duplicate), or (``up``) an EVENT or HEADS entry to it. Sent up after a
+        witness announced it while this node lacked it, it came from elsewhere (a
+        fetch on the witness's word): no delivery by the parent, which could
+        otherwise game its score by claiming to miss everything (a DIGEST listing
+        nothing draws HEADS of all this node has)."""
         tg = self._trees.get(key)
         if tg is None or not tg.watching:
             return
+        if up:
+            pending = self._pending.get(cid)
+            if pending is not None and pending.tree == key:
+                return
         tg.from_parent[cid] = parent
         tg.from_parent.move_to_end(cid)
         while len(tg.from_parent) > MAX_PENDING:
