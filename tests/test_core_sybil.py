@@ -213,3 +213,27 @@ def test_set_peer_subnets_takes_a_mapping() -> None:
     node = net.nodes[net.peers[0]]
     with pytest.raises(Exception, match="mapping"):
         node.set_peer_subnets(net.now, [("a", "b")])  # type: ignore[arg-type]
+
+
+def test_a_networks_lying_peers_shrink_its_share_of_the_children() -> None:
+    """Each peer of a network dropped as lying takes one of the network's places for
+    ``penalty_ttl``: its fresh identities do not refill them."""
+    topic = CID.decode("bafyreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy")
+    a, b, c, d, e = make_peer_ids(5, seed=22)
+    gate = JoinGate(
+        subnet_children=4,
+        subnet_join_rate=100.0,
+        subnet_join_burst=100.0,
+        established_after=60.0,
+        buckets=16,
+    )
+    gate.set_subnets({p: "n1" for p in (a, b, c, d, e)})
+    assert gate.admit(0.0, topic, e, [a, b]) is None
+    gate.struck(0.0, c, 600.0)
+    gate.struck(0.0, d, 600.0)
+    assert gate.admit(1.0, topic, e, [a, b]) == "colocated"  # 2 of 4 places struck
+    assert gate.admit(1.0, topic, e, [a]) is None
+    assert gate.admit(601.0, topic, e, [a, b, c]) is None  # the strikes ran out
+    for p in (a, b, c, d, a):
+        gate.struck(700.0, p, 1300.0)
+    assert gate.admit(701.0, topic, e, []) == "colocated"  # shut out

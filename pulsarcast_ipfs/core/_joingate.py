@@ -20,6 +20,12 @@ network, a /24 for IPv4 and a /64 for IPv6, handed in by the driver
   it the JOIN is dropped unanswered (``event_dropped`` reason ``join_flood``): a
   flood costs this node a bucket lookup, the joiner's timeout sends it elsewhere,
   and JOINs from every other network are untouched.
+- **A network's lies count against it.** Each of its peers this node drops as a
+  silent child or leaves as a withholding parent takes one of the network's
+  ``subnet_children`` places at this node for ``penalty_ttl``: a network whose
+  Sybils are dropped one by one is shut out of this node's children after
+  ``subnet_children`` of them, rather than refilling the places with fresh
+  identities (cf. gossipsub's behaviour penalty, P7, on the IP).
 - **Established peers first.** A root whose children are more than its MEMBERS list
   holds (``MAX_MEMBERS - 1``) lists them by rank: first the earliest-adopted child
   of each key (peers without a key each count as their own), then those adopted
@@ -118,6 +124,7 @@ class JoinGate:
         self._subnets: Mapping[str, str] = {}
         self._buckets = LRU(buckets)  # key -> _Bucket
         self._adopted = LRU(_ADOPTED_KEPT)  # (tree, peer) -> first adopted at
+        self._struck = LRU(buckets)  # key -> [until, ...]: its peers found lying
         self.refused_colocated = 0
         self.refused_flood = 0
 
@@ -146,15 +153,37 @@ class JoinGate:
             self.refused_flood += 1
             return "join_flood"
         if self.subnet_children > 0:
-            subnets = self._subnets
+            allowed = self.subnet_children
+            strikes: list[float] | None = self._struck.get(subnet)
+            if strikes:
+                strikes[:] = [t for t in strikes if t > now]
+                allowed -= len(strikes)
             same = 0
-            for c in children:
-                if subnets.get(c) == subnet:
-                    same += 1
-                    if same >= self.subnet_children:
-                        self.refused_colocated += 1
-                        return "colocated"
+            if allowed > 0:
+                subnets = self._subnets
+                for c in children:
+                    if subnets.get(c) == subnet:
+                        same += 1
+                        if same >= allowed:
+                            break
+            if same >= allowed:
+                self.refused_colocated += 1
+                return "colocated"
         return None
+
+    def struck(self, now: float, peer: str, until: float) -> None:
+        """``peer`` was found lying (a silent child, a withholding parent): its
+        network's share of this node's children shrinks by one until ``until``."""
+        subnet = self._subnets.get(peer)
+        if subnet is None:
+            return
+        strikes: list[float] | None = self._struck.get(subnet)
+        if strikes is None:
+            strikes = []
+        strikes[:] = [t for t in strikes if t > now]
+        if len(strikes) < self.subnet_children:
+            strikes.append(until)
+        self._struck.put(subnet, strikes)
 
     def adopted(self, now: float, key: CID, peer: str) -> None:
         """``peer`` became a child of tree ``key`` (its age counts from its first time)."""

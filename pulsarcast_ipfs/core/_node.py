@@ -437,8 +437,10 @@ class PulsarcastNode(
                     self._evict_silent(now, tree, child)
 
     def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
-        """A child that takes events and joins no anti-entropy: dropped, refused a while."""
+        """A child that takes events and joins no anti-entropy: dropped, refused a while
+        (and its network's share of the children shrinks: :mod:`._joingate`)."""
         self._guard.penalise(now, child)
+        self._gate.struck(now, child, now + self.config.penalty_ttl)
         self._record(
             now, RecordKind.PEER_PENALISED, topic=tree.name, peer=child, reason="silent_child"
         )
@@ -512,6 +514,7 @@ class PulsarcastNode(
         re-join through another peer (children kept)."""
         guard = self._guard
         guard.penalise(now, blame.parent)
+        self._gate.struck(now, blame.parent, now + self.config.penalty_ttl)
         guard.parent_left(tree.key, blame.parent)
         self._record(
             now,
