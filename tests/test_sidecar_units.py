@@ -377,10 +377,14 @@ async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
     class Node:
         def __init__(self) -> None:
             self.given: list[list[str]] = []
+            self.subnets: list[dict[str, str]] = []
             self.acting = False
 
         def set_known_peers(self, now: float, peers: list[str]) -> None:
             self.given.append(list(peers))
+
+        def set_peer_subnets(self, now: float, subnets: dict[str, str]) -> None:
+            self.subnets.append(dict(subnets))
 
         def topic_state(self, cid: CID) -> Any:
             if cid != topic:
@@ -414,7 +418,12 @@ async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
         node.acting = False
         await driver.refresh_routing()
         assert len(node.given) == 5 and author not in node.given[-1]
-    assert kubo.calls.count("stats/dht") == 1 and kubo.calls.count("swarm/peers") == 6
+        assert node.subnets == []  # no public address yet: no keys to give
+        kubo.addrs[others[1]] = "/ip4/1.2.3.4/tcp/4001"
+        await driver.refresh_routing()
+        await driver.refresh_routing()  # the same keys: not given again
+        assert node.subnets == [{others[1]: "ip4:1.2.3.0/24"}]
+    assert kubo.calls.count("stats/dht") == 1 and kubo.calls.count("swarm/peers") == 8
 
 
 # -- OpenAPI equals the contract -------------------------------------------------------------
