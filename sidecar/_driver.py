@@ -1050,6 +1050,9 @@ class Driver:
         except KuboError as exc:
             log.warning("routing table unavailable: %s", exc)
             return
+        if view.subnets_changed:
+            subnets = view.subnets
+            self.call(lambda now: self.node.set_peer_subnets(now, subnets))
         # A tree where this node acts as root although it is not the author (no known
         # peer closer to the author, e.g. a sparse routing table): add the author, whom
         # `p2p forward` can reach by peer ID through the DHT (§5: "if the author itself

@@ -17,6 +17,12 @@ peer to its table when connected to it, so a new peer shows in ``swarm/peers``
 first; a peer that went away stays in Kubo's table for minutes (measured on Kubo
 0.43: still there 90 s after its daemon was killed), so an older table copy drops
 nobody sooner. The per-bucket limit is computed again only when the union changed.
+
+The same ``swarm/peers`` read gives each connected peer's address: its colocation
+key (``colocation_key``: the /24 or /64 of a public IP; none for loopback and
+private networks) goes to the core with ``node.set_peer_subnets``, which bounds what
+one network may take of a tree (docs/protocol-notes.md "Sybil joins").
+:attr:`RoutingView.subnets` is a new mapping whenever a key changed.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import math
 from collections.abc import Iterable
 from typing import Final
 
-from pulsarcast_ipfs.core import cid_from_str
+from pulsarcast_ipfs.core import cid_from_str, colocation_key
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, bucket_index, peer_position
 from pulsarcast_ipfs.kubo import KuboClient
@@ -93,6 +99,10 @@ class RoutingView:
         self._table_at = -math.inf
         self._union: frozenset[str] | None = None
         self._peers: list[str] = []
+        self.subnets: dict[str, str] = {}
+        """Connected peer -> colocation key (peers with a public address only)."""
+        self.subnets_changed = False
+        """The last refresh changed :attr:`subnets` (the driver gives it to the core)."""
 
     async def refresh(self, kubo: KuboClient, now: float, *, table: bool = False) -> list[str]:
         """Read ``swarm/peers``, and ``stats/dht`` if ``table``, never read, or last read
@@ -105,6 +115,14 @@ class RoutingView:
             self._table_at = now
         self.swarm_reads += 1
         connected = await kubo.swarm_peers()
+        subnets: dict[str, str] = {}
+        for p in connected:
+            key = colocation_key(p.address)
+            if key is not None:
+                subnets[p.peer_id] = key
+        self.subnets_changed = subnets != self.subnets
+        if self.subnets_changed:
+            self.subnets = subnets
         union = self._table.union(p.peer_id for p in connected)
         if union != self._union:
             self.limits += 1

@@ -20,6 +20,7 @@ from pulsarcast_ipfs.core import (
     GroupEvent,
     Heads,
     Join,
+    Leave,
     NodeConfig,
     Watch,
     encode_frame,
@@ -271,3 +272,60 @@ def test_a_silent_member_of_the_roots_list_is_dropped_by_the_root() -> None:
     assert sybil not in net.nodes[author].topic_state(topic).children
     others = [p for p in publishers if p in net.nodes[author].topic_state(topic).children]
     assert not [p for p in others if penalised(net, p, "silent_child")]
+
+
+def test_a_silent_child_cannot_dodge_by_leaving_and_joining_again() -> None:
+    """A silent child that LEAVEs its parent for six seconds in every ten (a heads
+    round falls in each gap, so it is never a child for six rounds in a row) and
+    JOINs again still owes the rounds it was fed in, and is dropped and refused
+    like one that stays. (Without the carried count it is never dropped.)"""
+    net, topic, _author, members, relay, below = tree_net()
+    child = below[0]
+
+    def drop(s: str, r: str, rpc: object) -> bool:
+        if s == child and r == relay:
+            return isinstance(rpc, Digest | Heads | Event | Leave)  # silent; leaves are ours
+        return s == relay and r == child and isinstance(rpc, Leave)  # it ignores LEAVEs
+
+    net.drop_if = drop
+    publishers = [p for p in members if p != relay and p not in below][:2]
+    join = Join(topic=topic, descriptor=_descriptor(net, topic), leaf=False, up=False)
+    for i in range(120):  # 120 s of traffic: twenty-four heads rounds
+        if i % 10 == 0:
+            net.inject(child, relay, Leave(topic=topic))
+        elif i % 10 == 6:
+            net.inject(child, relay, join)
+        net.call(publishers[i % 2], "publish", topic, b"c%d" % i)
+        net.run_for(1.0)
+    assert penalised(net, child, "silent_child") == [relay]
+    net.inject(child, relay, join)
+    net.run_for(1)
+    assert child not in net.nodes[relay].topic_state(topic).children  # refused
+
+
+def test_a_silent_parent_claiming_to_miss_everything_is_still_left() -> None:
+    """A silent relay that, twice a second, sends its children a DIGEST listing
+    nothing (it claims to miss everything): each child answers with HEADS entries of
+    what it has, the events it fetched on its witnesses' word among them. Telling the
+    parent of an event after fetching it elsewhere is no delivery by the parent, so
+    the claim games no score: the children leave it as they leave any silent relay.
+    (Scored as a delivery, the relay keeps every child.)"""
+    net, topic, _author, members, relay, below = tree_net()
+    net.drop_if = silent(relay)
+    publishers = [p for p in members if p != relay and p not in below][:3]
+    cids = []
+    for i in range(40):
+        cids.append(net.call(publishers[i % 3], "publish", topic, b"g%d" % i).event_cid)
+        for _ in range(2):
+            net.run_for(0.25)
+            for p in below:
+                if net.nodes[p].topic_state(topic).parent == relay:
+                    claim = Digest(
+                        topic=topic, lo=net.now - 60.0, hi=net.now, count=0, sum=0, have=()
+                    )
+                    net.inject(relay, p, claim)
+    net.run_for(15)
+    for p in below:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+        assert net.nodes[p].topic_state(topic).parent != relay, p
+    assert set(penalised(net, relay, "withheld")) == set(below)

@@ -275,8 +275,11 @@ def test_limit_per_bucket_keeps_k_per_bucket_and_progress() -> None:
 class FakeRoutingKubo:
     """``stats/dht`` and ``swarm/peers`` answered from two sets, the calls counted."""
 
-    def __init__(self, table: set[str], connected: set[str]) -> None:
+    def __init__(
+        self, table: set[str], connected: set[str], addrs: dict[str, str] | None = None
+    ) -> None:
         self.table, self.connected = table, connected
+        self.addrs = addrs or {}
         self.calls: list[str] = []
 
     def client(self) -> KuboClient:
@@ -290,7 +293,36 @@ class FakeRoutingKubo:
             lan = {"Name": "lan", "Buckets": [{"Peers": peers}]}
             return httpx.Response(200, text='{"Name":"wan","Buckets":[]}\n' + json.dumps(lan))
         assert endpoint == "swarm/peers"
-        return httpx.Response(200, json={"Peers": [{"Peer": p} for p in self.connected]})
+        return httpx.Response(
+            200,
+            json={"Peers": [{"Peer": p, "Addr": self.addrs.get(p, "")} for p in self.connected]},
+        )
+
+
+@pytest.mark.anyio
+async def test_routing_view_gives_the_colocation_keys_of_connected_peers() -> None:
+    """Sybil joins: the /24 (or /64) of each connected peer's public address, none for
+    loopback or private ones; ``subnets_changed`` only when a key changed."""
+    me, a, b, c, *_ = PEERS
+    kubo = FakeRoutingKubo(
+        table=set(),
+        connected={a, b, c},
+        addrs={
+            a: "/ip4/1.2.3.4/tcp/4001",
+            b: "/ip6/2001:4860:4860::8888/udp/4001/quic-v1",
+            c: "/ip4/127.0.0.1/tcp/4001",
+        },
+    )
+    view = RoutingView(self_id=me, k=None)
+    async with kubo.client() as client:
+        await view.refresh(client, 100.0)
+        assert view.subnets == {a: "ip4:1.2.3.0/24", b: "ip6:2001:4860:4860::/64"}
+        assert view.subnets_changed
+        await view.refresh(client, 101.0)
+        assert not view.subnets_changed
+        kubo.addrs[c] = "/ip4/1.2.3.99/tcp/4001"
+        await view.refresh(client, 102.0)
+        assert view.subnets_changed and view.subnets[c] == "ip4:1.2.3.0/24"
 
 
 @pytest.mark.anyio
@@ -345,10 +377,14 @@ async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
     class Node:
         def __init__(self) -> None:
             self.given: list[list[str]] = []
+            self.subnets: list[dict[str, str]] = []
             self.acting = False
 
         def set_known_peers(self, now: float, peers: list[str]) -> None:
             self.given.append(list(peers))
+
+        def set_peer_subnets(self, now: float, subnets: dict[str, str]) -> None:
+            self.subnets.append(dict(subnets))
 
         def topic_state(self, cid: CID) -> Any:
             if cid != topic:
@@ -382,7 +418,12 @@ async def test_the_driver_gives_the_node_its_peers_only_when_they_changed(
         node.acting = False
         await driver.refresh_routing()
         assert len(node.given) == 5 and author not in node.given[-1]
-    assert kubo.calls.count("stats/dht") == 1 and kubo.calls.count("swarm/peers") == 6
+        assert node.subnets == []  # no public address yet: no keys to give
+        kubo.addrs[others[1]] = "/ip4/1.2.3.4/tcp/4001"
+        await driver.refresh_routing()
+        await driver.refresh_routing()  # the same keys: not given again
+        assert node.subnets == [{others[1]: "ip4:1.2.3.0/24"}]
+    assert kubo.calls.count("stats/dht") == 1 and kubo.calls.count("swarm/peers") == 8
 
 
 # -- OpenAPI equals the contract -------------------------------------------------------------

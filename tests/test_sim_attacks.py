@@ -61,3 +61,18 @@ def test_silent_relays_cut_nobody_off_and_clean_runs_penalise_nobody() -> None:
     assert (clean["penalties_withheld"], clean["penalties_silent_child"]) == (0, 0)
     off = _run(byzantine=0.1, attack=AttackSpec(kind="silent"), witnesses=0)
     assert off["coverage_live"] < 1.0 and off["penalties_withheld"] == 0
+
+
+def test_sybils_on_few_networks_take_bounded_root_slots_and_lose_them() -> None:
+    """As many Sybil identities as honest nodes, on four networks, subscribe first and
+    stay silent: every honest subscriber gets every event, the roots refused most
+    Sybils as colocated, and by the end no root has a Sybil child."""
+    sybils = AttackSpec(kind="sybil", sybils=40)
+    got = _run(nodes=40, topics=2, events=160, rate=2.0, flat_fanout=64, attack=sybils)
+    assert got["attackers"] == 40
+    assert got["coverage_live"] == 1.0
+    assert got["joins_refused_colocated"]
+    assert got["penalties_silent_child"]
+    assert got["root_slots_attackers"] == 0
+    assert got["root_slots_cleared_after"] is not None
+    assert 0 <= got["root_slots_cleared_after"] <= 120

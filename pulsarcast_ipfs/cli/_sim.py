@@ -133,6 +133,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workload", default=None, help="workload file (default: shipped 25k)")
     p.add_argument("--run", default=None, help="run identifier written in every record")
     p.add_argument("--gzip", action="store_true", help="write records.jsonl.gz")
+    p.add_argument(
+        "--no-rpc-records",
+        dest="rpc_records",
+        action="store_false",
+        help="nodes emit no rpc_sent/rpc_received records (smaller, faster runs; "
+        "the summary counts RPCs itself)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(handler=_run)
@@ -189,6 +196,7 @@ def _run(args: argparse.Namespace) -> int:
             attack=parse_attack(args.attack) if args.attack else None,
             witnesses=args.witnesses,
             flat_fanout=args.flat_fanout,
+            rpc_records=args.rpc_records,
             workload=args.workload,
             run=args.run or f"sim-{args.seed}",
         )

@@ -132,6 +132,7 @@ from ._io import (
     TopicState,
     TopicUpdated,
 )
+from ._joingate import colocation_key
 from ._netdriver import (
     DriverError,
     EventHeap,
@@ -259,6 +260,7 @@ __all__ = [
     "author_statement",
     "cid_from_str",
     "cid_str",
+    "colocation_key",
     "compute_cid",
     "covers",
     "decode_descriptor",

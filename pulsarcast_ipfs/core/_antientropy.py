@@ -136,7 +136,7 @@ class AntiEntropy(NodeBase):
             known.update(c for c, _ in chunk)
             if peer == tree.parent:
                 for c, _ in chunk:
-                    self._guard.parent_sent(tree.key, peer, c)  # told it: not a miss
+                    self._guard.parent_sent(tree.key, peer, c, up=True)  # told it
 
     def _send_delta(self, now: float, tree: Tree, peer: str) -> None:
         """HEADS of the recent CIDs ``peer`` is not known to have (if any); tree

@@ -52,6 +52,7 @@ from ._io import (
     Role,
     SendRpc,
 )
+from ._joingate import JoinGate
 from ._tree import LRU, Tree
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ class NodeBase:
     _asked: LRU  # event -> (publisher, tree key): it waits for our STORED (._acks)
     _held: LRU  # events this node holds (stored and pinned), as the driver said
     _acked: LRU  # event -> holders, once it reached its level
+    _gate: JoinGate
 
     if TYPE_CHECKING:
         # _acks

@@ -173,6 +173,19 @@ class NodeConfig:
     outbox_size: int = 10_000
     """Events waiting for holders at most (a publish asking for holders beyond it is
     refused: ``OutboxFull``)."""
+    subnet_children: int = 4
+    """(docs/protocol-notes.md "Sybil joins") Children of one tree that may share a
+    colocation key (the network of their address, a /24 or /64, from
+    ``set_peer_subnets``); a JOIN beyond it is refused and the joiner goes one level
+    lower. Peers without a key are not counted. 0: no bound."""
+    subnet_join_rate: float = 200.0
+    """JOINs accepted per second from new children of one colocation key, together
+    (token bucket): by default what one peer may send (``join_rate``), so that many
+    identities on one network JOIN no faster than one peer."""
+    subnet_join_burst: float = 2000.0
+    established_after: float = 60.0
+    """A root whose children overflow its MEMBERS list lists one child per network
+    first, then children adopted at least this long ago before fresher ones."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -187,6 +200,7 @@ class NodeConfig:
                 "flat_fanout",
                 "witnesses",
                 "outbox_size",
+                "subnet_children",
             ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise LocalProtocolError(f"NodeConfig.{f.name} must be an integer >= 0")

@@ -283,7 +283,7 @@ class Dissemination(NodeBase):
                 rpc, data = (ask_rpc, ask_data) if peer in asked else (plain_rpc, plain_data)
             summary = self._target_summary(tree, peer) if peer != tree.parent else None
             if peer == tree.parent:
-                self._guard.parent_sent(tree.key, peer, cid)  # it has it: not a miss
+                self._guard.parent_sent(tree.key, peer, cid, up=True)  # it has it
                 if self._own_filters(tree) is not None:
                     tree.edge(peer).up.add(cid)  # (tree filters) repaired like the rest
             if summary is None:

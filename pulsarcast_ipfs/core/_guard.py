@@ -20,9 +20,11 @@ parent's copy normally wins, and nothing is fetched twice), and ``witness_grace 
 blame_window`` after the announcement it scores the parent:
 
 - the parent sent it (any time, even after the fetch: a parent that was itself
-  repairing), or this node sent or advertised it to the parent first (it came here
-  by another path, a publisher's first hop, and went up: the parent then rightly
-  does not send it back) -> a delivery;
+  repairing), or this node sent or advertised it to the parent before the
+  announcement (it came here by another path, a publisher's first hop, and went
+  up: the parent then rightly does not send it back) -> a delivery. Told to the
+  parent only after the announcement, it came from the fetch: no delivery (a
+  parent's DIGEST claiming to miss everything draws such HEADS);
 - it did not -> a miss.
 
 **Scores** (cf. gossipsub's mesh-delivery score P3, but on evidence the parent
@@ -150,6 +152,9 @@ class _TreeGuard:
     child_owed: dict[str, int] = field(default_factory=dict)
     """(parent side) Per child: heads rounds with live events for it since it was
     last heard from (a DIGEST or HEADS)."""
+    child_gone: dict[str, int] = field(default_factory=dict)
+    """(parent side) Children that left owing rounds: heads rounds since. Their count
+    is kept ``silent_rounds`` rounds, so that LEAVE and re-JOIN does not clear it."""
 
 
 class RelayGuard:
@@ -315,12 +320,20 @@ class RelayGuard:
         tg = self._trees.get(key)
         return tg is not None and (peer in tg.watching or peer in tg.former)
 
-    def parent_sent(self, key: CID, parent: str, cid: CID) -> None:
+    def parent_sent(self, key: CID, parent: str, cid: CID, *, up: bool = False) -> None:
         """``cid`` crossed the edge to the tree parent: an EVENT from it (new or a
-        duplicate), or an EVENT or HEADS entry to it."""
+        duplicate), or (``up``) an EVENT or HEADS entry to it. Sent up after a
+        witness announced it while this node lacked it, it came from elsewhere (a
+        fetch on the witness's word): no delivery by the parent, which could
+        otherwise game its score by claiming to miss everything (a DIGEST listing
+        nothing draws HEADS of all this node has)."""
         tg = self._trees.get(key)
         if tg is None or not tg.watching:
             return
+        if up:
+            pending = self._pending.get(cid)
+            if pending is not None and pending.tree == key:
+                return
         tg.from_parent[cid] = parent
         tg.from_parent.move_to_end(cid)
         while len(tg.from_parent) > MAX_PENDING:
@@ -489,6 +502,7 @@ class RelayGuard:
         if tg is None:
             return
         tg.child_owed.pop(child, None)
+        tg.child_gone.pop(child, None)
         tg.child_fed.discard(child)
 
     def forwarded(self, key: CID, child: str) -> None:
@@ -507,9 +521,21 @@ class RelayGuard:
         for child in tg.child_fed:
             owed[child] = owed.get(child, 0) + 1
         tg.child_fed.clear()
-        for gone in [c for c in owed if c not in children]:
-            del owed[gone]
-        out = sorted(c for c, rounds in owed.items() if rounds >= self.silent_rounds)
+        # A child that left keeps what it owes a while (a silent relay that LEAVEs
+        # and re-JOINs to dodge the count), then is forgotten.
+        gone = tg.child_gone
+        for c in [c for c in gone if c in children]:
+            del gone[c]
+        for c in [c for c in owed if c not in children]:
+            rounds = gone.get(c, 0) + 1
+            if rounds > self.silent_rounds:
+                del owed[c]
+                gone.pop(c, None)
+            else:
+                gone[c] = rounds
+        out = sorted(
+            c for c, rounds in owed.items() if rounds >= self.silent_rounds and c in children
+        )
         for c in out:
             del owed[c]
         self.evictions += len(out)

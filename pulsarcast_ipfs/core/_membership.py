@@ -351,6 +351,14 @@ class Membership(NodeBase):
             self._drop(now, "invalid", peer=peer)
             return
         tree = self._trees.get(rpc.topic)
+        if tree is None or peer not in tree.children:
+            # Sybil joins (._joingate): a network's share of the children, and of JOINs.
+            why = self._gate.admit(now, rpc.topic, peer, tree.children if tree else ())
+            if why is not None:
+                self._drop(now, why, topic=root.name, peer=peer)
+                if why == "colocated":
+                    self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
+                return  # join_flood: dropped unanswered (the joiner times out, goes on)
         refused = self._topic_refused(root) if tree is None else None
         if refused is not None:
             self._drop(now, refused, topic=root.name, peer=peer)
@@ -395,6 +403,7 @@ class Membership(NodeBase):
         descriptor (sent with the JOIN_ACK if held)."""
         new = peer not in tree.children
         if new:
+            self._gate.adopted(now, tree.key, peer)
             self._readopted(tree, peer)
             self._stale_told.pop((peer, tree.key))
         tree.children[peer] = None

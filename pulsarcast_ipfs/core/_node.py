@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Mapping
 
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
@@ -116,6 +117,7 @@ from ._fastgroup import FastGroups
 from ._filters import matches_any, parse_filter
 from ._guard import ACK_HEADS, Blame, RelayGuard
 from ._io import Output
+from ._joingate import JoinGate
 from ._liveness import Liveness
 from ._membership import Membership
 from ._pruning import Pruning
@@ -243,6 +245,13 @@ class PulsarcastNode(
             if c.silent_child_after > 0
             else 0,
             rng=rng,
+        )
+        self._gate = JoinGate(
+            subnet_children=c.subnet_children,
+            subnet_join_rate=c.subnet_join_rate,
+            subnet_join_burst=c.subnet_join_burst,
+            established_after=c.established_after,
+            buckets=c.rate_limit_peers,
         )
 
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
@@ -444,8 +453,10 @@ class PulsarcastNode(
                     self._evict_silent(now, tree, child)
 
     def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
-        """A child that takes events and joins no anti-entropy: dropped, refused a while."""
+        """A child that takes events and joins no anti-entropy: dropped, refused a while
+        (and its network's share of the children shrinks: :mod:`._joingate`)."""
         self._guard.penalise(now, child)
+        self._gate.struck(now, child, now + self.config.penalty_ttl)
         self._record(
             now, RecordKind.PEER_PENALISED, topic=tree.name, peer=child, reason="silent_child"
         )
@@ -519,6 +530,7 @@ class PulsarcastNode(
         re-join through another peer (children kept)."""
         guard = self._guard
         guard.penalise(now, blame.parent)
+        self._gate.struck(now, blame.parent, now + self.config.penalty_ttl)
         guard.parent_left(tree.key, blame.parent)
         self._record(
             now,
@@ -531,6 +543,25 @@ class PulsarcastNode(
         )
         self._send(now, blame.parent, Leave(topic=tree.key), tree.name)
         self._parent_lost(now, tree, avoid=blame.parent)
+
+    # ------------------------------------------------------- Sybil joins (._joingate)
+
+    def set_peer_subnets(self, now: float, subnets: Mapping[str, str]) -> None:
+        """Peer -> colocation key (the network of its address: ``colocation_key`` of a
+        multiaddr, a /24 or /64); replaces the previous mapping, which the node only
+        reads (a driver may share one between nodes). Peers not in it are not
+        counted by subnet (docs/protocol-notes.md "Sybil joins")."""
+        if not isinstance(subnets, Mapping):
+            raise LocalProtocolError("subnets must be a mapping of peer ID to key")
+        self._gate.set_subnets(subnets)
+
+    @property
+    def join_gate_counts(self) -> dict[str, int]:
+        """JOINs refused as colocated, and dropped as a subnet's flood."""
+        return {
+            "colocated": self._gate.refused_colocated,
+            "join_flood": self._gate.refused_flood,
+        }
 
     @property
     def guard_counts(self) -> dict[str, int]:

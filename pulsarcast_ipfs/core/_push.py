@@ -77,14 +77,19 @@ class FirstHopPush(NodeBase):
         if self._is_root(tree) and tree.children and tree.members_due is None:
             tree.members_due = now + self.config.members_interval
 
-    def _root_list(self, tree: Tree) -> tuple[str, ...]:
-        """(root) The member list it sends: itself and its first children."""
-        return (self.peer_id, *sorted(tree.children)[: MAX_MEMBERS - 1])
+    def _root_list(self, now: float, tree: Tree) -> tuple[str, ...]:
+        """(root) The member list it sends: itself and its children, at most
+        ``MAX_MEMBERS - 1`` of them: when more, one per network first, established
+        ones before fresh ones (:meth:`~._joingate.JoinGate.ranked`)."""
+        return (self.peer_id, *self._gate.ranked(now, tree.key, tree.children, MAX_MEMBERS - 1))
 
     def _members_known(self, tree: Tree) -> tuple[str, ...]:
-        """The root's member list as this node holds it (``TopicState.members``)."""
+        """The root's member list as this node holds it (``TopicState.members``); a
+        root with more children than the list holds: the list it last sent."""
         if self._is_root(tree):
-            return self._root_list(tree)
+            if len(tree.children) > MAX_MEMBERS - 1 and tree.members_listed:
+                return tree.members_listed
+            return (self.peer_id, *sorted(tree.children)[: MAX_MEMBERS - 1])
         if tree.members_epoch is not None and tree.members_from == tree.parent:
             return tree.members
         return ()
@@ -106,7 +111,7 @@ class FirstHopPush(NodeBase):
         tree.members_due = None
         if not self._is_root(tree) or not tree.children:
             return
-        members = self._root_list(tree)
+        members = self._root_list(now, tree)
         summaries = self._member_summaries(tree, members)
         last = tree.member_sets.get(tree.member_epoch)
         if last is not None and last == frozenset(members) and summaries == tree.summaries_listed:

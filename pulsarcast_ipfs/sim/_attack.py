@@ -12,7 +12,9 @@ test-only ``--misbehave`` applies too: :mod:`pulsarcast_ipfs.testing._misbehave`
 - ``censor``: drops the EVENTs of one publisher (the workload's busiest);
 - ``sybil=N``: ``N`` extra identities, attackers all, that subscribe to every topic
   before the honest nodes do (so they take the slots near the root) and behave
-  as silent relays.
+  as silent relays. They share ``SYBIL_NETWORKS`` networks (identities are free,
+  addresses are not); every other node has a network of its own
+  (:func:`sim_subnets`, the nodes' ``set_peer_subnets``).
 
 Attackers publish nothing (their publish calls are not made) and are not counted
 as subscribers: coverage is that of the honest nodes.
@@ -29,7 +31,7 @@ from pulsarcast_ipfs.core import PulsarcastNode, SendRpc
 from pulsarcast_ipfs.sim._spec import SpecError, parse_duration
 from pulsarcast_ipfs.testing._misbehave import Misbehaviour, verdict
 
-__all__ = ["ATTACKS", "AttackSpec", "Attacker", "parse_attack"]
+__all__ = ["ATTACKS", "SYBIL_NETWORKS", "AttackSpec", "Attacker", "parse_attack", "sim_subnets"]
 
 ATTACKS: Final = ("blackhole", "silent", "delay", "censor", "sybil")
 
@@ -82,6 +84,22 @@ def parse_attack(text: str) -> AttackSpec:
     if arg is not None:
         raise SpecError(f"--attack {kind} takes no value")
     return AttackSpec(kind=kind)  # type: ignore[arg-type]
+
+
+SYBIL_NETWORKS: Final = 4
+"""The /24 networks the Sybil identities of ``sybil=N`` share."""
+
+
+def sim_subnets(peer_ids: list[str], honest: int) -> dict[str, str]:
+    """Colocation keys of a run's nodes: the first ``honest`` (the workload's nodes)
+    each on a /24 of its own, the Sybil identities after them on ``SYBIL_NETWORKS``."""
+    nets: dict[str, str] = {}
+    for i, peer in enumerate(peer_ids):
+        if i < honest:
+            nets[peer] = f"ip4:{11 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}.0/24"
+        else:
+            nets[peer] = f"ip4:198.18.{(i - honest) % SYBIL_NETWORKS}.0/24"
+    return nets
 
 
 class Attacker:

@@ -96,7 +96,7 @@ from pulsarcast_ipfs.core import (
 )
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.sim._attack import Attacker, AttackSpec
+from pulsarcast_ipfs.sim._attack import Attacker, AttackSpec, sim_subnets
 from pulsarcast_ipfs.sim._network import RoutingTables
 from pulsarcast_ipfs.sim._spec import CrashSpec, LatencySpec, SpecError
 from pulsarcast_ipfs.sim._stats import RunStats, SimSummary
@@ -351,6 +351,10 @@ class Simulation(NetDriver):
         self._censored = (
             self._busiest_publisher() if c.attack and c.attack.kind == "censor" else None
         )
+        self.subnets: dict[str, str] = sim_subnets(self.peer_ids, c.nodes)
+        """Peer -> colocation key, one mapping shared by every node (``set_peer_subnets``;
+        docs/simulator.md "Attacks"): each node on a network of its own, the Sybil
+        identities on ``SYBIL_NETWORKS``."""
         self.sub_filters: dict[tuple[int, int], Filter] = {}
         """(node, topic index) -> the subscription's filter (none: unfiltered)."""
         if c.filters:
@@ -412,6 +416,7 @@ class Simulation(NetDriver):
             flat_fanout=c.flat_fanout,
         )
         node = PulsarcastNode(peer_id=peer_id, config=cfg, rng=rng, now=now)
+        node.set_peer_subnets(now, self.subnets)
         if peer_id in self._attacker_ids and c.attack is not None:
             return Attacker(node, c.attack, censored=self._censored)
         return node

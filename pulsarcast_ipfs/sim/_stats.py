@@ -126,6 +126,11 @@ class SimSummary:
     """Children dropped for joining no anti-entropy."""
     false_penalties: int = 0
     """Of those, penalties of honest peers (a clean run must have none)."""
+    joins_refused_colocated: int = 0
+    """(attacks) JOINs refused because the joiner's network held ``subnet_children``
+    children of that tree already (docs/protocol-notes.md "Sybil joins")."""
+    joins_dropped_flood: int = 0
+    """(attacks) JOINs dropped over their network's JOIN bucket."""
     root_slots_attackers: int = 0
     """(attacks) Attackers among the topic roots' children at the end."""
     root_slots_cleared_after: float | None = None
@@ -207,6 +212,7 @@ class RunStats:
         # attacks (docs/simulator.md "Attacks")
         self.byzantine: frozenset[int] = frozenset()
         self.byzantine_calls = 0
+        self.joins_refused: dict[str, int] = {}
         self.below_hist: dict[int, int] = {}
         self.below_count = 0
         self.below_max: float | None = None
@@ -335,6 +341,10 @@ class RunStats:
             self.injected += 1
         elif kind is RecordKind.TREE_CHANGED:
             self._on_tree(rec)
+        elif kind is RecordKind.EVENT_DROPPED:
+            reason = f.get("reason")
+            if reason == "colocated" or reason == "join_flood":
+                self.joins_refused[reason] = self.joins_refused.get(reason, 0) + 1
         elif kind is RecordKind.PEER_PENALISED:
             reason = str(f.get("reason"))
             self.penalties[reason] = self.penalties.get(reason, 0) + 1
@@ -574,6 +584,8 @@ class RunStats:
             "penalties_withheld": self.penalties.get("withheld", 0),
             "penalties_silent_child": self.penalties.get("silent_child", 0),
             "false_penalties": self.false_penalties,
+            "joins_refused_colocated": self.joins_refused.get("colocated", 0),
+            "joins_dropped_flood": self.joins_refused.get("join_flood", 0),
             "root_slots_attackers": sum(self.root_attackers.values()),
             "root_slots_cleared_after": cleared,
         }
