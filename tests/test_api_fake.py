@@ -293,7 +293,9 @@ async def test_the_planted_loss_drops_exactly_the_nth_delivery(
     async with sidecar_at(tmp_path, kubo, misbehave="lose=2") as sc:
         topic = await _topic(sc)
         for n in range(3):
-            r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"text": f"m{n}"})
+            r = await sc.api.post(
+                f"/v1/topics/{topic}/publish", json={"text": f"m{n}", "ack": "local"}
+            )
             assert r.json()["status"] == "published"
         h = (await sc.api.get(f"/v1/topics/{topic}/history", params={"order": "oldest"})).json()
         assert [base64.b64decode(e["payload"]) for e in h["events"]] == [b"m0", b"m1", b"m2"]
