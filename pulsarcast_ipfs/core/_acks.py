@@ -28,23 +28,25 @@ Holder::
 A holder answers only the event's own publisher (the peer that sent the EVENT),
 only for an event it retains (a relay that keeps no history is no holder), and
 once per ask. Nothing is answered for an event this node does not hold.
+
+:class:`AckBook` owns this state (the outbox, the asks a holder remembers, what the
+driver said is held, the holders of events that reached their level) and touches
+no other part's; the node asks it and carries out what it answers (sends, stores,
+offers again: :class:`~._node.PulsarcastNode`, "acknowledgement levels").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pulsarcast_ipfs.core._cid import CID
 
-from ._base import NodeBase
-from ._codec import Event, Stored, encode_frame
-from ._descriptors import EventDescriptor, decode_cached
-from ._errors import DescriptorError, LocalProtocolError
-from ._io import StoreBlock
-from ._tree import Tree
+from ._descriptors import EventDescriptor
+from ._errors import LocalProtocolError
+from ._tree import LRU, Tree
 
-__all__ = ["MAX_ACK", "Acknowledgements", "OutboxEntry"]
+__all__ = ["MAX_ACK", "AckBook", "OutboxEntry"]
 
 MAX_ACK = 64
 """The most holders a publish may ask for (the fan-out of a publisher's first hop)."""
@@ -67,21 +69,56 @@ class OutboxEntry:
     """The peers asked so far (EVENT with ``ack``)."""
     ask_all: bool = False
     """An offer again: every peer it goes to is asked (the first send asks
-    ``needed + 1`` of them: :meth:`Acknowledgements._ask_whom`)."""
+    ``needed + 1`` of them: :meth:`AckBook.ask_whom`)."""
 
 
-class Acknowledgements(NodeBase):
-    """Acknowledgement levels (a part of :class:`~._node.PulsarcastNode`)."""
+class AckBook:
+    """Acknowledgement levels of one node: its outbox as a publisher, its asks as a
+    holder (see the module docstring)."""
+
+    def __init__(self, *, retry: float, retry_max: float, outbox_size: int, held: int) -> None:
+        self._retry = retry
+        self._retry_max = retry_max
+        self._outbox_size = outbox_size
+        self._outbox: dict[CID, OutboxEntry] = {}
+        self._asked = LRU(_ASKED_MAX)  # event -> (publisher, tree key): waits for our STORED
+        self._held = LRU(held)  # events this node holds (stored and pinned), as the driver said
+        self._acked = LRU(_ASKED_MAX)  # event -> holders, once it reached its level
 
     # ------------------------------------------------------------------ publisher
 
-    def _outbox_add(self, now: float, tree: Tree, ev: EventDescriptor, needed: int) -> None:
-        retry = self.config.ack_retry
+    def check(self, ack: int) -> int:
+        """``ack`` of a publish, validated (0: local); refused while the outbox is full."""
+        if isinstance(ack, bool) or not isinstance(ack, int) or not 0 <= ack <= MAX_ACK:
+            raise LocalProtocolError(f"ack must be an integer from 0 (local) to {MAX_ACK}")
+        if ack and len(self._outbox) >= self._outbox_size:
+            raise LocalProtocolError(
+                f"the outbox holds {len(self._outbox)} events waiting for holders: "
+                "publish with ack=local or wait"
+            )
+        return ack
+
+    def add(self, now: float, tree: CID, ev: EventDescriptor, needed: int) -> None:
+        """This node's event ``ev`` waits for ``needed`` holders (before its sends:
+        they carry ``ack``)."""
         self._outbox[ev.cid] = OutboxEntry(
-            tree=tree.key, event=ev, needed=needed, due=now + retry, interval=retry
+            tree=tree, event=ev, needed=needed, due=now + self._retry, interval=self._retry
         )
 
-    def _ask_whom(
+    def resume(self, now: float, tree: CID, ev: EventDescriptor, needed: int) -> None:
+        """After a restart: ``ev`` waits again, offered at once."""
+        self.add(now, tree, ev, needed)
+        self._outbox[ev.cid].due = now
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any event waits for holders."""
+        return bool(self._outbox)
+
+    def waits(self, cid: CID) -> bool:
+        return cid in self._outbox
+
+    def ask_whom(
         self,
         tree: Tree,
         cid: CID,
@@ -92,7 +129,7 @@ class Acknowledgements(NodeBase):
         answer STORED: on the first send ``needed + 1`` of them (the parent first, then
         the members of the root's list in its order, then children), so that holders
         store and pin urgently only what a publisher waits for; on an offer again,
-        all. At least one peer is always asked."""
+        all."""
         entry = self._outbox[cid]
         going = [*targets, *direct]
         if entry.ask_all:
@@ -109,26 +146,41 @@ class Acknowledgements(NodeBase):
         entry.asked.update(dict.fromkeys(chosen))
         return frozenset(chosen)
 
-    def _check_ack(self, ack: int) -> int:
-        if isinstance(ack, bool) or not isinstance(ack, int) or not 0 <= ack <= MAX_ACK:
-            raise LocalProtocolError(f"ack must be an integer from 0 (local) to {MAX_ACK}")
-        if ack and len(self._outbox) >= self.config.outbox_size:
-            raise LocalProtocolError(
-                f"the outbox holds {len(self._outbox)} events waiting for holders: "
-                "publish with ack=local or wait"
-            )
-        return ack
+    def stored(self, peer: str, tree: CID, event: CID) -> None:
+        """STORED from ``peer``: a holder more; the event leaves the outbox at its level."""
+        entry = self._outbox.get(event)
+        if entry is None or entry.tree != tree or peer in entry.holders:
+            return
+        entry.holders[peer] = None
+        if len(entry.holders) >= entry.needed:
+            del self._outbox[event]
+            self._acked.put(event, tuple(entry.holders))
+
+    def due(self) -> float | None:
+        """When the next waiting event is offered again."""
+        return min((e.due for e in self._outbox.values()), default=None)
+
+    def take_due(self, now: float) -> list[OutboxEntry]:
+        """The waiting events due at ``now``, each rescheduled (the interval doubling
+        up to ``retry_max``) and from now on asking every peer it goes to."""
+        out = []
+        for entry in self._outbox.values():
+            if entry.due > now:
+                continue
+            entry.interval = min(self._retry_max, entry.interval * 2)
+            entry.due = now + entry.interval
+            entry.ask_all = True
+            out.append(entry)
+        return out
 
     def holders(self, cid: CID) -> tuple[str, ...] | None:
-        """The peers that said they hold this node's event ``cid`` (in the order they
-        did), while it waits in the outbox; ``None`` once it has enough (or was never
-        there): see :meth:`acknowledged`."""
+        """The peers that said they hold ``cid`` while it waits; ``None`` otherwise."""
         entry = self._outbox.get(cid)
         return tuple(entry.holders) if entry is not None else None
 
     def acknowledged(self, cid: CID) -> tuple[str, ...] | None:
-        """The holders of ``cid`` once it reached its level (``None``: not yet, or
-        unknown). Kept for the last :data:`_ASKED_MAX` events that reached it."""
+        """The holders of ``cid`` once it reached its level (the last
+        :data:`_ASKED_MAX` such events)."""
         value: tuple[str, ...] | None = self._acked.get(cid)
         return value
 
@@ -137,115 +189,35 @@ class Acknowledgements(NodeBase):
         """The events waiting for holders: CID -> (needed, holders so far)."""
         return {c: (e.needed, tuple(e.holders)) for c, e in self._outbox.items()}
 
-    def resume_outbox(self, now: float, topic_cid: CID, event: bytes, *, needed: int) -> CID:
-        """After a restart: this node's event ``event`` (its block) of topic
-        ``topic_cid`` waits for ``needed`` holders again; offered at once. Its CID."""
-        tree = self._tree_for(topic_cid)
-        needed = self._check_ack(needed)
-        try:
-            ev = decode_cached(EventDescriptor, event)
-        except DescriptorError as exc:
-            raise LocalProtocolError(f"not an event block: {exc}") from exc
-        if ev.publisher != self.peer_id:
-            raise LocalProtocolError("an event another node published")
-        cid = ev.cid
-        if cid not in self._events:
-            self._seen.put(cid)
-            self._events.put(cid, (tree.key, ev))
-            self._note_recent(tree, cid, ev)
-            if not self._retain(now, tree, cid, ev):
-                # (its put may not have happened before the crash)
-                self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
-        if needed:
-            self._outbox_add(now, tree, ev, needed)
-            self._outbox[cid].due = now
-        return cid
-
-    def _on_stored(self, now: float, peer: str, rpc: Stored) -> None:
-        entry = self._outbox.get(rpc.event)
-        if entry is None or entry.tree != rpc.topic or peer in entry.holders:
-            return
-        entry.holders[peer] = None
-        if len(entry.holders) >= entry.needed:
-            del self._outbox[rpc.event]
-            self._acked.put(rpc.event, tuple(entry.holders))
-
-    def _ack_due(self) -> float | None:
-        best: float | None = None
-        for entry in self._outbox.values():
-            if best is None or entry.due < best:
-                best = entry.due
-        return best
-
-    def _offer_again(self, now: float) -> None:
-        """Timer: each outbox event due is offered again to who may hold it: the tree
-        neighbours and the members of the root's list that have not said so."""
-        cap = self.config.ack_retry_max
-        for cid, entry in list(self._outbox.items()):
-            if entry.due > now:
-                continue
-            entry.interval = min(cap, entry.interval * 2)
-            entry.due = now + entry.interval
-            entry.ask_all = True
-            tree = self._trees.get(entry.tree)
-            if tree is None:
-                continue
-            if cid not in self._events:
-                self._events.put(cid, (tree.key, entry.event))
-            skip = set(entry.holders)
-            neighbours = set(tree.neighbours())
-            if tree.members_epoch is None:
-                self._forward(now, tree, cid, skip=skip)
-                continue
-            direct: dict[str, tuple[CID, ...] | None] = {
-                m: None
-                for m in tree.members
-                if m != self.peer_id and m not in skip and m not in neighbours
-            }
-            self._forward(now, tree, cid, skip=skip, direct=direct, pushed=tree.members_epoch)
-
     # ------------------------------------------------------------------ holder
 
-    def _ack_before(self, peer: str, tree: Tree, rpc: Event, ev: EventDescriptor) -> bool:
-        """An EVENT with ``ack``: whether its publisher itself asks (a relay forwards no
-        ``ack``); a new event's block is then stored ``urgent``."""
-        if rpc.ack is not True or ev.publisher != peer:
-            return False
-        if ev.cid not in self._seen:
-            self._asked.put(ev.cid, (peer, tree.key))
-        return True
+    def ask(self, cid: CID, publisher: str, tree: CID) -> None:
+        """``publisher`` waits for this node's STORED of ``cid``."""
+        self._asked.put(cid, (publisher, tree))
 
-    def _ack_after(self, now: float, peer: str, tree: Tree, cid: CID) -> None:
-        """...and once it is accepted (or a duplicate): answer when this node holds it."""
-        if tree.history is None or cid not in tree.history:
-            self._asked.pop(cid)  # not retained here: no holder
-            return
-        if cid in self._held:
-            self._asked.pop(cid)
-            self._send(now, peer, Stored(topic=tree.key, event=cid), tree.name)
-            return
-        if cid not in self._asked:
-            # Held before this node knew (a restart): the driver says so again.
-            ev = tree.history.get(cid)
-            if ev is not None:
-                self._emit(
-                    StoreBlock(cid=cid, data=ev.encode(), own=False, retain=True, urgent=True)
-                )
-        self._asked.put(cid, (peer, tree.key))
+    def asked(self, cid: CID) -> bool:
+        return cid in self._asked
 
-    def blocks_held(self, now: float, cids: list[CID] | tuple[CID, ...]) -> None:
-        """The driver: these blocks are stored and pinned here (retained events)."""
+    def forget(self, cid: CID) -> None:
+        self._asked.pop(cid)
+
+    def is_held(self, cid: CID) -> bool:
+        return cid in self._held
+
+    def urgent(self, cid: CID) -> bool:
+        """Whether a publisher waits for this block: stored and pinned at once."""
+        return bool(self._asked) and cid in self._asked
+
+    def held(self, cids: Iterable[CID]) -> list[tuple[str, CID, CID]]:
+        """The driver: these blocks are stored and pinned here. The STOREDs owed, as
+        (publisher, tree, event)."""
+        cids = list(cids)
+        if not all(isinstance(cid, CID) for cid in cids):
+            raise LocalProtocolError("blocks_held takes CIDs")
+        owed = []
         for cid in cids:
-            if not isinstance(cid, CID):
-                raise LocalProtocolError("blocks_held takes CIDs")
             self._held.put(cid)
             asked = self._asked.pop(cid)
-            if asked is None:
-                continue
-            peer, key = asked
-            tree = self._trees.get(key)
-            rpc = Stored(topic=key, event=cid)
-            self._send(now, peer, rpc, tree.name if tree is not None else None, encode_frame(rpc))
-
-    def _urgent_store(self, cid: CID) -> bool:
-        return cid in self._asked
+            if asked is not None:
+                owed.append((asked[0], asked[1], cid))
+        return owed

@@ -56,7 +56,7 @@ from ._joingate import JoinGate
 from ._tree import LRU, Tree
 
 if TYPE_CHECKING:
-    from ._acks import OutboxEntry
+    from ._acks import AckBook
     from ._liveness import _PingWait
     from ._repair import _Fetch
     from ._requests import _Request
@@ -139,29 +139,14 @@ class NodeBase:
     _fast_counts: dict[str, int]
     _fast_wanted: dict[CID, None]
     _guard: RelayGuard
-    _outbox: dict[CID, OutboxEntry]
-    _asked: LRU  # event -> (publisher, tree key): it waits for our STORED (._acks)
-    _held: LRU  # events this node holds (stored and pinned), as the driver said
-    _acked: LRU  # event -> holders, once it reached its level
+    _acks: AckBook
     _gate: JoinGate
 
     if TYPE_CHECKING:
-        # _acks
+        # _node (acknowledgement levels, ._acks)
         def _ack_before(self, peer: str, tree: Tree, rpc: Event, ev: EventDescriptor) -> bool: ...
 
         def _ack_after(self, now: float, peer: str, tree: Tree, cid: CID) -> None: ...
-
-        def _check_ack(self, ack: int) -> int: ...
-
-        def _ask_whom(
-            self,
-            tree: Tree,
-            cid: CID,
-            targets: list[str],
-            direct: Mapping[str, tuple[CID, ...] | None],
-        ) -> frozenset[str]: ...
-
-        def _outbox_add(self, now: float, tree: Tree, ev: EventDescriptor, needed: int) -> None: ...
 
         # Methods defined in one module (named above each group) and called from another.
 

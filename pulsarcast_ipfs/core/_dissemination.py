@@ -273,9 +273,9 @@ class Dissemination(NodeBase):
         data = encode_frame(rpc)  # one frame for every neighbour (but pruned edges)
         plain_rpc, plain_data = rpc, data
         asked: frozenset[str] = frozenset()
-        if self._outbox and cid in self._outbox:
+        if self._acks.waiting and self._acks.waits(cid):
             # (._acks) This node's event waits for holders: these peers are asked.
-            asked = self._ask_whom(tree, cid, targets, direct)
+            asked = self._acks.ask_whom(tree, cid, targets, direct)
             ask_rpc = replace(rpc, ack=True)
             ask_data = encode_frame(ask_rpc)
         for peer in targets:

@@ -79,7 +79,7 @@ class Publishing(NodeBase):
         elif not isinstance(inject_id, str) or not inject_id or len(inject_id) > 256:
             raise LocalProtocolError("inject_id must be a non-empty string of at most 256")
         attrs = validate_attributes(attributes) if attributes else None
-        ack = self._check_ack(ack)
+        ack = self._acks.check(ack)
         version = tree.latest
         parent = self._check_parent(tree, parent)
         if not version.may_publish(self.peer_id) and not version.may_request(self.peer_id):
@@ -215,7 +215,7 @@ class Publishing(NodeBase):
             self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
         self._note_recent(tree, cid, ev)
         if ack:
-            self._outbox_add(now, tree, ev, ack)  # before the sends: they carry ``ack``
+            self._acks.add(now, tree.key, ev, ack)  # before the sends: they carry ``ack``
         self._record(
             now,
             RecordKind.EVENT_PUBLISHED,

@@ -100,7 +100,7 @@ class Repair(NodeBase):
         if not h.add(cid, ev, now):
             return False
         own = ev.publisher == self.peer_id
-        urgent = bool(self._asked) and cid in self._asked  # a publisher waits (._acks)
+        urgent = self._acks.urgent(cid)  # a publisher waits (._acks)
         self._emit(StoreBlock(cid=cid, data=ev.encode(), own=own, retain=True, urgent=urgent))
         evicted = h.enforce(now)
         if evicted:
