@@ -11,30 +11,12 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ._base import NodeBase, _in_force
+from ._bucket import TokenBucket
 from ._codec import Rpc
 from ._io import DisconnectPeer
 
 __all__ = ["Admission"]
-
-
-@dataclass(slots=True)
-class _Bucket:
-    """A token bucket (flood protection): ``tokens`` as of ``last``."""
-
-    tokens: float
-    last: float
-
-    def take(self, now: float, rate: float, burst: float) -> bool:
-        if now > self.last:
-            self.tokens = min(burst, self.tokens + (now - self.last) * rate)
-            self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 _LIMITED_OPS = {
@@ -76,9 +58,9 @@ class Admission(NodeBase):
         c = self.config
         rate, burst = self._limits[cls]
         key = (peer, cls)
-        bucket: _Bucket | None = self._buckets.get(key)
+        bucket: TokenBucket | None = self._buckets.get(key)
         if bucket is None:
-            bucket = _Bucket(tokens=burst, last=now)
+            bucket = TokenBucket(tokens=burst, last=now)
         self._buckets.put(key, bucket)
         if bucket.take(now, rate, burst):
             return True

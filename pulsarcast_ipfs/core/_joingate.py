@@ -54,29 +54,13 @@ from collections.abc import Iterable, Mapping
 
 from pulsarcast_ipfs.core._cid import CID
 
+from ._bucket import TokenBucket
 from ._tree import LRU
 
 __all__ = ["JoinGate", "colocation_key"]
 
 _ADOPTED_KEPT = 65536
 """(tree, peer) adoption times remembered (LRU): a child's age survives a re-JOIN."""
-
-
-class _Bucket:
-    __slots__ = ("last", "tokens")
-
-    def __init__(self, tokens: float, last: float) -> None:
-        self.tokens = tokens
-        self.last = last
-
-    def take(self, now: float, rate: float, burst: float) -> bool:
-        if now > self.last:
-            self.tokens = min(burst, self.tokens + (now - self.last) * rate)
-            self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 def colocation_key(multiaddr: str) -> str | None:
@@ -122,7 +106,7 @@ class JoinGate:
         self.subnet_join_burst = subnet_join_burst
         self.established_after = established_after
         self._subnets: Mapping[str, str] = {}
-        self._buckets = LRU(buckets)  # key -> _Bucket
+        self._buckets = LRU(buckets)  # key -> TokenBucket
         self._adopted = LRU(_ADOPTED_KEPT)  # (tree, peer) -> first adopted at
         self._struck = LRU(buckets)  # key -> [until, ...]: its peers found lying
         self.refused_colocated = 0
@@ -145,9 +129,9 @@ class JoinGate:
         subnet = self._subnets.get(peer)
         if subnet is None:
             return None
-        bucket: _Bucket | None = self._buckets.get(subnet)
+        bucket: TokenBucket | None = self._buckets.get(subnet)
         if bucket is None:
-            bucket = _Bucket(self.subnet_join_burst, now)
+            bucket = TokenBucket(self.subnet_join_burst, now)
         self._buckets.put(subnet, bucket)
         if not bucket.take(now, self.subnet_join_rate, self.subnet_join_burst):
             self.refused_flood += 1
