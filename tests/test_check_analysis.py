@@ -23,6 +23,7 @@ from pulsarcast_ipfs.check import (
     payload_key,
     summarise,
 )
+from pulsarcast_ipfs.check._runner import has_relay
 from pulsarcast_ipfs.cli import main
 
 pytestmark = pytest.mark.anyio
@@ -240,8 +241,6 @@ def test_bad_check_options_are_one_line_errors_and_start_nothing(
 
 
 def test_a_tree_has_relays_only_when_a_non_root_node_has_children() -> None:
-    from pulsarcast_ipfs.check._runner import has_relay
-
     flat = {0: ("root", None, [1, 2, 3, 4]), 1: ("subscriber", 0, []), 2: None}
     deep = {0: ("root", None, [1, 2]), 1: ("subscriber", 0, [3]), 3: ("subscriber", 1, [])}
     assert not has_relay(flat)
