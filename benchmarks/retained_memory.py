@@ -38,16 +38,19 @@ import random
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pulsarcast_ipfs.core import NodeConfig, PulsarcastNode, RetentionPolicy
+from pulsarcast_ipfs.core import NodeConfig, PulsarcastNode, RetentionPolicy, TopicHistory
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._codec import Digest, Event, Heads
 from pulsarcast_ipfs.core._delegation import DelegateKey, Delegation
 from pulsarcast_ipfs.core._descriptors import (
+    ATTRIBUTES_VERSION,
+    PROTOCOL_VERSION,
     SIGNED_ATTRIBUTES_VERSION,
     SIGNED_VERSION,
     EventDescriptor,
@@ -62,7 +65,7 @@ from pulsarcast_ipfs.core._io import (
     StoreBlock,
 )
 from pulsarcast_ipfs.core._signing import Ed25519Signer
-from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from sidecar._retainindex import RetainIndex
 
 START = 1_767_225_600.0
@@ -213,46 +216,83 @@ class Feed:
         return ev.encode()
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run_index_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--index-only``: the per-event structures alone, fast enough for a million
+    events: each topic's ``TopicHistory`` (add, then enforce, as the core's ``_retain``
+    does) and the sidecar's ``RetainIndex``, fed unsigned events built in process (no
+    protocol, no signatures, none of the core's bounded caches)."""
     policy = RetentionPolicy(max_events=args.max_events)
-    pair = Pair(topics=args.topics, seed=args.seed, policy=policy)
-    feed = Feed(pair, size=args.size, attributes=not args.no_attributes)
-    step = 1.0 / args.rate
-    b, a_id = pair.b, pair.a_id
-    # Warm up (caches of the codec, first allocations of each container) before the base.
+    author = make_peer_ids(1, seed=args.seed)[0]
+    topics = [CID.dag_cbor_sha256(i.to_bytes(32, "big")) for i in range(args.topics)]
+    histories = {t: TopicHistory(policy=policy) for t in topics}
+    index = RetainIndex()
+    last: dict[CID, tuple[CID, int]] = {}
+    now = START
+    version = ATTRIBUTES_VERSION if not args.no_attributes else PROTOCOL_VERSION
+
+    def feed(i: int) -> None:
+        nonlocal now
+        topic = topics[i % len(topics)]
+        prev = last.get(topic)
+        ev = EventDescriptor(
+            topic=topic,
+            author=author,
+            publisher=author,
+            parents=(prev[0],) if prev else (),
+            clock=prev[1] + 1 if prev else 0,
+            payload=(b"event %d " % i).ljust(args.size, b"."),
+            created=format_created(now),
+            protocol_version=version,
+            attributes={"kind": "abc"[i % 3]} if not args.no_attributes else None,
+        )
+        cid = ev.cid
+        ev.encode()
+        last[topic] = (cid, ev.clock)
+        h = histories[topic]
+        if h.add(cid, ev, now):
+            index.add(cid)
+            for gone in h.enforce(now):
+                index.remove(gone)
+        now += 1.0 / args.rate
+
+    return _measure(args, feed, lambda: sum(len(h) for h in histories.values()), index)
+
+
+def _measure(
+    args: argparse.Namespace,
+    feed: Callable[[int], None],
+    retained: Callable[[], int],
+    index: RetainIndex,
+) -> dict[str, Any]:
+    """Feed events ``0 .. --events``; measure from ``--warmup`` on."""
     for i in range(min(args.warmup, args.events)):
-        topic = pair.topics[i % len(pair.topics)]
-        b.receive_rpc(pair.now, a_id, Event(topic=topic, event=feed.event(i, topic)))
-        pair.carry_out(b_to_a_all=False)
-        pair.advance(step)
+        feed(i)
     gc.collect()
     trace = not args.no_trace
     if trace:
         tracemalloc.start(args.frames)
-    base_retained = pair.retained()
+    base_retained = retained()
     base_rss = rss_bytes()
     base_snap = tracemalloc.take_snapshot() if trace else None
     t0 = time.perf_counter()
     for i in range(args.warmup, args.events):
-        topic = pair.topics[i % len(pair.topics)]
-        b.receive_rpc(pair.now, a_id, Event(topic=topic, event=feed.event(i, topic)))
-        pair.carry_out(b_to_a_all=False)
-        pair.advance(step)
+        feed(i)
         if args.progress and i and i % args.progress == 0:
             print(f"  {i:,} events, RSS {rss_bytes() / 2**20:.1f} MiB", file=sys.stderr)
     elapsed = time.perf_counter() - t0
     gc.collect()
-    retained = pair.retained()
+    now_retained = retained()
     rss = rss_bytes()
-    grown = retained - base_retained
+    grown = now_retained - base_retained
     out: dict[str, Any] = {
+        "mode": "index-only" if args.index_only else "core",
         "events": args.events,
         "topics": args.topics,
         "size": args.size,
         "attributes": not args.no_attributes,
-        "retained": retained,
+        "retained": now_retained,
         "retained_measured": grown,
-        "index_links": len(pair.index),
+        "index_links": len(index),
         "rss_base_mib": round(base_rss / 2**20, 1),
         "rss_mib": round(rss / 2**20, 1),
         "rss_per_event": round((rss - base_rss) / grown, 1) if grown else None,
@@ -283,6 +323,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    policy = RetentionPolicy(max_events=args.max_events)
+    pair = Pair(topics=args.topics, seed=args.seed, policy=policy)
+    feed = Feed(pair, size=args.size, attributes=not args.no_attributes)
+    step = 1.0 / args.rate
+    b, a_id = pair.b, pair.a_id
+
+    def feed_one(i: int) -> None:
+        topic = pair.topics[i % len(pair.topics)]
+        b.receive_rpc(pair.now, a_id, Event(topic=topic, event=feed.event(i, topic)))
+        pair.carry_out(b_to_a_all=False)
+        pair.advance(step)
+
+    return _measure(args, feed_one, pair.retained, pair.index)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="Bytes of memory per retained event in a subscriber's protocol core "
@@ -304,6 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-attributes", action="store_true", help="events without attributes")
     p.add_argument("--no-trace", action="store_true", help="RSS only (no tracemalloc)")
+    p.add_argument(
+        "--index-only",
+        action="store_true",
+        help="only the histories and the retention index, fed directly (no protocol, "
+        "no signatures, no bounded caches): fast enough for 1,000,000 events",
+    )
     p.add_argument("--frames", type=int, default=1, help="tracemalloc frames (default 1)")
     p.add_argument("--top", type=int, default=15, help="lines/files listed (default 15)")
     p.add_argument("--progress", type=int, default=0, help="print RSS every this many events")
@@ -314,12 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--events and --topics must be positive, --size >= 0, --rate > 0")
     if args.warmup >= args.events:
         p.error("--warmup must be below --events")
-    out = run(args)
+    out = run_index_only(args) if args.index_only else run(args)
     if args.json:
         print(json.dumps(out))
         return 0
     print(
-        f"{out['events']:,} events of {out['size']} B over {out['topics']} topics: "
+        f"{out['mode']}: {out['events']:,} events of {out['size']} B over {out['topics']} topics: "
         f"{out['retained']:,} retained ({out['retained_measured']:,} since the base), "
         f"{out['seconds']} s"
     )

@@ -65,10 +65,10 @@ def walk(
     after = None
     for k in itertools.count():
         events, more = h.page(order=order, after=after, limit=sizes[k % len(sizes)])  # type: ignore[arg-type]
-        out.extend(c for c, _ in events)
+        out.extend(events)
         if not more or not events:
             return out
-        after = events[-1][1].order_key
+        after = h.key_of(events[-1])
         if between is not None:
             between(k)
     raise AssertionError("unreachable")
@@ -137,20 +137,20 @@ def test_the_property_catches_a_cursor_that_repeats_or_skips() -> None:
         after = None
         while True:
             events, more = h.page(order=order, after=after, limit=sizes[0])  # type: ignore[arg-type]
-            out.extend(c for c, _ in events)
+            out.extend(events)
             if not more:
                 return out
-            after = events[-2][1].order_key  # one too early: the last event comes again
+            after = h.key_of(events[-2])  # one too early: the last event comes again
 
     def skipping(h: TopicHistory, order: str, sizes: list[int], between: object) -> list[CID]:
         out: list[CID] = []
         after = None
         while True:
             events, more = h.page(order=order, after=after, limit=sizes[0] + 1)  # type: ignore[arg-type]
-            out.extend(c for c, _ in events[:-1])  # drops the page's last event
+            out.extend(events[:-1])  # drops the page's last event
             if not more:
-                return [*out, events[-1][0]] if events else out
-            after = events[-1][1].order_key
+                return [*out, events[-1]] if events else out
+            after = h.key_of(events[-1])
 
     with pytest.raises(AssertionError, match="twice"):
         check_pages(dag, [], "newest", [5], repeating)
@@ -167,7 +167,7 @@ def test_causal_total_order_is_the_same_whatever_the_arrival_order() -> None:
         h = TopicHistory(policy=HUGE)
         for ev in order:
             h.add(ev.cid, ev, T0)
-        lists.append([c for c, _ in h.newest()])
+        lists.append(list(h.newest()))
         assert h.complete and not h.missing
     assert lists[0] == lists[1] == lists[2]
     pos = {c: i for i, c in enumerate(lists[0][::-1])}
@@ -210,7 +210,7 @@ def test_retention_by_count_bytes_and_age() -> None:
     h = TopicHistory(policy=RetentionPolicy(max_age=20.0))
     for ev in dag:
         h.add(ev.cid, ev, T0 + 49)  # too old already: not taken
-    assert set(c for c, _ in h.newest()) == {e.cid for e in dag if e.created_ts >= T0 + 29}
+    assert set(h.newest()) == {e.cid for e in dag if e.created_ts >= T0 + 29}
     assert set(h.enforce(T0 + 60)) == {e.cid for e in dag if T0 + 29 <= e.created_ts < T0 + 40}
     with pytest.raises(LocalProtocolError):
         RetentionPolicy(max_events=0)

@@ -79,6 +79,7 @@ from ._descriptors import (
 )
 from ._dispatch import OUTPUT_METHODS, OutputDispatch
 from ._errors import (
+    BodiesNeeded,
     DescriptorError,
     FilterSyntaxError,
     InvalidAttributes,
@@ -113,7 +114,7 @@ from ._filters import (
     render_filter,
     validate_attributes,
 )
-from ._history import HistoryKey, HistoryOrder, RetentionPolicy, TopicHistory
+from ._history import HistoryKey, HistoryOrder, RetainedEvent, RetentionPolicy, TopicHistory
 from ._io import (
     Deliver,
     DisconnectPeer,
@@ -183,6 +184,7 @@ __all__ = [
     "SIGNED_VERSION",
     "AttributeValue",
     "Between",
+    "BodiesNeeded",
     "Comparison",
     "Condition",
     "DelegateKey",
@@ -238,6 +240,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestAck",
     "RequestToPublish",
+    "RetainedEvent",
     "RetentionPolicy",
     "Role",
     "Rpc",

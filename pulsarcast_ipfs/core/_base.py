@@ -46,6 +46,7 @@ from ._descriptors import EventDescriptor, TopicDescriptor
 from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import Filter
 from ._guard import RelayGuard
+from ._history import RetainedEvent
 from ._io import (
     Output,
     Pending,
@@ -211,7 +212,7 @@ class NodeBase:
 
         def _link_heads(self, tree: Tree) -> tuple[tuple[CID, ...], int]: ...
 
-        def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor] | None: ...
+        def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor | RetainedEvent] | None: ...
 
         def _forward(
             self,

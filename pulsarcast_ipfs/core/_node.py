@@ -60,7 +60,8 @@ signatures one part calls in another, checked by mypy):
 :mod:`._signqueue`     operations waiting for signatures; signature checks
 :mod:`._publish`       publish (Algorithm 3)
 :mod:`._requests`      request to publish (Algorithm 4)
-:mod:`._topics`        create / update topic, subscribe, unsubscribe, read, history
+:mod:`._topics`        create / update topic, subscribe, unsubscribe, read
+:mod:`._historypages`  pages of the retained history (bodies read by the driver)
 :mod:`._antientropy`   HEADS deltas and DIGESTs
 :mod:`._push`          MEMBERS: a publisher's direct first hop
 :mod:`._fastgroup`     fast groups: a publisher's events straight to the members
@@ -112,6 +113,7 @@ from ._errors import LocalProtocolError
 from ._fastgroup import FastGroups
 from ._filters import matches_any, parse_filter
 from ._guard import ACK_HEADS, Blame, RelayGuard
+from ._historypages import HistoryPages
 from ._io import Output
 from ._liveness import Liveness
 from ._membership import Membership
@@ -130,6 +132,7 @@ __all__ = ["PulsarcastNode"]
 
 class PulsarcastNode(
     Topics,
+    HistoryPages,
     Publishing,
     Requests,
     Dissemination,
