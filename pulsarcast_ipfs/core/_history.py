@@ -100,11 +100,9 @@ class RetainedEvent(NamedTuple):
 
 _Raw = bytes
 """CID bytes (the name ``bytes`` is a property inside :class:`TopicHistory`)."""
-_AGE: Final = struct.Struct(">d")
-"""An age-heap entry's ``created``: big-endian, a non-negative double's bytes sort as
-its value."""
 _HEAD: Final = struct.Struct(">Q36sdIH")
 """A record's fixed part: clock, CID bytes, created, size, number of parents."""
+_CREATED: Final = struct.Struct(">d")
 _CID_LEN: Final = 36
 """Bytes of an event's CID (CIDv1 dag-cbor sha2-256: every event's, recomputed)."""
 
@@ -142,6 +140,12 @@ def _attributes(rec: bytes) -> Mapping[str, AttributeValue] | None:
     return decode(rec[pos:]) if pos < len(rec) else None
 
 
+def _created(rec: bytes) -> float:
+    """A record's ``created`` (seconds since the epoch)."""
+    created: float = _CREATED.unpack_from(rec, 44)[0]
+    return created
+
+
 def _key_bytes(key: HistoryKey) -> bytes:
     """A cursor key as a record prefix (clock, then CID bytes)."""
     return key[0].to_bytes(8, "big") + key[1]
@@ -152,11 +156,13 @@ class TopicHistory:
 
     An index, not the events: per event one record (``bytes``: clock, CID, created,
     size, parents' CIDs, attributes; about 130 bytes for one parent) in a dict by CID
-    bytes and in a list sorted in the history order, one age-heap entry, and a link
-    count for its parent. The bodies are in the block store (docs/sidecar.md).
+    bytes and in a list sorted in the history order, its CID bytes in the list of its
+    second of ``created`` (age eviction), and a link count for its parent. The bodies
+    are in the block store (docs/sidecar.md "Retention").
     """
 
     __slots__ = (
+        "_age_secs",
         "_ages",
         "_bytes",
         "_heads",
@@ -173,7 +179,8 @@ class TopicHistory:
         self.policy = policy
         self._recs: dict[bytes, bytes] = {}  # CID bytes -> record
         self._keys: list[bytes] = []  # the records, ascending (history order)
-        self._ages: list[bytes] = []  # created (8 bytes, big-endian double) + CID bytes, a min-heap
+        self._ages: dict[int, list[bytes]] = {}  # whole second of created -> CID bytes
+        self._age_secs: list[int] = []  # the seconds of _ages, a min-heap
         self._linked: dict[bytes, int] = {}  # CID bytes -> how many retained events link it
         self._heads: set[bytes] = set()
         self._missing: set[CID] = set()
@@ -334,7 +341,13 @@ class TopicHistory:
             keys.append(rec)  # the usual case: the newest event
         else:
             bisect.insort(keys, rec)
-        heapq.heappush(self._ages, _AGE.pack(ev.created_ts) + raw)
+        sec = int(ev.created_ts)
+        bucket = self._ages.get(sec)
+        if bucket is None:
+            self._ages[sec] = [raw]
+            heapq.heappush(self._age_secs, sec)
+        else:
+            bucket.append(raw)
         self._bytes += len(ev.encode())
         self._missing.discard(cid)
         if not self._linked.get(raw):
@@ -357,16 +370,28 @@ class TopicHistory:
         the horizon rises to it)."""
         p = self.policy
         out: list[CID] = []
-        cutoff = _AGE.pack(now - p.max_age) if now - p.max_age >= 0 else b""
-        ages = self._ages
-        while ages and ages[0] < cutoff:
-            raw = heapq.heappop(ages)[8:]
-            rec = self._recs.get(raw)
-            if rec is None:
-                continue  # evicted already
+        cutoff = now - p.max_age
+        ages, secs, recs = self._ages, self._age_secs, self._recs
+        old: list[tuple[float, bytes, bytes]] = []
+        while secs and secs[0] <= cutoff:
+            sec = secs[0]
+            kept: list[bytes] = []
+            for raw in ages.get(sec, ()):
+                rec = recs[raw]
+                created = _created(rec)
+                if created < cutoff:
+                    old.append((created, raw, rec))
+                else:
+                    kept.append(raw)
+            if kept:  # the second the cutoff falls in: the rest stays
+                ages[sec] = kept
+                break
+            heapq.heappop(secs)
+            ages.pop(sec, None)
+        for _, raw, rec in sorted(old):  # oldest first, ties by CID bytes
             del self._keys[bisect.bisect_left(self._keys, rec)]
             out.append(CID._make(raw))
-            self._evict(raw, rec, horizon=False)
+            self._evict(raw, rec, horizon=False, aged=True)
         keys = self._keys
         i = 0
         while i < len(keys) and (len(keys) - i > p.max_events or self._bytes > p.max_bytes):
@@ -393,8 +418,18 @@ class TopicHistory:
         if len(self._outside) > _OUTSIDE_MEMORY:
             self._outside.popitem(last=False)
 
-    def _evict(self, raw: _Raw, rec: _Raw, *, horizon: bool) -> None:
+    def _evict(self, raw: _Raw, rec: _Raw, *, horizon: bool, aged: bool = False) -> None:
+        """Forget retained event ``raw`` (``aged``: taken out of its age bucket already)."""
         del self._recs[raw]
+        sec = int(_created(rec))
+        bucket = None if aged else self._ages.get(sec)
+        if bucket is not None:
+            bucket.remove(raw)
+            if not bucket:
+                del self._ages[sec]
+                secs = self._age_secs
+                while secs and secs[0] not in self._ages:
+                    heapq.heappop(secs)  # emptied seconds at the top of the heap
         self._note_outside(CID._make(raw))  # its retained children do not miss it
         clock, _, _, size, _ = _HEAD.unpack_from(rec)
         self._bytes -= size
@@ -444,7 +479,8 @@ class TopicHistory:
         out = [CID._make(raw) for raw in self._recs]
         self._recs = {}
         self._keys = []
-        self._ages = []
+        self._ages = {}
+        self._age_secs = []
         self._linked = {}
         self._heads = set()
         self._missing = set()
