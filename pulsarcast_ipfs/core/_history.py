@@ -157,19 +157,21 @@ class TopicHistory:
     An index, not the events: per event one record (``bytes``: clock, CID, created,
     size, parents' CIDs, attributes; about 130 bytes for one parent) in a dict by CID
     bytes and in a list sorted in the history order, its CID bytes in the list of its
-    second of ``created`` (age eviction), and a link count for its parent. The bodies
+    second of ``created`` (age eviction); links are counted only where an event has
+    more than one retained child or is not retained itself. The bodies
     are in the block store (docs/sidecar.md "Retention").
     """
 
     __slots__ = (
+        "_absent",
         "_age_secs",
         "_ages",
         "_bytes",
         "_heads",
         "_horizon",
         "_keys",
-        "_linked",
         "_missing",
+        "_multi",
         "_outside",
         "_recs",
         "policy",
@@ -181,7 +183,11 @@ class TopicHistory:
         self._keys: list[bytes] = []  # the records, ascending (history order)
         self._ages: dict[int, list[bytes]] = {}  # whole second of created -> CID bytes
         self._age_secs: list[int] = []  # the seconds of _ages, a min-heap
-        self._linked: dict[bytes, int] = {}  # CID bytes -> how many retained events link it
+        # How many retained events link an event, without an entry per event: a retained
+        # event is linked by none if it is in _heads, by n >= 2 if _multi says so, else
+        # by one; _absent counts the links to events not retained.
+        self._multi: dict[bytes, int] = {}
+        self._absent: dict[bytes, int] = {}
         self._heads: set[bytes] = set()
         self._missing: set[CID] = set()
         self._outside: OrderedDict[CID, None] = OrderedDict()
@@ -350,15 +356,23 @@ class TopicHistory:
             bucket.append(raw)
         self._bytes += len(ev.encode())
         self._missing.discard(cid)
-        if not self._linked.get(raw):
-            self._heads.add(raw)
+        recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
+        n = absent.pop(raw, 0)  # children retained before it
+        if n == 0:
+            heads.add(raw)
+        elif n > 1:
+            multi[raw] = n
         below = self._horizon is not None and ev.clock - 1 < self._horizon[0]
-        recs, linked, heads = self._recs, self._linked, self._heads
         for p in ev.parents:
             pb = bytes(p)
-            linked[pb] = linked.get(pb, 0) + 1
-            heads.discard(pb)
-            if pb not in recs and p not in self._outside and not below:
+            if pb in recs:
+                if pb in heads:
+                    heads.discard(pb)
+                else:
+                    multi[pb] = multi.get(pb, 1) + 1
+                continue
+            absent[pb] = absent.get(pb, 0) + 1
+            if p not in self._outside and not below:
                 self._missing.add(p)
         return True
 
@@ -433,20 +447,30 @@ class TopicHistory:
         self._note_outside(CID._make(raw))  # its retained children do not miss it
         clock, _, _, size, _ = _HEAD.unpack_from(rec)
         self._bytes -= size
-        self._heads.discard(raw)
+        recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
+        if raw in heads:
+            heads.discard(raw)
+        else:  # its retained children still link it
+            absent[raw] = multi.pop(raw, 1)
         key = (clock, raw)
         if horizon and (self._horizon is None or key > self._horizon):
             self._horizon = key
-        linked = self._linked
         for pb in _parents(rec)[0]:
-            n = linked.get(pb, 0) - 1
+            if pb in recs:
+                n = multi.get(pb)
+                if n is None:
+                    heads.add(pb)  # linked by none now
+                elif n == 2:
+                    del multi[pb]
+                else:
+                    multi[pb] = n - 1
+                continue
+            n = absent.get(pb, 0) - 1
             if n <= 0:
-                linked.pop(pb, None)
+                absent.pop(pb, None)
                 self._missing.discard(CID._make(pb))
-                if pb in self._recs:
-                    self._heads.add(pb)
             else:
-                linked[pb] = n
+                absent[pb] = n
 
     def _drop_missing_below(self) -> None:
         """Parents below the new horizon are outside the policy, not missing.
@@ -481,7 +505,8 @@ class TopicHistory:
         self._keys = []
         self._ages = {}
         self._age_secs = []
-        self._linked = {}
+        self._multi = {}
+        self._absent = {}
         self._heads = set()
         self._missing = set()
         self._bytes = 0
