@@ -36,7 +36,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import struct
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
@@ -190,7 +189,7 @@ class TopicHistory:
         self._absent: dict[bytes, int] = {}
         self._heads: set[bytes] = set()
         self._missing: set[CID] = set()
-        self._outside: OrderedDict[CID, None] = OrderedDict()
+        self._outside: dict[bytes, None] = {}  # CID bytes, oldest first (bounded)
         self._horizon: HistoryKey | None = None
         self._bytes = 0
 
@@ -372,7 +371,7 @@ class TopicHistory:
                     multi[pb] = multi.get(pb, 1) + 1
                 continue
             absent[pb] = absent.get(pb, 0) + 1
-            if p not in self._outside and not below:
+            if pb not in self._outside and not below:
                 self._missing.add(p)
         return True
 
@@ -428,9 +427,13 @@ class TopicHistory:
                 self._note_outside(cid)
 
     def _note_outside(self, cid: CID) -> None:
-        self._outside[cid] = None
-        if len(self._outside) > _OUTSIDE_MEMORY:
-            self._outside.popitem(last=False)
+        self._note_outside_raw(bytes(cid))
+
+    def _note_outside_raw(self, raw: _Raw) -> None:
+        outside = self._outside
+        outside[raw] = None
+        if len(outside) > _OUTSIDE_MEMORY:
+            del outside[next(iter(outside))]
 
     def _evict(self, raw: _Raw, rec: _Raw, *, horizon: bool, aged: bool = False) -> None:
         """Forget retained event ``raw`` (``aged``: taken out of its age bucket already)."""
@@ -444,7 +447,7 @@ class TopicHistory:
                 secs = self._age_secs
                 while secs and secs[0] not in self._ages:
                     heapq.heappop(secs)  # emptied seconds at the top of the heap
-        self._note_outside(CID._make(raw))  # its retained children do not miss it
+        self._note_outside_raw(raw)  # its retained children do not miss it
         clock, _, _, size, _ = _HEAD.unpack_from(rec)
         self._bytes -= size
         recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
