@@ -44,6 +44,7 @@ from pulsarcast_ipfs.api_errors import (
 )
 from pulsarcast_ipfs.core import (
     MAX_PAYLOAD_SIZE,
+    BodiesNeeded,
     DescriptorError,
     EventDescriptor,
     EventLinking,
@@ -732,7 +733,7 @@ class _Api:
         where: Filter | None = None,
     ) -> HistoryPage:
         try:
-            return self.d.history(cid, order=order, after=cursor, limit=limit, where=where)
+            return await self._read_page(cid, order, cursor, limit, where)
         except LocalProtocolError:
             if cursor is None:
                 raise
@@ -745,9 +746,31 @@ class _Api:
                 raise ApiError(400, "bad_request", f"bad cursor: {exc.message}") from None
             raise
         try:
-            return self.d.history(cid, order=order, after=ev, limit=limit, where=where)
+            return await self._read_page(cid, order, ev, limit, where)
         except LocalProtocolError as exc:
             raise ApiError(400, "bad_request", f"bad cursor: {exc}") from None
+
+    async def _read_page(
+        self,
+        cid: CID,
+        order: HistoryOrder,
+        after: CID | EventDescriptor | None,
+        limit: int,
+        where: Filter | None,
+    ) -> HistoryPage:
+        """A page of the core's history index, with the events it lists that the core
+        does not hold read from Kubo (the core keeps an index, docs/sidecar.md
+        "Retention"). Events retained meanwhile may call for more reads: a few rounds."""
+        read: dict[CID, EventDescriptor] = {}
+        for _ in range(_PAGE_READ_ROUNDS):
+            try:
+                return self.d.history(
+                    cid, order=order, after=after, limit=limit, where=where, read=read.get
+                )
+            except BodiesNeeded as need:
+                for c in need.cids:
+                    read[c] = await self.event_descriptor(c)
+        raise ApiError(504, "timeout", "the history changed while its page was read: try again")
 
     async def get_event(self, request: Request) -> Response:
         cid = parse_cid(request.path_params["cid"], "event CID")
@@ -949,6 +972,8 @@ def build_app(driver: Driver) -> ASGIApp:
     return _Auth(app, driver.config.api_token)
 
 
+_PAGE_READ_ROUNDS: Final = 4
+"""Times a history page is asked for with the event bodies read so far."""
 KEEP_ALIVE: Final = 30.0
 """Seconds the API keeps an idle HTTP/1.1 connection open (uvicorn's default is 5 s).
 httpx, which the SDK and most Python clients use, reuses a pooled connection for 5 s:

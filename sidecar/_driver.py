@@ -690,9 +690,10 @@ class Driver:
         after: CID | EventDescriptor | None,
         limit: int,
         where: Filter | None = None,
+        read: Callable[[CID], EventDescriptor | None] | None = None,
     ) -> HistoryPage:
         """One page of the retained history of topic ``cid`` (``node.history``)."""
-        return self.node.history(cid, order=order, after=after, limit=limit, where=where)
+        return self.node.history(cid, order=order, after=after, limit=limit, where=where, read=read)
 
     def fast_state(self, cid: CID) -> FastGroupState | None:
         """This node's fast groups of topic ``cid`` (``None``: not in its tree)."""

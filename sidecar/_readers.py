@@ -133,7 +133,7 @@ class Readers:
     def keeps_history(self, cid: CID) -> bool:
         """Whether the node keeps topic ``cid``'s history (subscriber, author, reader)."""
         try:
-            self._d.node.history(cid, limit=1)
+            self._d.node.history_summary(cid)
         except (UnknownTopic, LocalProtocolError):
             return False
         return True
@@ -194,7 +194,7 @@ class Readers:
         node = self._d.node
         try:
             st = node.topic_state(cid)
-            page = node.history(cid, limit=1)
+            page = node.history_summary(cid)
         except (UnknownTopic, LocalProtocolError):
             return None
         if not st.synced or (

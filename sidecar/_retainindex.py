@@ -65,6 +65,14 @@ def _multihash(cid: CID) -> bytes:
     return bytes(cid.digest)  # multiformats: the full multihash
 
 
+def _key(cid: CID) -> bytes:
+    """What the index keys ``cid`` by: its multihash as a CIDv1 dag-cbor's bytes, which
+    for an event (every event is one) is the CID's own bytes object, shared with the
+    core's history rather than copied per event."""
+    raw = bytes(cid)
+    return raw if raw[:2] == _DAG_CBOR_V1 else _DAG_CBOR_V1 + _multihash(cid)
+
+
 def _head(major: int, n: int) -> bytes:
     if n < 24:
         return bytes([major << 5 | n])
@@ -137,9 +145,9 @@ class RetainIndex:
             raise ValueError("bucket_size must be at least 1")
         self.bucket_size = bucket_size
         self._where: dict[bytes, int] = {}
-        """Multihash -> the bucket that links it."""
+        """Key (:func:`_key`: the multihash, as dag-cbor CID bytes) -> the bucket that links it."""
         self._buckets: dict[int, dict[bytes, None]] = {}
-        """Bucket number -> its multihashes, oldest bucket first."""
+        """Bucket number -> its keys, oldest bucket first."""
         self._blocks: dict[int, CID] = {}
         """Bucket -> its block in the pinned root."""
         self._versions: dict[int, int] = {}
@@ -155,7 +163,7 @@ class RetainIndex:
         return len(self._where)
 
     def __contains__(self, cid: object) -> bool:
-        return isinstance(cid, CID) and _multihash(cid) in self._where
+        return isinstance(cid, CID) and _key(cid) in self._where
 
     @property
     def changed(self) -> bool:
@@ -168,7 +176,7 @@ class RetainIndex:
         self._versions[bucket] = self._versions.get(bucket, 0) + 1
 
     def _place(self, mh: bytes) -> int:
-        """Link ``mh`` (not linked yet) from the open bucket, opening a new one when
+        """Link key ``mh`` (not linked yet) from the open bucket, opening a new one when
         it is full; the bucket's number."""
         last = self._next - 1
         if last not in self._buckets or len(self._buckets[last]) >= self.bucket_size:
@@ -181,7 +189,7 @@ class RetainIndex:
 
     def add(self, cid: CID) -> bool:
         """Link ``cid``; False if it is linked already."""
-        mh = _multihash(cid)
+        mh = _key(cid)
         if mh in self._where:
             return False
         self._touch(self._place(mh))
@@ -189,7 +197,7 @@ class RetainIndex:
 
     def remove(self, cid: CID) -> bool:
         """Unlink ``cid``; False if it was not linked."""
-        mh = _multihash(cid)
+        mh = _key(cid)
         bucket = self._where.pop(mh, None)
         if bucket is None:
             return False
@@ -207,7 +215,7 @@ class RetainIndex:
         links: list[CID] = []
         for bucket, members in self._buckets.items():
             if bucket in self._changed or bucket not in self._blocks:
-                data = encode_bucket(members)
+                data = encode_bucket(k[2:] for k in members)
                 cid = sha256_cid(data)
                 blocks.append((cid, data))
                 built.append((bucket, cid, self._versions.get(bucket, 0)))
@@ -243,7 +251,7 @@ class RetainIndex:
         order): its events are retained, and the first root loaded is the one the
         next build replaces (the caller unpins any other)."""
         for members in buckets:
-            for mh in members:
+            for mh in (_DAG_CBOR_V1 + m for m in members):
                 if mh not in self._where:
                     # Rebuilt at the next build: the loaded blocks are not ours.
                     self._changed.add(self._place(mh))

@@ -3,6 +3,7 @@ retention, and gap repair on every branch (pure core, no Kubo)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -65,10 +66,10 @@ def walk(
     after = None
     for k in itertools.count():
         events, more = h.page(order=order, after=after, limit=sizes[k % len(sizes)])  # type: ignore[arg-type]
-        out.extend(c for c, _ in events)
+        out.extend(events)
         if not more or not events:
             return out
-        after = events[-1][1].order_key
+        after = h.key_of(events[-1])
         if between is not None:
             between(k)
     raise AssertionError("unreachable")
@@ -137,20 +138,20 @@ def test_the_property_catches_a_cursor_that_repeats_or_skips() -> None:
         after = None
         while True:
             events, more = h.page(order=order, after=after, limit=sizes[0])  # type: ignore[arg-type]
-            out.extend(c for c, _ in events)
+            out.extend(events)
             if not more:
                 return out
-            after = events[-2][1].order_key  # one too early: the last event comes again
+            after = h.key_of(events[-2])  # one too early: the last event comes again
 
     def skipping(h: TopicHistory, order: str, sizes: list[int], between: object) -> list[CID]:
         out: list[CID] = []
         after = None
         while True:
             events, more = h.page(order=order, after=after, limit=sizes[0] + 1)  # type: ignore[arg-type]
-            out.extend(c for c, _ in events[:-1])  # drops the page's last event
+            out.extend(events[:-1])  # drops the page's last event
             if not more:
-                return [*out, events[-1][0]] if events else out
-            after = events[-1][1].order_key
+                return [*out, events[-1]] if events else out
+            after = h.key_of(events[-1])
 
     with pytest.raises(AssertionError, match="twice"):
         check_pages(dag, [], "newest", [5], repeating)
@@ -167,7 +168,7 @@ def test_causal_total_order_is_the_same_whatever_the_arrival_order() -> None:
         h = TopicHistory(policy=HUGE)
         for ev in order:
             h.add(ev.cid, ev, T0)
-        lists.append([c for c, _ in h.newest()])
+        lists.append(list(h.newest()))
         assert h.complete and not h.missing
     assert lists[0] == lists[1] == lists[2]
     pos = {c: i for i, c in enumerate(lists[0][::-1])}
@@ -210,10 +211,58 @@ def test_retention_by_count_bytes_and_age() -> None:
     h = TopicHistory(policy=RetentionPolicy(max_age=20.0))
     for ev in dag:
         h.add(ev.cid, ev, T0 + 49)  # too old already: not taken
-    assert set(c for c, _ in h.newest()) == {e.cid for e in dag if e.created_ts >= T0 + 29}
+    assert set(h.newest()) == {e.cid for e in dag if e.created_ts >= T0 + 29}
     assert set(h.enforce(T0 + 60)) == {e.cid for e in dag if T0 + 29 <= e.created_ts < T0 + 40}
     with pytest.raises(LocalProtocolError):
         RetentionPolicy(max_events=0)
+
+
+def _relinked(dag: list[EventDescriptor], rng: random.Random, n: int) -> list[EventDescriptor]:
+    """``dag`` with random ``created`` times, each event linking the changed parents."""
+    out: dict[CID, EventDescriptor] = {}
+    new: list[EventDescriptor] = []
+    for e in dag:
+        ev = dataclasses.replace(
+            e,
+            parents=sort_parents(out[p].cid for p in e.parents),
+            created=format_created(T0 + rng.uniform(0, n)),
+        )
+        out[e.cid] = ev
+        new.append(ev)
+    return new
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(min_value=0, max_value=10_000),
+    n=st.integers(min_value=1, max_value=60),
+    keep=st.integers(min_value=1, max_value=30),
+    width=st.integers(min_value=1, max_value=4),
+    age=st.sampled_from([1e9, 25.0]),
+)
+def test_heads_and_missing_match_a_recount_after_any_adds_and_evictions(
+    seed: int, n: int, keep: int, width: int, age: float
+) -> None:
+    """The history counts links without an entry per event (heads, events linked more
+    than once, links to events not retained): whatever the arrival order and the
+    evictions, its heads are exactly the retained events no retained event links, and
+    every parent it calls missing is linked by a retained event and not retained."""
+    rng = random.Random(seed)
+    # Publishers' clocks disagree: an event may say it was created before its parents,
+    # so that evicting by age leaves parents whose children are gone.
+    dag = _relinked(random_dag(rng, n, width=width), rng, n)
+    order = dag[:]
+    rng.shuffle(order)
+    h = TopicHistory(policy=RetentionPolicy(max_events=keep, max_age=age))
+    now = T0 + n / 2
+    for ev in order:
+        h.add(ev.cid, ev, now)
+        h.enforce(now)
+        retained = {c: h.get(c) for c in h.newest()}
+        linked = {p for e in retained.values() if e is not None for p in e.parents}
+        assert h.heads == {c for c in retained if c not in linked}
+        assert all(m in linked and m not in retained for m in h.missing)
+        now += 0.5
 
 
 # -- the node ---------------------------------------------------------------------------

@@ -96,8 +96,10 @@ def run(
         net.run_for(0.02)
     net.run_for(60)  # anti-entropy rounds, repairs
     published = {}
-    for cid, ev in net.nodes[author]._trees[topic].history._events.items():  # type: ignore[union-attr]
-        published[cid] = ev
+    history = net.nodes[author]._trees[topic].history
+    assert history is not None
+    for cid in history.newest():  # the index; the bodies are in the block store
+        published[cid] = EventDescriptor.decode(net.store[cid], expected_cid=cid)
     assert len(published) == events
     return net, topic, subs, published
 
@@ -211,7 +213,7 @@ def test_filtered_nodes_neither_fetch_nor_wait_for_what_they_do_not_want() -> No
         assert h is not None
         assert h.complete, (p, len(h.missing))
         if where is not None:
-            for cid in h._events:
+            for cid in h.newest():
                 ev = published[cid]
                 assert ev.publisher == p or matches_any(tree.summary_filters or (), ev.attributes)
 

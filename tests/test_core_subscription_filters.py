@@ -156,8 +156,9 @@ def _history(n: int, seed: int) -> tuple[TopicHistory, list[tuple[CID, EventDesc
         )
         evs.append(ev)
         h.add(ev.cid, ev, 1_767_225_600.0 + i)
-    events, _ = h.page(order="oldest", limit=max(n, 1))
-    return h, events
+    cids, _ = h.page(order="oldest", limit=max(n, 1))
+    by_cid = {ev.cid: ev for ev in evs}
+    return h, [(c, by_cid[c]) for c in cids]
 
 
 @settings(max_examples=60, deadline=None)
@@ -188,7 +189,7 @@ def test_filtered_pages_list_every_match_once_in_order(
             scan=scan,
         )
         assert len(page) <= limit
-        got += [c for c, _ in page]
+        got += page
         if nxt is None:
             break
         key = h.key_of(nxt)

@@ -1179,7 +1179,7 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
         (own.cid, "own"),  # pinned, not announced (issue 13)
         (topic, "announce"),
     ]
-    assert driver.store._retained == {own.cid: True}  # first released again
+    assert driver.store._retained == {bytes(own.cid): True}  # first released again
 
 
 @pytest.mark.anyio

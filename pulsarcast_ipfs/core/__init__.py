@@ -80,6 +80,7 @@ from ._descriptors import (
 )
 from ._dispatch import OUTPUT_METHODS, OutputDispatch
 from ._errors import (
+    BodiesNeeded,
     DescriptorError,
     FilterSyntaxError,
     InvalidAttributes,
@@ -114,7 +115,7 @@ from ._filters import (
     render_filter,
     validate_attributes,
 )
-from ._history import HistoryKey, HistoryOrder, RetentionPolicy, TopicHistory
+from ._history import HistoryKey, HistoryOrder, RetainedEvent, RetentionPolicy, TopicHistory
 from ._io import (
     Deliver,
     DisconnectPeer,
@@ -185,6 +186,7 @@ __all__ = [
     "SIGNED_VERSION",
     "AttributeValue",
     "Between",
+    "BodiesNeeded",
     "Comparison",
     "Condition",
     "DelegateKey",
@@ -240,6 +242,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestAck",
     "RequestToPublish",
+    "RetainedEvent",
     "RetentionPolicy",
     "Role",
     "Rpc",

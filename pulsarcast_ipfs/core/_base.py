@@ -46,6 +46,7 @@ from ._descriptors import EventDescriptor, TopicDescriptor
 from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import Filter
 from ._guard import RelayGuard
+from ._history import RetainedEvent
 from ._io import (
     Output,
     Pending,
@@ -146,7 +147,7 @@ class NodeBase:
         # _node (acknowledgement levels, ._acks)
         def _ack_before(self, peer: str, tree: Tree, rpc: Event, ev: EventDescriptor) -> bool: ...
 
-        def _ack_after(self, now: float, peer: str, tree: Tree, cid: CID) -> None: ...
+        def _ack_after(self, now: float, peer: str, tree: Tree, ev: EventDescriptor) -> None: ...
 
         # Methods defined in one module (named above each group) and called from another.
 
@@ -220,7 +221,7 @@ class NodeBase:
 
         def _link_heads(self, tree: Tree) -> tuple[tuple[CID, ...], int]: ...
 
-        def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor] | None: ...
+        def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor | RetainedEvent] | None: ...
 
         def _forward(
             self,

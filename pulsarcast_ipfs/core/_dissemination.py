@@ -31,6 +31,7 @@ from ._descriptors import (
 )
 from ._errors import DescriptorError
 from ._filters import Filter, matches_any
+from ._history import RetainedEvent
 from ._io import Deliver, StoreBlock, TopicUpdated
 from ._tree import Tree
 
@@ -106,7 +107,7 @@ class Dissemination(NodeBase):
             seen_parents=seen_parents,
         )
         if asking:
-            self._ack_after(now, peer, tree, ev.cid)
+            self._ack_after(now, peer, tree, ev)
 
     def _accept_event(
         self,
@@ -227,8 +228,9 @@ class Dissemination(NodeBase):
             return (), 0
         return sort_parents(newest), 1 + tips[newest[0]]
 
-    def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor] | None:
-        """(tree key, descriptor) of an event held in the cache or a retained history."""
+    def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor | RetainedEvent] | None:
+        """(tree key, descriptor) of an event held in the cache, or (tree key, index
+        entry) of one in a retained history (which holds no descriptors)."""
         entry: tuple[CID, EventDescriptor] | None = self._events.get(cid)
         if entry is not None:
             return entry

@@ -11,8 +11,10 @@ The hierarchy separates "you misused the API" from "the peer sent garbage"
     │   ├── TopicConflict           a CUSTOM parent that is an event of another topic (§5)
     │   ├── InvalidAttributes       an event attribute map breaks the rules (core/_filters.py)
     │   └── FilterSyntaxError       a subscription filter does not parse (position, expected)
-    └── RemoteProtocolError         the peer (or a file) sent garbage; the only error
-        └── DescriptorError         garbage may ever raise: invalid descriptor bytes (§4)
+    ├── RemoteProtocolError         the peer (or a file) sent garbage; the only error
+    │   └── DescriptorError         garbage may ever raise: invalid descriptor bytes (§4)
+    └── BodiesNeeded                a history page lists events whose bodies the core
+                                    does not hold: the driver reads them and asks again
 
 Errors of lower layers (``dag_cbor``, ``multiformats``, peer-ID parsing) are
 translated at the boundary with ``raise ... from exc``; bytes from the network
@@ -24,7 +26,10 @@ an HTTP answer by the class (``pulsarcast_ipfs.api_errors``), never by the messa
 
 from __future__ import annotations
 
+from pulsarcast_ipfs.core._cid import CID
+
 __all__ = [
+    "BodiesNeeded",
     "DescriptorError",
     "FilterSyntaxError",
     "InvalidAttributes",
@@ -85,3 +90,15 @@ class RemoteProtocolError(PulsarcastError):
 
 class DescriptorError(RemoteProtocolError):
     """Descriptor bytes are not a valid topic or event descriptor (docs/protocol.md §4)."""
+
+
+class BodiesNeeded(PulsarcastError):
+    """A history page lists retained events whose descriptors the core does not hold.
+
+    The core keeps an index of a retained history, not the events (docs/sidecar.md
+    "Retention"): the driver reads these blocks from its block store and asks for the
+    page again with ``read`` (``PulsarcastNode.history``)."""
+
+    def __init__(self, cids: tuple[CID, ...]) -> None:
+        super().__init__(f"{len(cids)} event bodies to read from the block store")
+        self.cids = cids

@@ -35,18 +35,19 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+import struct
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from pulsarcast_ipfs.core._cid import CID
 
+from ._dagcbor import decode, encode
 from ._descriptors import EventDescriptor
 from ._errors import LocalProtocolError
-from ._filters import Filter, matches
+from ._filters import AttributeValue, Filter, matches
 
-__all__ = ["HistoryKey", "HistoryOrder", "RetentionPolicy", "TopicHistory"]
+__all__ = ["HistoryKey", "HistoryOrder", "RetainedEvent", "RetentionPolicy", "TopicHistory"]
 
 HistoryKey = tuple[int, bytes]
 """``(clock, CID bytes)``: an event's place in the history order."""
@@ -80,46 +81,135 @@ class RetentionPolicy:
             raise LocalProtocolError("retention max_bytes must be a positive integer")
 
 
+class RetainedEvent(NamedTuple):
+    """What a history holds of one retained event (its index entry, not its body)."""
+
+    cid: CID
+    clock: int
+    created_ts: float
+    size: int
+    """Encoded descriptor bytes."""
+    parents: tuple[CID, ...]
+    attributes: Mapping[str, AttributeValue] | None
+
+    @property
+    def order_key(self) -> HistoryKey:
+        return (self.clock, bytes(self.cid))
+
+
+_Raw = bytes
+"""CID bytes (the name ``bytes`` is a property inside :class:`TopicHistory`)."""
+_HEAD: Final = struct.Struct(">Q36sdIH")
+"""A record's fixed part: clock, CID bytes, created, size, number of parents."""
+_CREATED: Final = struct.Struct(">d")
+_CID_LEN: Final = 36
+"""Bytes of an event's CID (CIDv1 dag-cbor sha2-256: every event's, recomputed)."""
+
+
+def _pack(raw: bytes, ev: EventDescriptor) -> bytes:
+    """The record of event ``ev`` (CID bytes ``raw``): :data:`_HEAD`, then each parent
+    as a length byte and its CID bytes, then the dag-cbor attribute map if any.
+    Records start with ``clock`` (8 bytes, big-endian) and the CID bytes, so that
+    they sort as the history order."""
+    parts = [_HEAD.pack(ev.clock, raw, ev.created_ts, len(ev.encode()), len(ev.parents))]
+    for p in ev.parents:
+        pb = bytes(p)
+        if len(pb) > 255:
+            raise LocalProtocolError(f"parent CID {p} is too long for the history index")
+        parts.append(bytes((len(pb),)) + pb)
+    if ev.attributes is not None:
+        parts.append(encode(dict(ev.attributes)))
+    return b"".join(parts)
+
+
+def _parents(rec: bytes) -> tuple[list[bytes], int]:
+    """The parents' CID bytes of record ``rec``, and where its attributes start."""
+    n = int.from_bytes(rec[_HEAD.size - 2 : _HEAD.size], "big")
+    pos = _HEAD.size
+    out: list[bytes] = []
+    for _ in range(n):
+        size = rec[pos]
+        out.append(rec[pos + 1 : pos + 1 + size])
+        pos += 1 + size
+    return out, pos
+
+
+def _attributes(rec: bytes) -> Mapping[str, AttributeValue] | None:
+    _, pos = _parents(rec)
+    return decode(rec[pos:]) if pos < len(rec) else None
+
+
+def _created(rec: bytes) -> float:
+    """A record's ``created`` (seconds since the epoch)."""
+    created: float = _CREATED.unpack_from(rec, 44)[0]
+    return created
+
+
+def _key_bytes(key: HistoryKey) -> bytes:
+    """A cursor key as a record prefix (clock, then CID bytes)."""
+    return key[0].to_bytes(8, "big") + key[1]
+
+
 class TopicHistory:
-    """The retained events of one topic, ordered by :data:`HistoryKey`."""
+    """The retained events of one topic, ordered by :data:`HistoryKey`.
+
+    An index, not the events: per event one record (``bytes``: clock, CID, created,
+    size, parents' CIDs, attributes; about 130 bytes for one parent) in a dict by CID
+    bytes and in a list sorted in the history order, its CID bytes in the list of its
+    second of ``created`` (age eviction); links are counted only where an event has
+    more than one retained child or is not retained itself. The bodies
+    are in the block store (docs/sidecar.md "Retention").
+    """
 
     __slots__ = (
+        "_absent",
+        "_age_secs",
         "_ages",
         "_bytes",
-        "_cid_of",
-        "_events",
         "_heads",
         "_horizon",
         "_keys",
-        "_linked",
         "_missing",
+        "_multi",
         "_outside",
+        "_recs",
         "policy",
     )
 
     def __init__(self, *, policy: RetentionPolicy) -> None:
         self.policy = policy
-        self._events: dict[CID, EventDescriptor] = {}
-        self._keys: list[HistoryKey] = []  # ascending
-        self._cid_of: dict[bytes, CID] = {}
-        self._ages: list[tuple[float, bytes]] = []  # (created, CID bytes), a min-heap
-        self._linked: dict[CID, int] = {}  # CID -> how many retained events link it
-        self._heads: set[CID] = set()
+        self._recs: dict[bytes, bytes] = {}  # CID bytes -> record
+        self._keys: list[bytes] = []  # the records, ascending (history order)
+        self._ages: dict[int, list[bytes]] = {}  # whole second of created -> CID bytes
+        self._age_secs: list[int] = []  # the seconds of _ages, a min-heap
+        # How many retained events link an event, without an entry per event: a retained
+        # event is linked by none if it is in _heads, by n >= 2 if _multi says so, else
+        # by one; _absent counts the links to events not retained.
+        self._multi: dict[bytes, int] = {}
+        self._absent: dict[bytes, int] = {}
+        self._heads: set[bytes] = set()
         self._missing: set[CID] = set()
-        self._outside: OrderedDict[CID, None] = OrderedDict()
+        self._outside: dict[bytes, None] = {}  # CID bytes, oldest first (bounded)
         self._horizon: HistoryKey | None = None
         self._bytes = 0
 
     # ---------------------------------------------------------------- queries
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._recs)
 
     def __contains__(self, cid: object) -> bool:
-        return cid in self._events
+        return isinstance(cid, CID) and bytes(cid) in self._recs
 
-    def get(self, cid: CID) -> EventDescriptor | None:
-        return self._events.get(cid)
+    def get(self, cid: CID) -> RetainedEvent | None:
+        """The index entry of retained event ``cid`` (its body is in the block store)."""
+        rec = self._recs.get(bytes(cid))
+        if rec is None:
+            return None
+        clock, _, created, size, _ = _HEAD.unpack_from(rec)
+        parents, pos = _parents(rec)
+        attrs = decode(rec[pos:]) if pos < len(rec) else None
+        return RetainedEvent(cid, clock, created, size, tuple(map(CID._make, parents)), attrs)
 
     @property
     def bytes(self) -> int:
@@ -129,7 +219,7 @@ class TopicHistory:
     @property
     def heads(self) -> frozenset[CID]:
         """Retained events that no retained event links."""
-        return frozenset(self._heads)
+        return frozenset(map(CID._make, self._heads))
 
     @property
     def missing(self) -> frozenset[CID]:
@@ -145,37 +235,46 @@ class TopicHistory:
         """The largest key evicted so far (everything at or below is outside)."""
         return self._horizon
 
-    def newest(self) -> Iterator[tuple[CID, EventDescriptor]]:
+    def newest(self) -> Iterator[CID]:
         """Every retained event, newest first."""
-        for _, raw in reversed(self._keys):
-            cid = self._cid_of[raw]
-            yield cid, self._events[cid]
+        for rec in reversed(self._keys):
+            yield CID._make(rec[8:44])
 
     def key_of(self, cid: CID) -> HistoryKey | None:
-        ev = self._events.get(cid)
-        return ev.order_key if ev is not None else None
+        raw = bytes(cid)
+        rec = self._recs.get(raw)
+        return (int.from_bytes(rec[:8], "big"), raw) if rec is not None else None
+
+    def _bounds(self, after: HistoryKey | None) -> tuple[int, int]:
+        """Positions of the first record at or above ``after``, and after it."""
+        keys = self._keys
+        if after is None:
+            return len(keys), len(keys)
+        prefix = _key_bytes(after)
+        lo = bisect.bisect_left(keys, prefix)
+        hi = lo + 1 if lo < len(keys) and keys[lo].startswith(prefix) else lo
+        return lo, hi
 
     def page(
         self, *, order: HistoryOrder = "newest", after: HistoryKey | None = None, limit: int
-    ) -> tuple[list[tuple[CID, EventDescriptor]], bool]:
+    ) -> tuple[list[CID], bool]:
         """Up to ``limit`` events strictly after the cursor key ``after`` in ``order``
         (``newest``: descending keys, so "after" means older), and whether more follow."""
         if type(limit) is not int or limit < 1:
             raise LocalProtocolError("limit must be a positive integer")
         keys = self._keys
         if order == "newest":
-            end = len(keys) if after is None else bisect.bisect_left(keys, after)
+            end = len(keys) if after is None else self._bounds(after)[0]
             start = max(0, end - limit)
             chosen = keys[start:end][::-1]
             more = start > 0
         elif order == "oldest":
-            start = 0 if after is None else bisect.bisect_right(keys, after)
+            start = 0 if after is None else self._bounds(after)[1]
             chosen = keys[start : start + limit]
             more = start + limit < len(keys)
         else:
             raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
-        cid_of, events = self._cid_of, self._events
-        return [(cid_of[raw], events[cid_of[raw]]) for _, raw in chosen], more
+        return [CID._make(rec[8:44]) for rec in chosen], more
 
     def filtered_page(
         self,
@@ -185,7 +284,7 @@ class TopicHistory:
         limit: int,
         where: Filter,
         scan: int = MAX_SCAN,
-    ) -> tuple[list[tuple[CID, EventDescriptor]], CID | None]:
+    ) -> tuple[list[CID], CID | None]:
         """Up to ``limit`` events ``where`` matches, strictly after ``after`` in
         ``order``, examining at most ``scan`` events; and the next page's cursor.
 
@@ -197,26 +296,25 @@ class TopicHistory:
             raise LocalProtocolError("limit must be a positive integer")
         keys = self._keys
         if order == "newest":
-            end = len(keys) if after is None else bisect.bisect_left(keys, after)
+            end = len(keys) if after is None else self._bounds(after)[0]
             positions: range = range(end - 1, -1, -1)
         elif order == "oldest":
-            start = 0 if after is None else bisect.bisect_right(keys, after)
+            start = 0 if after is None else self._bounds(after)[1]
             positions = range(start, len(keys))
         else:
             raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
-        cid_of, events = self._cid_of, self._events
-        out: list[tuple[CID, EventDescriptor]] = []
+        out: list[CID] = []
         last: CID | None = None
         examined = 0
         for pos in positions:
             if examined >= scan:
                 return out, last  # out of budget: go on after the last examined
-            cid = cid_of[keys[pos][1]]
-            ev = events[cid]
-            if matches(where, ev.attributes):
+            rec = keys[pos]
+            cid = CID._make(rec[8:44])
+            if matches(where, _attributes(rec)):
                 if len(out) == limit:
-                    return out, out[-1][0]  # one more match exists: next page after ours
-                out.append((cid, ev))
+                    return out, out[-1]  # one more match exists: next page after ours
+                out.append(cid)
             last = cid
             examined += 1
         return out, None  # the end of the history
@@ -232,30 +330,48 @@ class TopicHistory:
 
     def add(self, cid: CID, ev: EventDescriptor, now: float) -> bool:
         """Retain ``ev`` (its CID is ``cid``); False if known or outside the policy."""
-        if cid in self._events:
+        raw = bytes(cid)
+        if raw in self._recs:
             return False
         if self.is_outside(ev, now):
             self._missing.discard(cid)
             self._note_outside(cid)
             return False
-        self._events[cid] = ev
-        key = ev.order_key
-        clock = key[0]
-        if not self._keys or key > self._keys[-1]:
-            self._keys.append(key)  # the usual case: the newest event
+        if len(raw) != _CID_LEN:
+            raise LocalProtocolError(f"event CID {cid} is not a dag-cbor sha2-256 CID")
+        rec = _pack(raw, ev)
+        self._recs[raw] = rec
+        keys = self._keys
+        if not keys or rec > keys[-1]:
+            keys.append(rec)  # the usual case: the newest event
         else:
-            bisect.insort(self._keys, key)
-        self._cid_of[key[1]] = cid
-        heapq.heappush(self._ages, (ev.created_ts, key[1]))
+            bisect.insort(keys, rec)
+        sec = int(ev.created_ts)
+        bucket = self._ages.get(sec)
+        if bucket is None:
+            self._ages[sec] = [raw]
+            heapq.heappush(self._age_secs, sec)
+        else:
+            bucket.append(raw)
         self._bytes += len(ev.encode())
         self._missing.discard(cid)
-        if not self._linked.get(cid):
-            self._heads.add(cid)
-        below = self._horizon is not None and clock - 1 < self._horizon[0]
+        recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
+        n = absent.pop(raw, 0)  # children retained before it
+        if n == 0:
+            heads.add(raw)
+        elif n > 1:
+            multi[raw] = n
+        below = self._horizon is not None and ev.clock - 1 < self._horizon[0]
         for p in ev.parents:
-            self._linked[p] = self._linked.get(p, 0) + 1
-            self._heads.discard(p)
-            if p not in self._events and p not in self._outside and not below:
+            pb = bytes(p)
+            if pb in recs:
+                if pb in heads:
+                    heads.discard(pb)
+                else:
+                    multi[pb] = multi.get(pb, 1) + 1
+                continue
+            absent[pb] = absent.get(pb, 0) + 1
+            if pb not in self._outside and not below:
                 self._missing.add(p)
         return True
 
@@ -268,23 +384,34 @@ class TopicHistory:
         p = self.policy
         out: list[CID] = []
         cutoff = now - p.max_age
-        ages = self._ages
-        while ages and ages[0][0] < cutoff:
-            _, raw = heapq.heappop(ages)
-            cid = self._cid_of.pop(raw, None)
-            if cid is None:
-                continue  # evicted already
-            ev = self._events[cid]
-            key = ev.order_key
-            del self._keys[bisect.bisect_left(self._keys, key)]
-            out.append(cid)
-            self._evict(cid, key, horizon=False)
+        ages, secs, recs = self._ages, self._age_secs, self._recs
+        old: list[tuple[float, bytes, bytes]] = []
+        while secs and secs[0] <= cutoff:
+            sec = secs[0]
+            kept: list[bytes] = []
+            for raw in ages.get(sec, ()):
+                rec = recs[raw]
+                created = _created(rec)
+                if created < cutoff:
+                    old.append((created, raw, rec))
+                else:
+                    kept.append(raw)
+            if kept:  # the second the cutoff falls in: the rest stays
+                ages[sec] = kept
+                break
+            heapq.heappop(secs)
+            ages.pop(sec, None)
+        for _, raw, rec in sorted(old):  # oldest first, ties by CID bytes
+            del self._keys[bisect.bisect_left(self._keys, rec)]
+            out.append(CID._make(raw))
+            self._evict(raw, rec, horizon=False, aged=True)
         keys = self._keys
         i = 0
         while i < len(keys) and (len(keys) - i > p.max_events or self._bytes > p.max_bytes):
-            cid = self._cid_of.pop(keys[i][1])
-            out.append(cid)
-            self._evict(cid, keys[i], horizon=True)
+            rec = keys[i]
+            raw = rec[8:44]
+            out.append(CID._make(raw))
+            self._evict(raw, rec, horizon=True)
             i += 1
         if i:
             del keys[:i]
@@ -295,31 +422,58 @@ class TopicHistory:
         """These events are not this history's to keep (tree filters: the node's
         subtree does not want them): not missing, and not fetched."""
         for cid in cids:
-            if cid not in self._events:
+            if bytes(cid) not in self._recs:
                 self._missing.discard(cid)
                 self._note_outside(cid)
 
     def _note_outside(self, cid: CID) -> None:
-        self._outside[cid] = None
-        if len(self._outside) > _OUTSIDE_MEMORY:
-            self._outside.popitem(last=False)
+        self._note_outside_raw(bytes(cid))
 
-    def _evict(self, cid: CID, key: HistoryKey, *, horizon: bool) -> None:
-        ev = self._events.pop(cid)
-        self._note_outside(cid)  # its retained children do not miss it
-        self._bytes -= len(ev.encode())
-        self._heads.discard(cid)
+    def _note_outside_raw(self, raw: _Raw) -> None:
+        outside = self._outside
+        outside[raw] = None
+        if len(outside) > _OUTSIDE_MEMORY:
+            del outside[next(iter(outside))]
+
+    def _evict(self, raw: _Raw, rec: _Raw, *, horizon: bool, aged: bool = False) -> None:
+        """Forget retained event ``raw`` (``aged``: taken out of its age bucket already)."""
+        del self._recs[raw]
+        sec = int(_created(rec))
+        bucket = None if aged else self._ages.get(sec)
+        if bucket is not None:
+            bucket.remove(raw)
+            if not bucket:
+                del self._ages[sec]
+                secs = self._age_secs
+                while secs and secs[0] not in self._ages:
+                    heapq.heappop(secs)  # emptied seconds at the top of the heap
+        self._note_outside_raw(raw)  # its retained children do not miss it
+        clock, _, _, size, _ = _HEAD.unpack_from(rec)
+        self._bytes -= size
+        recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
+        if raw in heads:
+            heads.discard(raw)
+        else:  # its retained children still link it
+            absent[raw] = multi.pop(raw, 1)
+        key = (clock, raw)
         if horizon and (self._horizon is None or key > self._horizon):
             self._horizon = key
-        for p in ev.parents:
-            n = self._linked.get(p, 0) - 1
+        for pb in _parents(rec)[0]:
+            if pb in recs:
+                n = multi.get(pb)
+                if n is None:
+                    heads.add(pb)  # linked by none now
+                elif n == 2:
+                    del multi[pb]
+                else:
+                    multi[pb] = n - 1
+                continue
+            n = absent.get(pb, 0) - 1
             if n <= 0:
-                self._linked.pop(p, None)
-                self._missing.discard(p)
-                if p in self._events:
-                    self._heads.add(p)
+                absent.pop(pb, None)
+                self._missing.discard(CID._make(pb))
             else:
-                self._linked[p] = n
+                absent[pb] = n
 
     def _drop_missing_below(self) -> None:
         """Parents below the new horizon are outside the policy, not missing.
@@ -331,13 +485,15 @@ class TopicHistory:
         h = self._horizon
         if h is None or not self._missing:
             return
-        bound: dict[CID, int] = {}
-        for ev in self._events.values():
-            for p in ev.parents:
-                if p in self._missing:
-                    bound[p] = max(bound.get(p, -1), ev.clock - 1)
+        missing = {bytes(m) for m in self._missing}
+        bound: dict[_Raw, int] = {}
+        for rec in self._recs.values():
+            clock = int.from_bytes(rec[:8], "big")
+            for pb in _parents(rec)[0]:
+                if pb in missing:
+                    bound[pb] = max(bound.get(pb, -1), clock - 1)
         for m in list(self._missing):
-            if bound.get(m, -1) < h[0]:
+            if bound.get(bytes(m), -1) < h[0]:
                 self._missing.discard(m)
 
     def restore_horizon(self, horizon: HistoryKey | None) -> None:
@@ -347,12 +503,13 @@ class TopicHistory:
 
     def clear(self) -> list[CID]:
         """Forget everything (the node stops retaining the topic); the CIDs it held."""
-        out = list(self._events)
-        self._events = {}
+        out = [CID._make(raw) for raw in self._recs]
+        self._recs = {}
         self._keys = []
-        self._cid_of = {}
-        self._ages = []
-        self._linked = {}
+        self._ages = {}
+        self._age_secs = []
+        self._multi = {}
+        self._absent = {}
         self._heads = set()
         self._missing = set()
         self._bytes = 0

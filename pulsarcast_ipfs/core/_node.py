@@ -60,7 +60,8 @@ signatures one part calls in another, checked by mypy):
 :mod:`._signqueue`     operations waiting for signatures; signature checks
 :mod:`._publish`       publish (Algorithm 3)
 :mod:`._requests`      request to publish (Algorithm 4)
-:mod:`._topics`        create / update topic, subscribe, unsubscribe, read, history
+:mod:`._topics`        create / update topic, subscribe, unsubscribe, read
+:mod:`._historypages`  pages of the retained history (bodies read by the driver)
 :mod:`._antientropy`   HEADS deltas and DIGESTs
 :mod:`._push`          MEMBERS: a publisher's direct first hop
 :mod:`._fastgroup`     fast groups: a publisher's events straight to the members
@@ -116,6 +117,7 @@ from ._errors import DescriptorError, LocalProtocolError
 from ._fastgroup import FastGroups
 from ._filters import matches_any, parse_filter
 from ._guard import ACK_HEADS, Blame, RelayGuard
+from ._historypages import HistoryPages
 from ._io import Output, StoreBlock
 from ._joingate import JoinGate
 from ._liveness import Liveness
@@ -135,6 +137,7 @@ __all__ = ["PulsarcastNode"]
 
 class PulsarcastNode(
     Topics,
+    HistoryPages,
     Publishing,
     Requests,
     Dissemination,
@@ -488,9 +491,10 @@ class PulsarcastNode(
             self._acks.ask(ev.cid, peer, tree.key)
         return True
 
-    def _ack_after(self, now: float, peer: str, tree: Tree, cid: CID) -> None:
+    def _ack_after(self, now: float, peer: str, tree: Tree, ev: EventDescriptor) -> None:
         """...and once it is accepted (or a duplicate): answer when this node holds it."""
         acks = self._acks
+        cid = ev.cid
         if tree.history is None or cid not in tree.history:
             acks.forget(cid)  # not retained here: no holder
             return
@@ -500,11 +504,7 @@ class PulsarcastNode(
             return
         if not acks.asked(cid):
             # Held before this node knew (a restart): the driver says so again.
-            ev = tree.history.get(cid)
-            if ev is not None:
-                self._emit(
-                    StoreBlock(cid=cid, data=ev.encode(), own=False, retain=True, urgent=True)
-                )
+            self._emit(StoreBlock(cid=cid, data=ev.encode(), own=False, retain=True, urgent=True))
         acks.ask(cid, peer, tree.key)
 
     # ------------------------------------------------- relays that lie (._guard)

@@ -261,7 +261,7 @@ class Repair(NodeBase):
             # since the subscription); then the next missing parents are fetched.
             if cid in self._seen:
                 entry = self._known_event(cid)
-                if entry is not None:
+                if entry is not None and isinstance(entry[1], EventDescriptor):
                     self._retain(now, tree, cid, entry[1])
             elif not self._accept_event(
                 now,

@@ -28,9 +28,7 @@ from ._descriptors import (
 )
 from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import MATCH_ALL, Filter, covers, render_filter
-from ._history import HistoryKey, HistoryOrder
 from ._io import (
-    HistoryPage,
     Pending,
     StoreBlock,
     TopicState,
@@ -473,65 +471,6 @@ class Topics(NodeBase):
             else:
                 self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
-
-    def history(
-        self,
-        topic_cid: CID,
-        *,
-        order: HistoryOrder = "newest",
-        after: CID | EventDescriptor | None = None,
-        limit: int = 50,
-        where: Filter | None = None,
-    ) -> HistoryPage:
-        """§5 History: one page of the topic's retained history in the history order
-        (``(clock, CID bytes)``; ``newest`` first or ``oldest`` first), strictly after
-        the cursor ``after`` (an event CID this node knows, or the cursor event's
-        descriptor, e.g. fetched by the driver). A node that keeps no history of the
-        topic (a relay) raises :class:`LocalProtocolError`: call :meth:`read` first.
-
-        ``where``: only the events the filter matches. The page's ``next`` is then the
-        last event *examined* (it may not match, and the page may be short or even
-        empty with a ``next``: at most :data:`~._history.MAX_SCAN` events are examined
-        per page); the next page starts strictly after it, so no event is listed
-        twice or skipped.
-        """
-        if where is not None and not isinstance(where, Filter):
-            raise LocalProtocolError("where must be a Filter (parse_filter) or None")
-        tree = self._tree_for(topic_cid)
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-            raise LocalProtocolError("limit must be a positive integer")
-        if order not in ("newest", "oldest"):
-            raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
-        h = tree.history
-        if h is None:
-            raise LocalProtocolError(
-                f"this node keeps no history of topic {tree.name!r}: subscribe or read it"
-            )
-        key: HistoryKey | None = None
-        if isinstance(after, EventDescriptor):
-            if self._version_of.get(after.topic) not in (None, tree.key):
-                raise LocalProtocolError(f"cursor event {after.cid} belongs to another topic")
-            key = after.order_key
-        elif after is not None:
-            entry = self._known_event(after)
-            if entry is None:
-                raise LocalProtocolError(f"unknown cursor event {after}")
-            if entry[0] != tree.key:
-                raise LocalProtocolError(f"cursor event {after} belongs to another topic")
-            key = entry[1].order_key
-        if where is None:
-            events, more = h.page(order=order, after=key, limit=limit)
-            nxt = events[-1][0] if events and more else None
-        else:
-            events, nxt = h.filtered_page(order=order, after=key, limit=limit, where=where)
-        return HistoryPage(
-            events=tuple(events),
-            next=nxt,
-            complete=h.complete,
-            missing=tuple(sorted(h.missing, key=bytes)),
-            heads=tuple(sorted(h.heads, key=lambda c: h.key_of(c) or (0, b""), reverse=True)),
-            retained=len(h),
-        )
 
     def topic_state(self, topic_cid: CID) -> TopicState:
         """This node's place in the topic's tree."""

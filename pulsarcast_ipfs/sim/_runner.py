@@ -74,6 +74,7 @@ from typing import IO, Any, Final, Protocol
 
 from pulsarcast_ipfs.core import (
     DriverError,
+    EventDescriptor,
     EventLinking,
     Filter,
     FilterSyntaxError,
@@ -564,13 +565,18 @@ class Simulation(NetDriver):
         after: CID | None = None
         while True:
             try:
-                page = node.history(cid, after=after, limit=page_size)
+                page = node.history(cid, after=after, limit=page_size, read=self._read_event)
             except (LocalProtocolError, UnknownTopic):
                 return None
             out.extend(c for c, _ in page.events)
             if page.next is None:
                 return out
             after = page.next
+
+    def _read_event(self, cid: CID) -> EventDescriptor | None:
+        """A retained event's body, read back from the blocks (Kubo in a sidecar)."""
+        data = self.blocks.get(cid)
+        return EventDescriptor.decode(data, expected_cid=cid) if data is not None else None
 
     def on_operation_done(self, i: int, out: OperationDone) -> None:
         if out.error is not None:
