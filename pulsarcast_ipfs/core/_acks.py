@@ -31,8 +31,10 @@ once per ask. Nothing is answered for an event this node does not hold.
 
 :class:`AckBook` owns this state (the outbox, the asks a holder remembers, what the
 driver said is held, the holders of events that reached their level) and touches
-no other part's; the node asks it and carries out what it answers (sends, stores,
-offers again: :class:`~._node.PulsarcastNode`, "acknowledgement levels").
+no other part's; the node asks it and carries out what it answers: the publisher's
+side in :mod:`._publish` (the outbox, STORED received, offers again), the holder's in
+:mod:`._dissemination` (EVENT with ``ack``, ``blocks_held``), each in a section
+"acknowledgement levels".
 """
 
 from __future__ import annotations

@@ -144,11 +144,6 @@ class NodeBase:
     _gate: JoinGate
 
     if TYPE_CHECKING:
-        # _node (acknowledgement levels, ._acks)
-        def _ack_before(self, peer: str, tree: Tree, rpc: Event, ev: EventDescriptor) -> bool: ...
-
-        def _ack_after(self, now: float, peer: str, tree: Tree, ev: EventDescriptor) -> None: ...
-
         # Methods defined in one module (named above each group) and called from another.
 
         # _membership

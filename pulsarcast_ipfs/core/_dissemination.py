@@ -20,7 +20,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import _MAX_VERSIONS, NodeBase
-from ._codec import Event, Heads, encode_frame
+from ._codec import Event, Heads, Stored, encode_frame
 from ._descriptors import (
     MAX_PARENTS,
     EventDescriptor,
@@ -467,3 +467,38 @@ class Dissemination(NodeBase):
                 self._accept_event(
                     now, t, EventDescriptor.decode(data), sender=sender, recovered=True
                 )
+
+    # ------------------------------ acknowledgement levels: a holder (._acks)
+
+    def blocks_held(self, now: float, cids: list[CID] | tuple[CID, ...]) -> None:
+        """The driver: these blocks are stored and pinned here (retained events); the
+        publishers waiting for them are told (STORED)."""
+        for peer, key, cid in self._acks.held(cids):
+            tree = self._trees.get(key)
+            rpc = Stored(topic=key, event=cid)
+            self._send(now, peer, rpc, tree.name if tree is not None else None, encode_frame(rpc))
+
+    def _ack_before(self, peer: str, tree: Tree, rpc: Event, ev: EventDescriptor) -> bool:
+        """An EVENT with ``ack``: whether its publisher itself asks (a relay forwards no
+        ``ack``); a new event's block is then stored ``urgent``."""
+        if rpc.ack is not True or ev.publisher != peer:
+            return False
+        if ev.cid not in self._seen:
+            self._acks.ask(ev.cid, peer, tree.key)
+        return True
+
+    def _ack_after(self, now: float, peer: str, tree: Tree, ev: EventDescriptor) -> None:
+        """...and once it is accepted (or a duplicate): answer when this node holds it."""
+        acks = self._acks
+        cid = ev.cid
+        if tree.history is None or cid not in tree.history:
+            acks.forget(cid)  # not retained here: no holder
+            return
+        if acks.is_held(cid):
+            acks.forget(cid)
+            self._send(now, peer, Stored(topic=tree.key, event=cid), tree.name)
+            return
+        if not acks.asked(cid):
+            # Held before this node knew (a restart): the driver says so again.
+            self._emit(StoreBlock(cid=cid, data=ev.encode(), own=False, retain=True, urgent=True))
+        acks.ask(cid, peer, tree.key)

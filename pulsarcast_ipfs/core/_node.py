@@ -111,14 +111,14 @@ from ._codec import (
     encode_frame,
 )
 from ._config import NodeConfig
-from ._descriptors import EventDescriptor, _canonical_peer, decode_cached
+from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
-from ._errors import DescriptorError, LocalProtocolError
+from ._errors import LocalProtocolError
 from ._fastgroup import FastGroups
 from ._filters import matches_any, parse_filter
 from ._guard import ACK_HEADS, Blame, RelayGuard
 from ._historypages import HistoryPages
-from ._io import Output, StoreBlock
+from ._io import Output
 from ._joingate import JoinGate
 from ._liveness import Liveness
 from ._membership import Membership
@@ -407,105 +407,6 @@ class PulsarcastNode(
         self._request_timers(now)
         if self._acks.waiting:
             self._offer_again(now)
-
-    # ------------------------------------------ acknowledgement levels (._acks)
-
-    def holders(self, cid: CID) -> tuple[str, ...] | None:
-        """The peers that said they hold this node's event ``cid`` (in the order they
-        did), while it waits in the outbox; ``None`` once it has enough (or was never
-        there): see :meth:`acknowledged`."""
-        return self._acks.holders(cid)
-
-    def acknowledged(self, cid: CID) -> tuple[str, ...] | None:
-        """The holders of ``cid`` once it reached its level (``None``: not yet, or
-        unknown)."""
-        return self._acks.acknowledged(cid)
-
-    @property
-    def outbox(self) -> dict[CID, tuple[int, tuple[str, ...]]]:
-        """The events waiting for holders: CID -> (needed, holders so far)."""
-        return self._acks.outbox
-
-    def resume_outbox(self, now: float, topic_cid: CID, event: bytes, *, needed: int) -> CID:
-        """After a restart: this node's event ``event`` (its block) of topic
-        ``topic_cid`` waits for ``needed`` holders again; offered at once. Its CID."""
-        tree = self._tree_for(topic_cid)
-        needed = self._acks.check(needed)
-        try:
-            ev = decode_cached(EventDescriptor, event)
-        except DescriptorError as exc:
-            raise LocalProtocolError(f"not an event block: {exc}") from exc
-        if ev.publisher != self.peer_id:
-            raise LocalProtocolError("an event another node published")
-        cid = ev.cid
-        if cid not in self._events:
-            self._seen.put(cid)
-            self._events.put(cid, (tree.key, ev))
-            self._note_recent(tree, cid, ev)
-            if not self._retain(now, tree, cid, ev):
-                # (its put may not have happened before the crash)
-                self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
-        if needed:
-            self._acks.resume(now, tree.key, ev, needed)
-        return cid
-
-    def blocks_held(self, now: float, cids: list[CID] | tuple[CID, ...]) -> None:
-        """The driver: these blocks are stored and pinned here (retained events); the
-        publishers waiting for them are told (STORED)."""
-        for peer, key, cid in self._acks.held(cids):
-            tree = self._trees.get(key)
-            rpc = Stored(topic=key, event=cid)
-            self._send(now, peer, rpc, tree.name if tree is not None else None, encode_frame(rpc))
-
-    def _on_stored(self, now: float, peer: str, rpc: Stored) -> None:
-        self._acks.stored(peer, rpc.topic, rpc.event)
-
-    def _offer_again(self, now: float) -> None:
-        """Timer: each outbox event due is offered again to who may hold it: the tree
-        neighbours and the members of the root's list that have not said so."""
-        for entry in self._acks.take_due(now):
-            tree = self._trees.get(entry.tree)
-            if tree is None:
-                continue
-            cid = entry.event.cid
-            if cid not in self._events:
-                self._events.put(cid, (tree.key, entry.event))
-            skip = set(entry.holders)
-            neighbours = set(tree.neighbours())
-            if tree.members_epoch is None:
-                self._forward(now, tree, cid, skip=skip)
-                continue
-            direct: dict[str, tuple[CID, ...] | None] = {
-                m: None
-                for m in tree.members
-                if m != self.peer_id and m not in skip and m not in neighbours
-            }
-            self._forward(now, tree, cid, skip=skip, direct=direct, pushed=tree.members_epoch)
-
-    def _ack_before(self, peer: str, tree: Tree, rpc: Event, ev: EventDescriptor) -> bool:
-        """An EVENT with ``ack``: whether its publisher itself asks (a relay forwards no
-        ``ack``); a new event's block is then stored ``urgent``."""
-        if rpc.ack is not True or ev.publisher != peer:
-            return False
-        if ev.cid not in self._seen:
-            self._acks.ask(ev.cid, peer, tree.key)
-        return True
-
-    def _ack_after(self, now: float, peer: str, tree: Tree, ev: EventDescriptor) -> None:
-        """...and once it is accepted (or a duplicate): answer when this node holds it."""
-        acks = self._acks
-        cid = ev.cid
-        if tree.history is None or cid not in tree.history:
-            acks.forget(cid)  # not retained here: no holder
-            return
-        if acks.is_held(cid):
-            acks.forget(cid)
-            self._send(now, peer, Stored(topic=tree.key, event=cid), tree.name)
-            return
-        if not acks.asked(cid):
-            # Held before this node knew (a restart): the driver says so again.
-            self._emit(StoreBlock(cid=cid, data=ev.encode(), own=False, retain=True, urgent=True))
-        acks.ask(cid, peer, tree.key)
 
     # ------------------------------------------------- relays that lie (._guard)
 

@@ -17,17 +17,19 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import NodeBase
-from ._codec import RequestToPublish
+from ._codec import RequestToPublish, Stored
 from ._descriptors import (
     MAX_PAYLOAD_SIZE,
     EventDescriptor,
     EventLinking,
     author_statement,
     cid_str,
+    decode_cached,
     event_version,
     format_created,
 )
 from ._errors import (
+    DescriptorError,
     InvalidParent,
     LocalProtocolError,
     NotAllowedToPublish,
@@ -244,3 +246,69 @@ class Publishing(NodeBase):
         if tree.heads_due is None:
             tree.heads_due = now + self.config.heads_after_publish
         return cid
+
+    # ------------------------------------------ acknowledgement levels (._acks)
+
+    def holders(self, cid: CID) -> tuple[str, ...] | None:
+        """The peers that said they hold this node's event ``cid`` (in the order they
+        did), while it waits in the outbox; ``None`` once it has enough (or was never
+        there): see :meth:`acknowledged`."""
+        return self._acks.holders(cid)
+
+    def acknowledged(self, cid: CID) -> tuple[str, ...] | None:
+        """The holders of ``cid`` once it reached its level (``None``: not yet, or
+        unknown)."""
+        return self._acks.acknowledged(cid)
+
+    @property
+    def outbox(self) -> dict[CID, tuple[int, tuple[str, ...]]]:
+        """The events waiting for holders: CID -> (needed, holders so far)."""
+        return self._acks.outbox
+
+    def resume_outbox(self, now: float, topic_cid: CID, event: bytes, *, needed: int) -> CID:
+        """After a restart: this node's event ``event`` (its block) of topic
+        ``topic_cid`` waits for ``needed`` holders again; offered at once. Its CID."""
+        tree = self._tree_for(topic_cid)
+        needed = self._acks.check(needed)
+        try:
+            ev = decode_cached(EventDescriptor, event)
+        except DescriptorError as exc:
+            raise LocalProtocolError(f"not an event block: {exc}") from exc
+        if ev.publisher != self.peer_id:
+            raise LocalProtocolError("an event another node published")
+        cid = ev.cid
+        if cid not in self._events:
+            self._seen.put(cid)
+            self._events.put(cid, (tree.key, ev))
+            self._note_recent(tree, cid, ev)
+            if not self._retain(now, tree, cid, ev):
+                # (its put may not have happened before the crash)
+                self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
+        if needed:
+            self._acks.resume(now, tree.key, ev, needed)
+        return cid
+
+    def _on_stored(self, now: float, peer: str, rpc: Stored) -> None:
+        self._acks.stored(peer, rpc.topic, rpc.event)
+
+    def _offer_again(self, now: float) -> None:
+        """Timer: each outbox event due is offered again to who may hold it: the tree
+        neighbours and the members of the root's list that have not said so."""
+        for entry in self._acks.take_due(now):
+            tree = self._trees.get(entry.tree)
+            if tree is None:
+                continue
+            cid = entry.event.cid
+            if cid not in self._events:
+                self._events.put(cid, (tree.key, entry.event))
+            skip = set(entry.holders)
+            neighbours = set(tree.neighbours())
+            if tree.members_epoch is None:
+                self._forward(now, tree, cid, skip=skip)
+                continue
+            direct: dict[str, tuple[CID, ...] | None] = {
+                m: None
+                for m in tree.members
+                if m != self.peer_id and m not in skip and m not in neighbours
+            }
+            self._forward(now, tree, cid, skip=skip, direct=direct, pushed=tree.members_epoch)
