@@ -83,7 +83,7 @@ async def test_pages_read_the_events_the_core_does_not_hold(
         attrs = {"n": i, "kind": "odd" if i % 2 else "even"}
         text = f"event {i} " + "x" * 200
         r = await client.post(
-            f"/v1/topics/{topic}/publish", json={"text": text, "attributes": attrs}
+            f"/v1/topics/{topic}/publish", json={"text": text, "attributes": attrs, "ack": "local"}
         )
         assert r.status_code == 200 and r.json()["status"] == "published", r.text
         published.append((r.json()["event"], text.encode(), attrs))
