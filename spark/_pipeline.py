@@ -646,6 +646,13 @@ def _markdown(
                 f"- network transmitted by the cluster: {R.fmt(r['cluster_bytes_out'], 'mib')} "
                 f"out, {R.fmt(r['cluster_bytes_in'], 'mib')} in ({r['nodes']} nodes sampled)"
             )
+            if r["node_cpu_mean"] is None or r["node_net_mean"] is None:
+                out.append(
+                    "- why n/a: CPU and network are rates between two consecutive samples "
+                    "of a process; a node with fewer than two (a run shorter than the "
+                    "sidecar's `--resource-interval`, 10 s by default) or samples without "
+                    "bandwidth counters (no Kubo PID given to the sidecar) has none"
+                )
     out.append("")
     return "\n".join(out)
 

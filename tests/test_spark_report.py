@@ -176,6 +176,8 @@ def _run2() -> list[Rec]:
         r("event_injected", 2, "X", topic="meta-x", inject_id="j2"),
         r("event_published", 2, "X", topic="meta-x", event="g2", inject_id="j2"),
         r("subscribed", 0, "Y", topic="t0"),
+        # one resource sample: no rate, so CPU and network are n/a, with the reason
+        r("resource_sample", 1, "X", process="sidecar", cpu_seconds=1.0, rss_bytes=100),
     ]
 
 
@@ -410,6 +412,7 @@ def test_resources(result: job.ReportResult, spark: SparkSession) -> None:
 
 def test_outputs_written(result: job.ReportResult, spark: SparkSession) -> None:
     md = result.report_path.read_text()
+    assert md.count("- why n/a: CPU and network are rates") == 1  # r2's one sample, not r1
     assert "## Rejected records" in md and "| malformed | 2 |" in md.replace("  ", " ")
     assert "| t3 |" in md and "n/a" in md
     assert "88.9 %" in md  # r1 total coverage vs injected, 8/9
