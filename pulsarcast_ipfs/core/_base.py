@@ -115,6 +115,7 @@ class NodeBase:
     _srtt: dict[str, float]
     _rtt_min: dict[str, float]
     _lag_at: float | None
+    _in_tree_input: bool = False  # inside a checked tree input (._moves)
     _buckets: LRU
     _strikes: LRU
     _stale_told: LRU

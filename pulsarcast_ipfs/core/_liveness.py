@@ -21,6 +21,7 @@ from typing import Final
 
 from ._base import NodeBase, _in_force
 from ._codec import Ping, Pong
+from ._moves import entry_point
 
 __all__ = ["Liveness"]
 
@@ -124,6 +125,7 @@ class Liveness(NodeBase):
             (w.due(self._lag_limit(p)) for p, w in self._pings.items()), default=None
         )
 
+    @entry_point
     def _parent_lagging(self, now: float, peer: str) -> None:
         """§6 repair for a parent that answers too late: join a closer peer if there is
         one; the laggard stays the parent until the new one accepts (then LEAVE), and

@@ -122,6 +122,7 @@ from ._io import Output
 from ._joingate import JoinGate
 from ._liveness import Liveness
 from ._membership import Membership
+from ._moves import entry_point
 from ._pruning import Pruning
 from ._publish import Publishing
 from ._push import FirstHopPush
@@ -456,9 +457,9 @@ class PulsarcastNode(
                 for child in guard.silent_children(tree.key, tree.children):
                     self._evict_silent(now, tree, child)
 
+    @entry_point
     def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
-        """A child that takes events and joins no anti-entropy: dropped, refused a while
-        (and its network's share of the children shrinks: :mod:`._joingate`)."""
+        """A child taking events but no anti-entropy: dropped, refused a while (._joingate)."""
         self._guard.penalise(now, child)
         self._gate.struck(now, child, now + self.config.penalty_ttl)
         self._record(
@@ -529,6 +530,7 @@ class PulsarcastNode(
             if tree is not None and tree.parent == blame.parent:
                 self._leave_bad_parent(now, tree, blame)
 
+    @entry_point
     def _leave_bad_parent(self, now: float, tree: Tree, blame: Blame) -> None:
         """A parent that withheld what witnesses announced: LEAVE it, avoid it a while,
         re-join through another peer (children kept)."""

@@ -33,6 +33,7 @@ from ._io import (
     StoreBlock,
     TopicState,
 )
+from ._moves import entry_point
 from ._signqueue import _Steps
 from ._tree import Tree
 from ._treestate import ACTING_ROOT_STATES, tree_state
@@ -455,6 +456,7 @@ class Topics(NodeBase):
         self._resolving.setdefault(topic_cid, []).append((purpose, None))
         self._continue_resolutions(now)
 
+    @entry_point
     def _read_tree(self, now: float, tree: Tree, holders: tuple[str, ...] = ()) -> None:
         tree.reading_until = now + self.config.reader_ttl
         if holders:
