@@ -44,3 +44,18 @@ def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
     for k in (PulsarcastNode, *_parts(), NodeBase):
         lines = len(Path(inspect.getfile(k)).read_text().splitlines())
         assert lines <= 600, (k.__name__, lines)
+
+
+def test_no_part_reaches_into_a_components_state() -> None:
+    """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``) own their state:
+    the node and its parts call them, and never read or write their private fields."""
+    import re
+
+    reach = re.compile(r"\._(signing|acks|gate|guard)\._[a-z]")
+    found = [
+        f"{path.name}:{i}"
+        for path in sorted(CORE.glob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if reach.search(line)
+    ]
+    assert found == []

@@ -62,7 +62,7 @@ class Dissemination(NodeBase):
             return None
         if desc.name != tree.name or desc.author != tree.author:
             return None
-        refused = self._topic_refused(desc)
+        refused = self._signing.topic_refused(desc)
         if refused is not None:
             return refused
         self._learn_version(now, tree, desc)
@@ -157,7 +157,7 @@ class Dissemination(NodeBase):
             # §8: forwarders check that the publisher is allowed by that topic version.
             self._drop(now, "not_allowed", topic=tree.name, event=cid_str(cid), peer=sender)
             return False
-        refused = self._event_refused(tree, ev)
+        refused = self._signing.event_refused(tree, ev)
         if refused is not None:
             # docs/security.md: unsigned, forged or tampered events stop at the first hop.
             self._drop(now, refused, topic=tree.name, event=cid_str(cid), peer=sender)
@@ -429,7 +429,7 @@ class Dissemination(NodeBase):
         except DescriptorError:
             self._drop(now, "invalid", topic=meta.name, event=cid_str(ev.cid))
             return
-        refused = self._topic_refused(desc) if ev.author != self.peer_id else None
+        refused = self._signing.topic_refused(desc) if ev.author != self.peer_id else None
         if refused is not None:
             self._drop(now, refused, topic=meta.name, event=cid_str(ev.cid))
             return

@@ -368,7 +368,7 @@ class Membership(NodeBase):
                 if why == "colocated":
                     self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
                 return  # join_flood: dropped unanswered (the joiner times out, goes on)
-        refused = self._topic_refused(root) if tree is None else None
+        refused = self._signing.topic_refused(root) if tree is None else None
         if refused is not None:
             self._drop(now, refused, topic=root.name, peer=peer)
             self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)

@@ -289,7 +289,7 @@ class Repair(NodeBase):
             desc = TopicDescriptor.decode(data, expected_cid=cid)
         except DescriptorError:
             return "invalid"
-        refused = self._topic_refused(desc)
+        refused = self._signing.topic_refused(desc)
         return refused if refused is not None else desc
 
     def _continue_resolutions(self, now: float) -> None:
