@@ -59,3 +59,17 @@ def test_no_part_reaches_into_a_components_state() -> None:
         if reach.search(line)
     ]
     assert found == []
+
+
+def test_spark_does_not_import_the_cli() -> None:
+    """The arrows run CLI -> library -> spark jobs' entry points, never back."""
+    import re
+
+    spark = CORE.parent.parent / "spark"
+    found = [
+        f"{p.name}:{i}"
+        for p in sorted(spark.glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.match(r"\s*(from|import) pulsarcast_ipfs\.cli\b", line)
+    ]
+    assert found == []

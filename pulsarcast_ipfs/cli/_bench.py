@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     assert result is not None
     status = 0 if result.ok else 1
     if args.report:
-        from pulsarcast_ipfs.cli import _report
+        from pulsarcast_ipfs import _report_job
 
         rep = argparse.Namespace(
             run_dirs=[str(r.run_dir) for r in result.runs],
@@ -336,5 +336,5 @@ def run(args: argparse.Namespace) -> int:
             report_dir=None,
             no_plots=False,
         )
-        status = max(status, _report.run(rep))
+        status = max(status, _report_job.run(rep))
     return status
