@@ -8,8 +8,10 @@ now``), also the one with that JOIN in flight (``acting root (joining)``). The
 recheck then ran in a state the transition table has no row for, so the run-time
 check raised ``LocalProtocolError`` out of ``handle_timer``, at every timer call from
 then on: the fetch retries, HEADS rounds and acknowledgement timers after it in
-``handle_timer`` never ran again. The node delivered nothing for the last 105 s of
-the run and the 120 s of drain (630 events missed), although EVENTs reached it.
+``handle_timer`` never ran again (from 63 s after the restart: 20 tracebacks in
+its log). The node, still walking its history back after the restart
+(``tests/test_core_restart_long_gap.py``), delivered nothing until the end of the
+run and its 120 s of drain (630 events missed), although EVENTs reached it.
 
 Fixed: a recheck leaves a JOIN in flight alone (its own timeout decides: the next
 peer, or acting root again with a recheck); the table says so.
