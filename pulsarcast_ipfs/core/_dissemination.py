@@ -339,6 +339,7 @@ class Dissemination(NodeBase):
                 continue
             entry = self._events.get(cur)
             if entry is None:
+                self._refetch_evicted(now, key, cur)  # (._repair) it waited too long
                 continue
             ev: EventDescriptor = entry[1]
             if ev.created_ts < t.since:

@@ -28,7 +28,7 @@ from ._errors import DescriptorError, LocalProtocolError
 from ._io import Role
 from ._moves import entry_point
 from ._tree import JoinAttempt, Tree
-from ._treestate import ACTING_ROOT_STATES, ROOT_STATES, tree_state
+from ._treestate import ACTING_ROOT_STATES, ROOT_STATES, TreeState, tree_state
 
 __all__ = ["Membership"]
 
@@ -249,9 +249,11 @@ class Membership(NodeBase):
 
     @entry_point
     def _recheck_root(self, now: float, tree: Tree) -> None:
-        """An acting root looks for a live peer closer to the author (§6)."""
+        """An acting root looks for a live peer closer to the author (§6). One with a
+        JOIN in flight leaves it alone: the JOIN's timeout decides (the next peer, or
+        acting root again with a recheck)."""
         tree.recheck_at = None
-        if tree_state(tree, self.peer_id) in ACTING_ROOT_STATES:
+        if tree_state(tree, self.peer_id) is TreeState.ACTING_ROOT:
             hop = self._next_hop(now, tree) or self._next_hop(now, tree, suspects=True)
             if hop is None:
                 tree.recheck_at = now + self.config.root_recheck_interval

@@ -270,6 +270,13 @@ def _table() -> tuple[Transition, ...]:
             "a closer live (or recently failed) peer known: JOIN it while still acting "
             "root; none: recheck later",
         )
+        + _t(
+            S.CONVERGING,
+            I.RECHECK,
+            S.CONVERGING,
+            "a JOIN in flight: left to its own timeout (the routing refresh makes every "
+            "acting root recheck at once)",
+        )
     )
     return tuple(rows)
 
