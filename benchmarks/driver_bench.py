@@ -1,4 +1,4 @@
-"""Sidecar CPU per event without Kubo (issue 13) — not a test.
+"""Sidecar CPU per event without Kubo — not a test.
 
 A real :class:`sidecar.Driver` — protocol core, BlockStore, KuboClient, state and
 metric files, timers, the HTTP API (on a free port) — runs against in-process fakes:

@@ -1,4 +1,4 @@
-"""The sidecar's own persisted state (issue 4: "persisted on disk so that a restarted
+"""The sidecar's own persisted state ("persisted on disk so that a restarted
 sidecar resumes its subscriptions and repairs what it missed").
 
 ``state.json`` (rewritten atomically: temp file, fsync, rename) holds the peer ID,
@@ -77,7 +77,7 @@ class PersistedState:
     heads: dict[str, list[str]] = field(default_factory=dict)
     """Root topic CID → most recent event CIDs seen, newest first."""
     filters: dict[str, str] = field(default_factory=dict)
-    """Root topic CID → the subscription's filter, in its canonical text (issue 15);
+    """Root topic CID → the subscription's filter, in its canonical text;
     a subscription without one has no entry."""
     fast: list[str] = field(default_factory=list)
     """Root CIDs of the subscriptions made with ``fast`` (fast groups)."""

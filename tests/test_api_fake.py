@@ -221,7 +221,7 @@ def test_the_driver_does_not_import_the_api() -> None:
 
 
 async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) -> None:
-    """``"fast": true`` on subscribe (issue 15, fast groups): answered, persisted for
+    """``"fast": true`` on subscribe (fast groups): answered, persisted for
     a restart, shown in the status; bad values refused with 400; metrics exported."""
     topic = await _topic(sc)
     sub = f"/v1/topics/{topic}/subscribe"

@@ -1,4 +1,4 @@
-"""Attributes and filters through the HTTP API (issue 15), against a real
+"""Attributes and filters through the HTTP API, against a real
 :class:`sidecar.Driver` with the in-process fake Kubo of tests/test_api_fake.py."""
 
 from __future__ import annotations

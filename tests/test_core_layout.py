@@ -73,3 +73,25 @@ def test_spark_does_not_import_the_cli() -> None:
         if re.match(r"\s*(from|import) pulsarcast_ipfs\.cli\b", line)
     ]
     assert found == []
+
+
+def test_the_repository_cites_no_issue_numbers_and_no_file_outside_it() -> None:
+    """A reader of the repository cannot open an issue tracker's "issue 7" nor a file
+    beside the repository: code and documents say the thing itself or cite docs/
+    (docs/protocol.md is the specification). The history page keeps the journal of
+    its time as written."""
+    import re
+
+    root = CORE.parent.parent
+    bad = re.compile(r"(?i:\bissues? #?\d+\b)|\bPROTOCOL\.md|\bSTYLE\.md|\.\./shared/")
+    skip = {"benchmark-history.md", "test_core_layout.py"}
+    found = []
+    for pattern in ("*.py", "*.md", "*.toml", "Makefile"):
+        for path in root.rglob(pattern):
+            parts = set(path.relative_to(root).parts)
+            if parts & {".venv", ".tools", ".git", "node_modules", "runs"} or path.name in skip:
+                continue
+            for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if bad.search(line):
+                    found.append(f"{path.relative_to(root)}:{i}")
+    assert found == []

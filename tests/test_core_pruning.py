@@ -1,4 +1,4 @@
-"""Filters in the tree, second part (issue 15 point 3): pruning on the summaries.
+"""Filters in the tree, second part: pruning on the summaries.
 
 With ``NodeConfig.tree_filters`` an event goes down only into subtrees whose summary
 matches it (and a publisher's first hop only to the members whose summary matches).

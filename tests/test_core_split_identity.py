@@ -1,4 +1,4 @@
-"""Moving code between the core's modules changes no behaviour (issue 14).
+"""Moving code between the core's modules changes no behaviour.
 
 A few seeded CoreNet scenarios exercise every kind of input (topics, sub-topics,
 updates, subscribe/unsubscribe, publish and request to publish, readers, loss,
@@ -22,16 +22,16 @@ the order they were last armed rather than first: that changed ``busy`` and
 (``make_peer_ids`` / ``make_signers``, the simulator's Ed25519 identities): new
 peer IDs are new keyspace positions, so new trees, and all three digests changed
 (with the earlier generators injected, this code still gives the earlier three).
-Then (issue 13) a parent's lag limit became relative to its link's shortest round
+Then a parent's lag limit became relative to its link's shortest round
 trip: ``busy``, whose links are slowed, changed once more; and flat trees (a
 node below a child of the root moves up; JOIN's new ``up`` field is in every JOIN
 frame) changed all three; and a parent's LEAVE to a child it drops as
-unreachable (crashes) changed ``busy``. Then (issue 15) tree filters went on by
+unreachable (crashes) changed ``busy``. Then tree filters went on by
 default: every JOIN carries its summary, MEMBERS the members' summaries, so all
 three changed; with ``tree_filters`` off the code of that commit still gives the
 previous three. Then the MEMBERS list a node passes to a new child of its own
 carried the members' summaries too: ``busy`` and ``orphan`` changed (with that
-one change taken out, the code gave the previous two). Then (issue 13) a move away
+one change taken out, the code gave the previous two). Then a move away
 from a lagging parent became one try, and a stale edge gets one LEAVE per
 ``ping_interval``: ``busy`` changed. Then (wire 2.6) a root sends a child that holds
 its previous MEMBERS list only what changed: ``busy`` and ``orphan`` changed (with

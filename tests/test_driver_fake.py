@@ -1,4 +1,4 @@
-"""The sidecar driver against in-process fakes of Kubo and of its peers (issue 13).
+"""The sidecar driver against in-process fakes of Kubo and of its peers.
 
 ``benchmarks/driver_bench.py`` at a tiny size: a real :class:`sidecar.Driver` (core,
 block store, Kubo client, state, API) with a fake Kubo behind ``httpx.MockTransport``

@@ -330,7 +330,7 @@ async def test_routing_view_gives_the_colocation_keys_of_connected_peers() -> No
 async def test_routing_view_reads_the_table_every_30_s_and_swarm_peers_every_time(
     k: int | None,
 ) -> None:
-    """Issue 13: stats/dht every TABLE_INTERVAL, swarm/peers on every refresh (a new
+    """stats/dht every TABLE_INTERVAL, swarm/peers on every refresh (a new
     peer is known at the next one), the per-bucket limit the same as over the union
     of the last table read and the connected peers, computed again only on a change."""
     me, *others = PEERS
@@ -875,7 +875,7 @@ async def test_without_retain_pin_retained_events_are_kept_unpinned() -> None:
 async def test_own_events_are_pinned_in_batches_and_only_own_topics_announced(
     provide_once: bool,
 ) -> None:
-    """Issue 13: an own event is pinned directly with fast-provide-root=false, in
+    """An own event is pinned directly with fast-provide-root=false, in
     batches, and never provided; an own topic version is pinned with Kubo's
     fast-provide-root (announced at once) and provide/once'd if Kubo would not."""
     events = _blocks(150, "own")
@@ -1176,7 +1176,7 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
     assert [(c, kind) for c, _, kind in driver.store._puts] == [
         (first.cid, "retain"),
         (second.cid, "plain"),
-        (own.cid, "own"),  # pinned, not announced (issue 13)
+        (own.cid, "own"),  # pinned, not announced
         (topic, "announce"),
     ]
     assert driver.store._retained == {bytes(own.cid): True}  # first released again
@@ -1186,7 +1186,7 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
 async def test_frames_queued_together_go_out_in_one_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 13: the frames queued for a neighbour while its connection task was not
+    """The frames queued for a neighbour while its connection task was not
     running leave in one socket write (one syscall, one read by Kubo), in order; one
     write per frame made the sender and Kubo pay per frame under load."""
     from anyio.abc import SocketAttribute
@@ -1240,7 +1240,7 @@ async def test_frames_queued_together_go_out_in_one_write(
 
 
 def test_a_multipart_body_is_one_buffer_that_a_standard_parser_splits() -> None:
-    """Issue 13: the Kubo client sends ``block/put``'s files as one body (one write),
+    """The Kubo client sends ``block/put``'s files as one body (one write),
     not httpx's streamed ``files=`` (three writes per file); the standard library's
     MIME parser finds exactly the parts, byte for byte, CRLFs inside them included."""
     from email.parser import BytesParser

@@ -15,7 +15,7 @@ header ``{"i": inject_id, "t": created}`` (the Kubo baselines carry no
 descriptor, so this is how a subscriber learns which event it got and when it
 was created) followed by the workload's deterministic 200-600 byte record.
 Pulsarcast's publishes also carry the record's ``ups``, ``downs``,
-``controversiality`` and ``user`` as event attributes (issue 15), which filters
+``controversiality`` and ``user`` as event attributes, which filters
 select on (``_filters.py``).
 """
 
@@ -60,7 +60,7 @@ class ScheduledEvent:
     body: bytes
     """The workload record (200-600 bytes); :func:`frame_payload` adds the header."""
     attributes: Mapping[str, int | str] = field(default_factory=dict)
-    """The event's attributes (issue 15): ``ups``, ``downs``, ``controversiality`` and
+    """The event's attributes: ``ups``, ``downs``, ``controversiality`` and
     ``user`` of the workload record. Pulsarcast publishes carry them; the Kubo
     baselines' payloads hold the same fields in the record."""
 

@@ -1,4 +1,4 @@
-"""Anti-entropy between tree neighbours: HEADS deltas and DIGESTs (issue 13).
+"""Anti-entropy between tree neighbours: HEADS deltas and DIGESTs.
 
 Theory of operation
 -------------------

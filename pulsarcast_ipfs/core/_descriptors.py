@@ -47,7 +47,7 @@ delegation to ``signatures``; ``"2.3.0"`` ("One signature") has one signature,
 
 ``protocolVersion`` ``"2.0.1"`` (unsigned), ``"2.1.1"`` (signed), ``"2.2.1"`` and
 ``"2.3.1"`` (delegated key) are 2.0.0, 2.1.0, 2.2.0 and 2.3.0 with an
-``"attributes"`` map (issue 15; rules in core/_filters.py): the patch digit 1 says
+``"attributes"`` map (rules in core/_filters.py): the patch digit 1 says
 "carries attributes", the minor digit keeps its meaning. The map is non-empty, at
 most 16 names to strings or finite numbers, covered by the CID, the publisher's
 signature and the author's statement. An event without attributes is

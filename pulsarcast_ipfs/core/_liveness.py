@@ -7,7 +7,7 @@ seen on that link (or whose events come late and whose probe PING is not answere
 in a few round trips) is lagging: the node joins a closer peer and keeps the slow
 one until then (make before break). The link's own delay is not lag: with 500 ±
 300 ms each way every parent answered "late", and children hopped from parent to
-parent into chains eight deep (issue 13, run set "s8f").
+parent into chains eight deep (run set "s8f").
 
 (:class:`Liveness` is a part of :class:`~._node.PulsarcastNode`: a mixin
 over :class:`~._base.NodeBase`, which declares the state and methods they share.)
