@@ -29,7 +29,9 @@ from pulsarcast_ipfs.bench._config import (
     Latency,
     parse_latency,
     parse_node_counts,
+    parse_payload_sizes,
     parse_rates,
+    payload_label,
     rate_label,
 )
 from pulsarcast_ipfs.bench._filters import (
@@ -68,6 +70,7 @@ from pulsarcast_ipfs.bench._summary import (
     knee_table,
     knees,
     markdown_table,
+    payload_table,
     protocol_table,
     set_document,
     set_report,
@@ -127,7 +130,10 @@ __all__ = [
     "markdown_table",
     "parse_latency",
     "parse_node_counts",
+    "parse_payload_sizes",
     "parse_rates",
+    "payload_label",
+    "payload_table",
     "protocol_table",
     "rate_label",
     "run_bench",
