@@ -186,6 +186,14 @@ def test_summary_tables_bytes_and_latency_per_size_against_gossipsub() -> None:
     }
 
 
+def test_small_ratios_keep_two_significant_digits() -> None:
+    runs = [
+        _summary("gossipsub", 16384, bytes_=100_000, p50=7.38),
+        _summary("pulsarcast", 16384, bytes_=18_565, p50=0.008),
+    ]
+    assert "| 0.19× | 0.0011× / 0.0011× |" in payload_table(runs)
+
+
 def test_summary_without_sizes_has_no_payload_table() -> None:
     run = _summary("gossipsub", None, bytes_=1000, p50=0.01)
     assert payload_table([run]) == ""

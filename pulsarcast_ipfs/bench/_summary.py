@@ -975,7 +975,11 @@ def _combination_key(s: RunSummary) -> tuple[int, float, int]:
 
 
 def _ratio_cell(v: float | None, base: float | None) -> str:
-    return "n/a" if v is None or not base else f"{v / base:.2f}×"
+    """``v / base`` as ``0.35×`` (two significant digits below 0.01: ``0.0011×``)."""
+    if v is None or not base:
+        return "n/a"
+    r = v / base
+    return f"{r:.2f}×" if r >= 0.01 or r == 0 else f"{r:.2g}×"
 
 
 def payload_table(summaries: Sequence[RunSummary]) -> str:
