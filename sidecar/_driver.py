@@ -936,6 +936,9 @@ class Driver:
                 rng=random.Random(),
                 now=self.clock(),
             )
+            # What the log says was delivered: the restart's gap repair stops there.
+            restored = self.state.delivered_cids(self.node_config.delivered_cache_size)
+            self._node.restore_delivered(self.clock(), restored)
             log.info(
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
