@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import cProfile
 import functools
@@ -114,19 +113,16 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from pulsarcast_ipfs.kademlia import peer_position
-from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
-from pulsarcast_ipfs.kubo._car import decode_car
 from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.records import MetricRecord
+from pulsarcast_ipfs.testing import FAKE_KUBO_URL, FakeKubo
 from sidecar import Driver, SidecarConfig, build_app
 from sidecar._config import DEFAULT_DELEGATE_TTL
 from sidecar._driver import Listener
-from sidecar._retainindex import decode_bucket, decode_root
 from sidecar._transport import Transport, _Incoming
 
 __all__ = [
     "SCENARIOS",
-    "FakeKubo",
     "FakePeers",
     "FakeTransport",
     "Outcome",
@@ -137,196 +133,10 @@ __all__ = [
 SCENARIOS = ("receive", "forward", "publish")
 RECEIVED = ("delegated", "kubo")
 """How the events a receive or forward scenario feeds are signed (``--received``)."""
-FAKE_KUBO_URL = "http://fake-kubo.invalid:5001"
 POLL = 0.005
 """How often the harness looks whether a scenario is done (seconds)."""
 
 log = logging.getLogger("pulsarcast.bench.driver")
-
-
-# -- the fake Kubo ------------------------------------------------------------------------
-
-
-def multipart_files(request: httpx.Request) -> list[bytes]:
-    """The file parts of a ``multipart/form-data`` request body, in order."""
-    _, _, boundary = request.headers.get("content-type", "").partition("boundary=")
-    if not boundary:
-        return []
-    files: list[bytes] = []
-    for chunk in request.content.split(b"--" + boundary.strip('"').encode())[1:]:
-        if chunk.startswith(b"--"):
-            break  # the closing delimiter
-        _, _, body = chunk.partition(b"\r\n\r\n")
-        files.append(body.removesuffix(b"\r\n"))
-    return files
-
-
-def _json_response(doc: object, status: int = 200) -> httpx.Response:
-    return httpx.Response(status, content=json.dumps(doc).encode() + b"\n")
-
-
-def _kubo_error(message: str) -> httpx.Response:
-    return _json_response({"Message": message, "Code": 0, "Type": "error"}, 500)
-
-
-class FakeKubo:
-    """The Kubo RPC endpoints a sidecar calls, answered in process (``httpx.MockTransport``).
-
-    Blocks, pins and provides are kept so that a run can be checked; ``cpu`` is the
-    process CPU spent answering (taken out of the sidecar's figure).
-    """
-
-    def __init__(
-        self, signer: Ed25519Signer, peers: Sequence[str] = (), *, latency: float = 0.0
-    ) -> None:
-        self.signer = signer
-        self.latency = latency
-        """Seconds each answer waits (no CPU): a real Kubo's round trip, during which
-        the block store's queue fills and its next put takes a batch."""
-        self.peers = list(peers)
-        """Reported as connected (``swarm/peers``): the driver's known peers."""
-        self.blocks: dict[str, bytes] = {}
-        self.pinned: set[str] = set()
-        """Pinned directly, or linked from a pinned retention index."""
-        self.by_hash: dict[bytes, str] = {}
-        self.ever_pinned: set[str] = set()
-        self.watched: set[str] = set()
-        self.watched_stored = 0
-        """How many of the watched CIDs were written (cheap to poll while measuring)."""
-        self.watched_pinned = 0
-        self.provided: list[str] = []
-        self.calls: Counter[str] = Counter()
-        self.blocks_put = 0
-        self.unknown: Counter[str] = Counter()
-        self.cpu = 0.0
-
-    def client(self) -> KuboClient:
-        handler = self.handle if self.latency <= 0 else self.handle_later
-        return KuboClient(
-            config=KuboConfig(base_url=FAKE_KUBO_URL), transport=httpx.MockTransport(handler)
-        )
-
-    async def handle_later(self, request: httpx.Request) -> httpx.Response:
-        await anyio.sleep(self.latency)
-        return self.handle(request)
-
-    def watch(self, cids: Sequence[str]) -> None:
-        """Count these CIDs in ``watched_stored`` / ``watched_pinned`` (also if done already)."""
-        for cid in cids:
-            if cid not in self.watched:
-                self.watched.add(cid)
-                self.watched_stored += cid in self.blocks
-                self.watched_pinned += cid in self.ever_pinned
-
-    def _indexed(self, root: str) -> list[str]:
-        """The events a retention index root links (``sidecar._retainindex``)."""
-        out: list[str] = []
-        for bucket in decode_root(self.blocks[root]):
-            out += [self.by_hash[mh] for mh in decode_bucket(self.blocks[cid_str(bucket)])]
-        return out
-
-    def _pin(self, cids: Sequence[str]) -> None:
-        for cid in cids:
-            if cid not in self.ever_pinned:
-                self.ever_pinned.add(cid)
-                self.watched_pinned += cid in self.watched
-        self.pinned.update(cids)
-
-    def _store(self, made: CID, data: bytes) -> str:
-        cid = cid_str(made)
-        self.by_hash[bytes(made)[2:]] = cid
-        if cid not in self.blocks and cid in self.watched:
-            self.watched_stored += 1
-        self.blocks[cid] = data
-        self.blocks_put += 1
-        return cid
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        t0 = time.process_time()
-        try:
-            return self._answer(request)
-        finally:
-            self.cpu += time.process_time() - t0
-
-    def _answer(self, request: httpx.Request) -> httpx.Response:
-        endpoint = request.url.path.removeprefix("/api/v0/")
-        self.calls[endpoint] += 1
-        params = request.url.params
-        args = params.get_list("arg")
-        if endpoint == "block/put":
-            lines = []
-            for part in multipart_files(request):
-                cid = self._store(compute_cid(part), part)
-                if params.get("pin") == "true":
-                    self._pin([cid])
-                lines.append(json.dumps({"Key": cid, "Size": len(part)}).encode())
-            return httpx.Response(200, content=b"\n".join(lines) + b"\n")
-        if endpoint == "dag/import":  # the block store's puts: a CAR that pins nothing
-            (archive,) = multipart_files(request)
-            for made, data in decode_car(archive)[1]:
-                self._store(made, data)
-            return httpx.Response(200)
-        if endpoint == "block/get":
-            data = self.blocks.get(args[0]) if args else None
-            if data is None:
-                return _kubo_error("block was not found locally (offline)")
-            return httpx.Response(200, content=data)
-        if endpoint == "pin/add" and params.get("recursive") == "true":  # retention index
-            self._pin(self._indexed(args[0]))
-            return _json_response({"Pins": args})
-        if endpoint == "pin/update":  # the retention index, replaced
-            self._pin(self._indexed(args[1]))
-            return _json_response({"Pins": args})
-        if endpoint == "pin/ls":  # no index pinned before the run
-            return _json_response({"Keys": {}})
-        if endpoint == "pin/add":
-            self._pin(args)
-            return _json_response({"Pins": args})
-        if endpoint == "pin/rm":
-            missing = [a for a in args if a not in self.pinned]
-            self.pinned.difference_update(args[: args.index(missing[0])] if missing else args)
-            if missing:
-                return _kubo_error("not pinned or pinned indirectly")
-            return _json_response({"Pins": args})
-        if endpoint in ("provide/once", "routing/provide"):
-            self.provided.extend(args)
-            return httpx.Response(200, content=b"")
-        if endpoint == "key/sign":
-            (data,) = multipart_files(request)
-            signature = "u" + base64.urlsafe_b64encode(self.signer.sign(data)).rstrip(b"=").decode()
-            return _json_response(
-                {"Key": {"Name": "self", "Id": self.signer.peer_id}, "Signature": signature}
-            )
-        if endpoint == "id":
-            return _json_response(
-                {
-                    "ID": self.signer.peer_id,
-                    "PublicKey": "",
-                    "Addresses": [],
-                    "AgentVersion": "kubo/fake",
-                    "Protocols": [],
-                }
-            )
-        if endpoint == "version":
-            return _json_response({"Version": "0.0.0-fake", "Commit": "", "Repo": "0"})
-        if endpoint == "config":
-            # The local cluster's setting (compose): Kubo announces pinned blocks itself.
-            return _json_response({"Key": args[0], "Value": "pinned"})
-        if endpoint == "stats/dht":
-            return httpx.Response(
-                200, content=b'{"Name":"wan","Buckets":[]}\n{"Name":"lan","Buckets":[]}\n'
-            )
-        if endpoint == "swarm/peers":
-            peers = [{"Peer": p, "Addr": "/ip4/127.0.0.1/tcp/4001"} for p in self.peers]
-            return _json_response({"Peers": peers})
-        if endpoint == "stats/bw":
-            return _json_response({"TotalIn": 0, "TotalOut": 0, "RateIn": 0.0, "RateOut": 0.0})
-        if endpoint == "routing/findprovs":
-            return httpx.Response(200, content=b"")
-        if endpoint in ("p2p/close", "p2p/listen", "p2p/forward"):
-            return httpx.Response(200, content=b"0")
-        self.unknown[endpoint] += 1
-        return _kubo_error(f"fake Kubo: no such endpoint {endpoint}")
 
 
 # -- the fake transport and peers ----------------------------------------------------------

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
-from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import FakeKubo, wait_until
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
 
@@ -149,7 +148,7 @@ async def test_an_idle_consumer_is_closed_after_the_grace(sc: Sidecar) -> None:
 async def test_the_sidecar_closes_an_idle_consumer_by_itself(tmp_path: Path) -> None:
     """The housekeeping loop (every 2 s) closes a consumer idle past its grace; one
     with an open stream stays."""
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo, consumer_grace=0.5) as sc:
         topic = await _topic(sc)
         await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
@@ -175,7 +174,7 @@ async def test_the_sidecar_closes_an_idle_consumer_by_itself(tmp_path: Path) -> 
 
 
 async def test_a_named_consumer_resumes_from_its_cursor_after_a_restart(tmp_path: Path) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as first:
         topic = await _topic(first)
         await first.api.post(f"/v1/topics/{topic}/unsubscribe")

@@ -1,5 +1,5 @@
 """The HTTP API against a real :class:`sidecar.Driver` with an in-process fake Kubo
-(``benchmarks/driver_bench.py``'s ``FakeKubo`` behind ``httpx.MockTransport``) and a
+(``pulsarcast_ipfs.testing.FakeKubo`` behind ``httpx.MockTransport``) and a
 fake p2p transport: no daemon. Answers and error codes of docs/http-api.md, what the
 driver persisted, the injected clock; and the one direction of dependency (the API
 calls the driver's operations, the driver does not know the API)."""
@@ -22,7 +22,7 @@ import pytest
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import Scrape
+from pulsarcast_ipfs.testing import FAKE_KUBO_URL, FakeKubo, Scrape
 from sidecar import Driver, SidecarConfig, build_app
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +48,7 @@ async def sidecar_at(state_dir: Path, kubo: Any, **options: Any) -> AsyncIterato
 
     peers = bench.FakePeers(kubo.signer.peer_id, kubo)
     config = SidecarConfig(
-        kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir, **options
+        kubo_api=FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir, **options
     )
     driver = Driver(
         config,
@@ -65,7 +65,7 @@ async def sidecar_at(state_dir: Path, kubo: Any, **options: Any) -> AsyncIterato
 
 @pytest.fixture
 async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sidecar:
+    async with sidecar_at(tmp_path, FakeKubo(make_signers(1, seed=3)[0])) as sidecar:
         yield sidecar
 
 
@@ -289,7 +289,7 @@ async def test_the_planted_loss_drops_exactly_the_nth_delivery(
     delivery is missing from the log for good, although the event is published and
     in the history; the others are delivered."""
     monkeypatch.setenv("PULSARCAST_ALLOW_MISBEHAVE", "1")
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo, misbehave="lose=2") as sc:
         topic = await _topic(sc)
         for n in range(3):

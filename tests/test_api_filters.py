@@ -11,10 +11,9 @@ import anyio
 import pytest
 from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
-from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.bench._systems import parse_forward_counts
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import Scrape
+from pulsarcast_ipfs.testing import FakeKubo, Scrape
 
 __all__ = ["sc"]  # the fixture, imported for the tests below
 
@@ -105,7 +104,7 @@ async def _deliveries(sc: Sidecar, after: int = 0) -> list[dict[str, Any]]:
 async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives_a_restart(
     tmp_path: Path,
 ) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as sc:
         topic = await _topic(sc)
         r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": WHERE})

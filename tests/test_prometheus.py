@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_api_fake import Sidecar, _topic, bench, make_signers, sidecar_at
+from test_api_fake import Sidecar, _topic, make_signers, sidecar_at
 
 from pulsarcast_ipfs.core import Deliver, FetchBlock, cid_from_str, compute_cid
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.testing import Scrape
+from pulsarcast_ipfs.testing import FakeKubo, Scrape
 from sidecar._prometheus import (
     DELIVERY_BUCKETS,
     FAMILIES,
@@ -45,7 +45,7 @@ def _parser_name(name: str, type_: str) -> str:
 async def test_every_family_is_typed_and_helped_and_counts_known_traffic(
     tmp_path: Path,
 ) -> None:
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sc:
+    async with sidecar_at(tmp_path, FakeKubo(make_signers(1, seed=3)[0])) as sc:
         topic = await _topic(sc, "news")
         for n in range(3):
             r = await sc.api.post(
@@ -98,7 +98,7 @@ async def test_every_family_is_typed_and_helped_and_counts_known_traffic(
 
 @pytest.mark.anyio
 async def test_topic_labels_are_bounded_with_an_other_bucket(tmp_path: Path) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as sc:
         sc.driver.prom.topics.limit = 2  # the first two label sets: "t0" and "meta-t0"
         for i in range(4):
@@ -176,7 +176,7 @@ async def test_the_driver_times_a_recovered_delivery(tmp_path: Path) -> None:
     """The driver's wiring: the core's ``FetchBlock`` starts the clock, its ``Deliver``
     with ``recovered`` stops it (the topic's repair histogram gets one), a live
     ``Deliver`` does not."""
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sc:
+    async with sidecar_at(tmp_path, FakeKubo(make_signers(1, seed=3)[0])) as sc:
         topic = await _topic(sc, "news")
         r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "m"})
         d = sc.driver

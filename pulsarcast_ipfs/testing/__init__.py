@@ -2,15 +2,17 @@
 
 :func:`wait_until` polls a condition on real daemons with a deadline;
 :class:`Scrape` reads a sidecar's ``/metrics`` back with prometheus_client's parser;
-:class:`RecordSources` stands in for sidecars' ``/v1/records`` (``pulsarcast collect``). The local
+:class:`RecordSources` stands in for sidecars' ``/v1/records`` (``pulsarcast collect``);
+:class:`FakeKubo` and :class:`StrictKubo` stand in for Kubo's RPC API in process. The local
 Kubo and sidecar clusters the tests start are production code and live in
 :mod:`pulsarcast_ipfs.cluster`.
 """
 
 from __future__ import annotations
 
+from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
 from pulsarcast_ipfs.testing._records import RecordSources
 from pulsarcast_ipfs.testing._scrape import Scrape
 from pulsarcast_ipfs.testing._wait import wait_until
 
-__all__ = ["RecordSources", "Scrape", "wait_until"]
+__all__ = ["FAKE_KUBO_URL", "FakeKubo", "RecordSources", "Scrape", "StrictKubo", "wait_until"]
