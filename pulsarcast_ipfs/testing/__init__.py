@@ -31,6 +31,7 @@ from pulsarcast_ipfs.testing._corenets import (
 )
 from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
 from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
+from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
 from pulsarcast_ipfs.testing._records import RecordSources
 from pulsarcast_ipfs.testing._scrape import Scrape
 from pulsarcast_ipfs.testing._sidecar import (
@@ -54,6 +55,7 @@ __all__ = [
     "FakeTransport",
     "FetchLog",
     "RecordSources",
+    "ReportRecord",
     "Scrape",
     "Sidecar",
     "SigningWorld",
@@ -64,7 +66,9 @@ __all__ = [
     "delegated_event",
     "expect_error",
     "orphaned_topic",
+    "records_r1",
     "relay_below_author",
+    "report_record",
     "running",
     "sidecar_at",
     "subscribed_tree",
