@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_core_node import _below_a_relay
-from test_core_split_identity import SCENARIOS
 
 from pulsarcast_ipfs.core import PulsarcastNode
 from pulsarcast_ipfs.core._errors import LocalProtocolError
@@ -25,6 +23,7 @@ from pulsarcast_ipfs.core._treestate import (
     tree_state,
 )
 from pulsarcast_ipfs.core.testing import CoreNet
+from pulsarcast_ipfs.testing import GOLDEN_SCENARIOS, below_a_relay
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol-notes.md"
 BEGIN = "<!-- tree state table: generated from core/_treestate.py, do not edit -->\n"
@@ -111,7 +110,7 @@ def _lone_joiner() -> CoreNet:
 def _lagging_relay() -> CoreNet:
     """A member below a relay (flat trees off) whose links slow down: it moves to a
     closer peer (made sure of here, whatever the split-identity scenarios do)."""
-    net, topic, _, _, child, slow = _below_a_relay()
+    net, topic, _, _, child, slow = below_a_relay()
     net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
     net.run_for(8)
     assert net.nodes[child].topic_state(topic).parent not in (None, slow)
@@ -119,7 +118,7 @@ def _lagging_relay() -> CoreNet:
 
 
 def test_every_transition_the_node_makes_is_in_the_table(observer: Observer) -> None:
-    for run in [*SCENARIOS.values(), _lone_joiner, _lagging_relay]:
+    for run in [*GOLDEN_SCENARIOS.values(), _lone_joiner, _lagging_relay]:
         run()
     assert sorted(set(observer.bad)) == []
     S, I = TreeState, TreeInput  # noqa: E741

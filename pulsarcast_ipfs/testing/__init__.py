@@ -2,15 +2,76 @@
 
 :func:`wait_until` polls a condition on real daemons with a deadline;
 :class:`Scrape` reads a sidecar's ``/metrics`` back with prometheus_client's parser;
-:class:`RecordSources` stands in for sidecars' ``/v1/records`` (``pulsarcast collect``). The local
+:class:`RecordSources` stands in for sidecars' ``/v1/records`` (``pulsarcast collect``);
+:class:`FakeKubo` and :class:`StrictKubo` stand in for Kubo's RPC API in process,
+:class:`FakePeers` and :class:`FakeTransport` for the p2p network, and :func:`sidecar_at`
+runs a real driver and its HTTP API on them. The pure core's own test networks are
+:class:`pulsarcast_ipfs.core.testing.CoreNet`; :class:`SigningWorld`, :func:`subscribed_tree`,
+:data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need. The local
 Kubo and sidecar clusters the tests start are production code and live in
 :mod:`pulsarcast_ipfs.cluster`.
 """
 
 from __future__ import annotations
 
+from pulsarcast_ipfs.testing._corenets import (
+    DELEGATE_SEED_A,
+    DELEGATE_SEED_B,
+    GOLDEN_SCENARIOS,
+    ORPHAN_EVENTS,
+    FetchLog,
+    SigningWorld,
+    below_a_relay,
+    delegate,
+    delegated_event,
+    orphaned_topic,
+    relay_below_author,
+    subscribed_tree,
+    xor_distance,
+)
+from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
+from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
+from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
 from pulsarcast_ipfs.testing._records import RecordSources
 from pulsarcast_ipfs.testing._scrape import Scrape
+from pulsarcast_ipfs.testing._sidecar import (
+    CLOCK_OFFSET,
+    Sidecar,
+    create_topic,
+    expect_error,
+    sidecar_at,
+)
 from pulsarcast_ipfs.testing._wait import wait_until
 
-__all__ = ["RecordSources", "Scrape", "wait_until"]
+__all__ = [
+    "CLOCK_OFFSET",
+    "DELEGATE_SEED_A",
+    "DELEGATE_SEED_B",
+    "FAKE_KUBO_URL",
+    "GOLDEN_SCENARIOS",
+    "ORPHAN_EVENTS",
+    "FakeKubo",
+    "FakePeers",
+    "FakeTransport",
+    "FetchLog",
+    "RecordSources",
+    "ReportRecord",
+    "Scrape",
+    "Sidecar",
+    "SigningWorld",
+    "StrictKubo",
+    "below_a_relay",
+    "create_topic",
+    "delegate",
+    "delegated_event",
+    "expect_error",
+    "orphaned_topic",
+    "records_r1",
+    "relay_below_author",
+    "report_record",
+    "running",
+    "sidecar_at",
+    "subscribed_tree",
+    "wait_until",
+    "xor_distance",
+]
