@@ -55,15 +55,14 @@ from dataclasses import replace
 
 from pulsarcast_ipfs.core._cid import CID
 
-from . import _dagcbor
 from ._base import NodeBase
 from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, encode_frame
 from ._filters import Filter, matches_any
 from ._tree import Tree
+from ._window import FINGERPRINT_MASK, cid_term
 
 __all__ = ["DIGEST_REPEATS", "AntiEntropy", "fingerprint"]
 
-_MASK = (1 << 64) - 1
 DIGEST_REPEATS = 4
 """An unchanged DIGEST is sent again this many times (after 1, 2, 4, 8 rounds),
 unless the neighbour's DIGEST of the same window compared equal."""
@@ -76,11 +75,10 @@ def fingerprint(cids: Iterable[CID]) -> tuple[int, int]:
     bytes (the end of its sha2-256 digest) modulo 2**64."""
     count = 0
     total = 0
-    cid_bytes = _dagcbor._cid_bytes
     for cid in cids:
         count += 1
-        total += int.from_bytes(cid_bytes(cid)[-8:], "big")
-    return count, total & _MASK
+        total += cid_term(cid)
+    return count, total & FINGERPRINT_MASK
 
 
 class AntiEntropy(NodeBase):
@@ -334,7 +332,11 @@ class AntiEntropy(NodeBase):
         self, now: float, tree: Tree, lo: float, peer: str
     ) -> tuple[float, float, int, int]:
         hi = max(lo, now - self.config.heads_interval / 2)
-        count, total = fingerprint(c for c, _ in self._window_items(tree, lo, hi, peer))
+        edge = tree.edges.get(peer)
+        if (edge is None or not edge.skipped) and self._edge_summary(tree, peer) is None:
+            count, total = tree.window.fingerprint(lo, hi)
+        else:
+            count, total = fingerprint(c for c, _ in self._window_items(tree, lo, hi, peer))
         return lo, hi, count, total
 
     def _send_digest(

@@ -200,7 +200,8 @@ class Dissemination(NodeBase):
 
     def _note_recent(self, tree: Tree, cid: CID, ev: EventDescriptor) -> None:
         created = ev.created_ts
-        tree.older.pop(cid, None)
+        if tree.older.pop(cid, None) is None and cid not in tree.recent:
+            tree.window.add(cid, created)
         tree.recent[cid] = created
         tree.recent.move_to_end(cid)
         while len(tree.recent) > self.config.heads_size:
@@ -208,7 +209,9 @@ class Dissemination(NodeBase):
             # Older CIDs stay advertisable (history HEADS on new edges, DIGESTs).
             tree.older[old] = ts
             if len(tree.older) > self.config.history_size:
-                self._window_dropped(tree, *tree.older.popitem(last=False))
+                dropped, dropped_ts = tree.older.popitem(last=False)
+                tree.window.discard(dropped, dropped_ts)
+                self._window_dropped(tree, dropped, dropped_ts)
         # LAST_SEEN heads: an event seen is a head until an event seen links it.
         tips = tree.tips
         for p in self._parents_of(cid, ev):

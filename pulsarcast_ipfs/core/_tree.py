@@ -13,6 +13,7 @@ from ._filters import Filter
 from ._groupstate import FastState
 from ._history import TopicHistory
 from ._io import Role
+from ._window import WindowIndex
 
 __all__ = ["LRU", "EdgeSync", "JoinAttempt", "Tree"]
 
@@ -126,6 +127,9 @@ class Tree:
     heads_due: float | None = None
     recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
+    window: WindowIndex = field(default_factory=WindowIndex)
+    """``recent`` and ``older`` sorted by ``created``, for DIGEST fingerprints
+    (kept in step by ``Dissemination._note_recent``, the one place they change)."""
     tips: dict[CID, int] = field(default_factory=dict)
     """The DAG's heads as this node knows them: events seen that no event seen links
     (CID -> clock). LAST_SEEN links the newest of them (docs/protocol-notes.md)."""
