@@ -40,7 +40,6 @@ from pulsarcast_ipfs.core import (
     OutputDispatch,
     Pending,
     PublishResult,
-    PulsarcastError,
     PulsarcastNode,
     ReleaseBlocks,
     RetentionPolicy,
@@ -66,10 +65,10 @@ from ._acklevels import AckLevels, Published
 from ._announce import TopicAnnouncer
 from ._config import SidecarConfig
 from ._consumers import ConsumerPolicy
-from ._delegate import DelegateKeeper
 from ._persistence import Persistence
 from ._readers import Readers
 from ._routing import RoutingView, topic_cid
+from ._signing import KuboSigner, SigningFailed
 from ._state import StateError, StateStore
 from ._store import BlockStore
 from ._subscriptions import Subscriptions
@@ -92,17 +91,9 @@ class Service(Protocol):
     ) -> Awaitable[None]: ...
 
 
-SIGN_TIMEOUT = 10.0
-"""Longest wait for Kubo ``key/sign`` (one signature)."""
-OPERATION_TIMEOUT = 30.0
-"""Longest wait for an API command's signatures (queued behind others')."""
 WARM_MAX = 64
 """Connections at most, tree neighbours included, beyond which the members of a
 topic's root list are no longer connected ahead of need (:meth:`Driver.warm_members`)."""
-
-
-class SigningFailed(PulsarcastError):
-    """An API command could not be signed through Kubo (the API answers 503)."""
 
 
 def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
@@ -234,13 +225,8 @@ class Driver:
         self.ready = anyio.Event()
         self._services_done: list[anyio.Event] = []
         self._tg: anyio.abc.TaskGroup | None = None
-        self._done: OrderedDict[str, OperationDone] = OrderedDict()
-        self.signatures = 0
-        """Signatures made through Kubo ``key/sign``."""
-        self.sign_failures = 0
-        self.sign_seconds = 0.0
-        self.delegates: DelegateKeeper | None = None
-        """The delegated signing key's keeper (signatures on, ``delegate_ttl`` > 0)."""
+        self.signer = KuboSigner(self, kubo=self.kubo)
+        """Signatures through Kubo ``key/sign`` and the delegated key (:mod:`._signing`)."""
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
         self.reading = Readers(self)
@@ -274,57 +260,11 @@ class Driver:
             self._pump()
 
     async def complete(self, value: T | Pending) -> T:
-        """The result of an API command: ``value``, or, for :class:`Pending`, what the
-        operation finished with once Kubo signed it (:class:`SigningFailed` if not)."""
-        if not isinstance(value, Pending):
-            return value
-        op = value.op
-        done = await self.wait_for(lambda: op in self._done, max_wait=OPERATION_TIMEOUT)
-        if not done:
-            raise SigningFailed(f"signing through Kubo took over {OPERATION_TIMEOUT:.0f} s")
-        out = self._done.pop(op)
-        if out.error is not None or out.result is None:
-            raise SigningFailed(out.error or "the operation failed")
-        return out.result  # type: ignore[return-value]
+        """The result of an API command, once signed (:meth:`._signing.KuboSigner.complete`)."""
+        return await self.signer.complete(value)
 
     def on_sign_request(self, _: None, out: SignRequest) -> None:
-        """Carry out a :class:`SignRequest` with Kubo ``key/sign`` on the node's key."""
-        if self._tg is None:
-            self.call(lambda now: self.node.sign_failed(now, out.request_id, "not running"))
-            return
-        self._tg.start_soon(self._sign_task, out)
-
-    async def _sign_task(self, out: SignRequest) -> None:
-        t0 = time.perf_counter()
-        try:
-            with anyio.fail_after(SIGN_TIMEOUT):
-                signed = await self.kubo.key_sign(out.data)
-            signature = signed.signature
-        except (KuboError, TimeoutError) as exc:
-            self.sign_failures += 1
-            reason = f"Kubo key/sign: {exc or type(exc).__name__}"
-            log.warning("signing failed: %s", reason)
-            self.call(lambda now: self.node.sign_failed(now, out.request_id, reason))
-            return
-        self.signatures += 1
-        self.sign_seconds += time.perf_counter() - t0
-        try:
-            self.call(lambda now: self.node.signed(now, out.request_id, signature))
-        except Exception:
-            log.exception("signed(%s) failed", out.request_id)
-
-    async def _kubo_sign(self, data: bytes) -> bytes:
-        """Kubo ``key/sign`` with the node's own key (:data:`SIGN_TIMEOUT`)."""
-        with anyio.fail_after(SIGN_TIMEOUT):
-            return (await self.kubo.key_sign(data)).signature
-
-    async def _renew_delegate(self) -> None:
-        """Make a new delegated signing key and hand it to the core (:mod:`._delegate`)."""
-        if self.delegates is None:
-            return
-        key = await self.delegates.renew(self.clock())
-        if key is not None:
-            self.call(lambda now: self.node.use_delegate(now, key))
+        self.signer.request(out, self._tg.start_soon if self._tg is not None else None)
 
     async def wait_for(self, predicate: Callable[[], bool], *, max_wait: float) -> bool:
         """Wait until ``predicate()`` holds after some input to the node; False on timeout."""
@@ -403,11 +343,7 @@ class Driver:
         self.transport.disconnect(out.peer, out.until)
 
     def on_operation_done(self, _: None, out: OperationDone) -> None:
-        if out.error is not None:
-            log.warning("operation %s failed: %s", out.op, out.error)
-        self._done[out.op] = out
-        if len(self._done) > 1024:  # answers nobody waits for any more
-            self._done.popitem(last=False)
+        self.signer.operation_done(out)
 
     def on_metric_record(self, _: None, rec: MetricRecord) -> None:
         if rec.kind is RecordKind.TREE_CHANGED:
@@ -788,10 +724,7 @@ class Driver:
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
             if self.config.require_signatures and self.config.delegate_ttl > 0:
-                self.delegates = DelegateKeeper(
-                    peer_id=self.peer_id, ttl=self.config.delegate_ttl, sign=self._kubo_sign
-                )
-                await self._renew_delegate()
+                await self.signer.start_delegating(ttl=self.config.delegate_ttl)
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
@@ -964,9 +897,8 @@ class Driver:
             self.acks.sweep()
             self.announce_topics()
             self.warm_members()
-            if self.delegates is not None and self._tg is not None:
-                if self.delegates.due(self.clock()):
-                    self._tg.start_soon(self._renew_delegate)
+            if self._tg is not None and self.signer.delegate_due(self.clock()):
+                self._tg.start_soon(self.signer.renew_delegate)
             if self.persistence.dirty and self.fatal is None:
                 try:
                     await self.persistence.save_in_thread()

@@ -55,8 +55,8 @@ from pulsarcast_ipfs.core import FastGroupState, PulsarcastNode, TopicState, cid
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
-from ._delegate import DelegateKeeper
 from ._readers import Readers
+from ._signing import KuboSigner
 from ._state import StateStore
 from ._store import BlockStore
 from ._subscriptions import Subscriptions
@@ -457,22 +457,13 @@ class Scraped(Protocol):
     def reading(self) -> Readers: ...
 
     @property
-    def delegates(self) -> DelegateKeeper | None: ...
-
-    @property
     def duplicates_suppressed(self) -> int: ...
 
     @property
     def topics_left_to_announcers(self) -> int: ...
 
     @property
-    def signatures(self) -> int: ...
-
-    @property
-    def sign_failures(self) -> int: ...
-
-    @property
-    def sign_seconds(self) -> float: ...
+    def signer(self) -> KuboSigner: ...
 
 
 def fast_gauges(d: Scraped) -> dict[str, int]:
@@ -519,6 +510,8 @@ class SidecarCollector(Collector):
         yield _histograms("pulsarcast_repair_seconds", s.repairs)
         yield from self._trees()
         store, transport, reading = d.store, d.transport, d.reading
+        signer = d.signer
+        delegates = signer.delegates
         node = d.node if d.running else None
         forwards = node.filter_forwards if node is not None else {}
         guard = node.guard_counts if node is not None else {}
@@ -556,11 +549,11 @@ class SidecarCollector(Collector):
             "pulsarcast_frames_out_total": transport.frames_out,
             "pulsarcast_socket_writes_total": transport.writes,
             "pulsarcast_bad_frames_total": transport.bad_frames,
-            "pulsarcast_signatures_total": d.signatures,
-            "pulsarcast_sign_failures_total": d.sign_failures,
-            "pulsarcast_sign_seconds_total": d.sign_seconds,
-            "pulsarcast_delegations_total": d.delegates.renewals if d.delegates else 0,
-            "pulsarcast_delegation_failures_total": d.delegates.failures if d.delegates else 0,
+            "pulsarcast_signatures_total": signer.signatures,
+            "pulsarcast_sign_failures_total": signer.failures,
+            "pulsarcast_sign_seconds_total": signer.seconds,
+            "pulsarcast_delegations_total": delegates.renewals if delegates else 0,
+            "pulsarcast_delegation_failures_total": delegates.failures if delegates else 0,
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
             "pulsarcast_forwards_down_total": forwards.get("down", 0),
