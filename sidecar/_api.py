@@ -80,13 +80,16 @@ from ._acklevels import (
 from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._dashboard import cookie_login, dashboard_cookie_ok
 from ._dashboard import routes as dashboard_routes
-from ._driver import VERSION, Driver, SigningFailed, event_json
+from ._deliveries import event_json
+from ._driver import Driver
 from ._openapi import openapi_document
 from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._readers import NotResolved
 from ._record_pages import MAX_LIMIT, CursorError, parse_cursor
+from ._signing import SigningFailed
 from ._status import topic_status
 from ._subscriptions import consumer_json
+from ._version import VERSION
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
 
@@ -773,7 +776,7 @@ class _Api:
             topic = consumer.topic
             if after is None:
                 after = consumer.cursor
-        lst = self.d.listen()  # before reading the log: no gap between replay and live
+        lst = self.d.deliveries.listen()  # before reading the log: no gap between replay and live
         start = after if after is not None else self.d.last_seq
         d, registry = self.d, self.d.subs.registry
 
@@ -818,7 +821,7 @@ class _Api:
                             yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
                         passed(last)
             finally:
-                d.unlisten(lst)
+                d.deliveries.unlisten(lst)
                 if consumer is not None:
                     registry.detach(d.clock(), consumer)
 

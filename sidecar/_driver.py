@@ -11,14 +11,12 @@ completely before the next one.
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import random
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -65,18 +63,18 @@ from ._acklevels import AckLevels, Published
 from ._announce import TopicAnnouncer
 from ._config import SidecarConfig
 from ._consumers import ConsumerPolicy
+from ._deliveries import Deliveries
 from ._persistence import Persistence
 from ._readers import Readers
 from ._routing import RoutingView, topic_cid
-from ._signing import KuboSigner, SigningFailed
+from ._signing import KuboSigner
 from ._state import StateError, StateStore
 from ._store import BlockStore
 from ._subscriptions import Subscriptions
 from ._telemetry import Telemetry
 from ._transport import Transport
-from ._version import VERSION
 
-__all__ = ["VERSION", "Driver", "SigningFailed", "event_json"]
+__all__ = ["Driver", "Service"]
 
 log = logging.getLogger("pulsarcast.sidecar")
 T = TypeVar("T")
@@ -94,30 +92,6 @@ class Service(Protocol):
 WARM_MAX = 64
 """Connections at most, tree neighbours included, beyond which the members of a
 topic's root list are no longer connected ahead of need (:meth:`Driver.warm_members`)."""
-
-
-def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
-    """The Event object of docs/http-api.md."""
-    return {
-        "cid": str(cid) if isinstance(cid, str) else cid_str(cid),
-        "topic": cid_str(ev.topic),
-        "author": ev.author,
-        "publisher": ev.publisher,
-        "parents": [cid_str(p) for p in ev.parents],
-        "clock": ev.clock,
-        "created": ev.created,
-        "protocol_version": ev.protocol_version,
-        "payload": base64.b64encode(ev.payload).decode("ascii"),
-        "attributes": dict(ev.attributes) if ev.attributes is not None else {},
-    }
-
-
-@dataclass(slots=True, eq=False)
-class Listener:
-    """One live delivery stream's inbox."""
-
-    items: deque[dict[str, Any]] = field(default_factory=deque)
-    wake: anyio.Event = field(default_factory=anyio.Event)
 
 
 class Driver:
@@ -213,14 +187,10 @@ class Driver:
         (:mod:`pulsarcast_ipfs.testing._misbehave`); None: honest."""
         if self._misbehaviour is not None:
             log.warning("misbehaving on purpose (test only): %s", self._misbehaviour)
-        self._deliveries_seen = 0
-        """Deliveries handled since start (``--misbehave lose=N`` drops the N-th)."""
-        self._listeners: set[Listener] = set()
         self._topics: dict[str, str] = {}
         """Root topic CID → name, for every tree this node has been in."""
         self.blocks: OrderedDict[CID, bytes] = OrderedDict()
         """Recently stored descriptor blocks (answer the API before block/put is done)."""
-        self.duplicates_suppressed = 0
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
         self._services_done: list[anyio.Event] = []
@@ -240,6 +210,14 @@ class Driver:
             self.state, topic_state=self.topic_state, save_consumers=self.subs.save
         )
         """When ``state.json`` is saved, and with what (:mod:`._persistence`)."""
+        self.deliveries = Deliveries(
+            state=self.state,
+            stats=self.telemetry.stats,
+            persistence=self.persistence,
+            fail=self.fail,
+            misbehaviour=self._misbehaviour,
+        )
+        """The delivery log's writer and the live delivery streams (:mod:`._deliveries`)."""
 
     @property
     def node(self) -> PulsarcastNode:
@@ -356,41 +334,12 @@ class Driver:
         self.telemetry.write(rec)
 
     def on_deliver(self, _: None, out: Deliver) -> None:
-        cid = cid_str(out.event_cid)
-        if cid in self.state.delivered:
-            # Gap repair after a restart re-finds events delivered before it.
-            self.duplicates_suppressed += 1
-            return
-        root = cid_str(out.topic_cid)
-        if out.recovered:
-            self.telemetry.stats.repaired(out.event_cid, out.topic_cid, self._topics.get(root, ""))
-        else:
-            self.telemetry.stats.forget_fetch(out.event_cid)
-        obj = event_json(cid, out.event)
-        obj.update(
-            topic_root=root,
-            topic_name=self._topics.get(root, ""),
-            recovered=out.recovered,
-            delivered_at=self.clock(),
+        self.deliveries.deliver(
+            out,
+            topic_name=self._topics.get(cid_str(out.topic_cid), ""),
+            now=self.clock(),
+            stopped=self.fatal is not None,
         )
-        if self.fatal is not None:
-            return
-        if self._misbehaviour is not None and self._misbehaviour.kind == "lose":
-            self._deliveries_seen += 1
-            if self._deliveries_seen == self._misbehaviour.nth:  # test only: a planted loss
-                log.warning("dropping delivery %s on purpose (test only: lose)", cid)
-                return
-        try:
-            obj = self.state.append_delivery(obj)
-        except StateError as exc:
-            # Exactly-once to the app needs the log: stop rather than deliver unrecorded.
-            # The event is not marked delivered, so a restart's gap repair delivers it.
-            self.fail(str(exc))
-            return
-        self.persistence.mark_dirty()
-        for lst in self._listeners:
-            lst.items.append(obj)
-            lst.wake.set()
 
     def _on_rpc(self, peer: str, rpc: Rpc, size: int) -> None:
         try:
@@ -408,20 +357,11 @@ class Driver:
         except Exception:
             log.exception("block_fetched(%s) failed", cid)
 
-    # -- listeners (delivery streams) -------------------------------------------------
-
-    def listen(self) -> Listener:
-        lst = Listener()
-        self._listeners.add(lst)
-        return lst
-
-    def unlisten(self, lst: Listener) -> None:
-        self._listeners.discard(lst)
+    # -- delivery streams and the state ----------------------------------------------
 
     def wake_listeners(self) -> None:
         """Wake every delivery stream (a consumer closed: its streams end)."""
-        for lst in self._listeners:
-            lst.wake.set()
+        self.deliveries.wake_all()
 
     def mark_dirty(self) -> None:
         """Something of ``state.json`` changed (a consumer's cursor): saved within 2 s."""
@@ -648,6 +588,11 @@ class Driver:
         return self._node is not None
 
     @property
+    def duplicates_suppressed(self) -> int:
+        """Deliveries found again by repair after a restart (:mod:`._deliveries`)."""
+        return self.deliveries.duplicates_suppressed
+
+    @property
     def topics_left_to_announcers(self) -> int:
         """Subscribed topics this node leaves to closer announcers (:mod:`._announce`)."""
         return self.announcer.left_to_announcers
@@ -788,8 +733,7 @@ class Driver:
 
     def stop(self) -> None:
         self.stopping.set()
-        for lst in self._listeners:
-            lst.wake.set()
+        self.deliveries.wake_all()
 
     def _resume(self) -> None:
         """Re-subscribe what the persisted state says (§5 eventual delivery after a
