@@ -23,7 +23,6 @@ import anyio
 import anyio.abc
 
 from pulsarcast_ipfs.core import (
-    MATCH_ALL,
     Deliver,
     DescriptorError,
     DisconnectPeer,
@@ -52,7 +51,6 @@ from pulsarcast_ipfs.core import (
     UnknownTopic,
     cid_from_str,
     cid_str,
-    render_filter,
 )
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
@@ -681,7 +679,8 @@ class Driver:
                     tg.start_soon(self._housekeeping_loop)
                     if self.telemetry.samples_resources:
                         tg.start_soon(self.telemetry.resource_loop, self.kubo)
-                    self._resume()
+                    if self.subs.resume():
+                        self.persistence.mark_dirty()
                     if waiting:
                         tg.start_soon(self.acks.resume, waiting)
                     for service in services:
@@ -734,33 +733,6 @@ class Driver:
     def stop(self) -> None:
         self.stopping.set()
         self.deliveries.wake_all()
-
-    def _resume(self) -> None:
-        """Re-subscribe what the persisted state says (§5 eventual delivery after a
-        restart; the core was told what the delivery log holds when it was made)."""
-        for root, since in list(self.state.state.subscriptions.items()):
-            try:
-                cid = cid_from_str(root)
-            except ValueError:
-                log.warning("skipping bad persisted topic CID %r", root)
-                continue
-            wanted = self.subs.interest(root)
-            if wanted is None:
-                log.info("dropping subscription %s: no consumer wants it any more", root)
-                del self.state.state.subscriptions[root]
-                if root in self.state.state.consumer_only:
-                    self.state.state.consumer_only.remove(root)
-                self.persistence.mark_dirty()
-                continue
-            log.info(
-                "resuming subscription %s (since %.3f)%s",
-                root,
-                since,
-                f" where {' | '.join(render_filter(f) for f in wanted)}"
-                if wanted != (MATCH_ALL,)
-                else "",
-            )
-            self.subs.subscribe_node(cid, root, since=since)
 
     _routing: RoutingView | None = None
     """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""

@@ -91,6 +91,37 @@ class Subscriptions:
         explicit = self.explicit(root) and root in self.d.state.state.fast
         return explicit or self.registry.wants_fast(root)
 
+    def resume(self) -> bool:
+        """Re-subscribe what the persisted state says (§5 eventual delivery after a
+        restart; the core was told what the delivery log holds when it was made), and
+        drop the subscriptions nothing wants any more; whether the state changed."""
+        st = self.d.state.state
+        changed = False
+        for root, since in list(st.subscriptions.items()):
+            try:
+                cid = cid_from_str(root)
+            except ValueError:
+                log.warning("skipping bad persisted topic CID %r", root)
+                continue
+            wanted = self.interest(root)
+            if wanted is None:
+                log.info("dropping subscription %s: no consumer wants it any more", root)
+                del st.subscriptions[root]
+                if root in st.consumer_only:
+                    st.consumer_only.remove(root)
+                changed = True
+                continue
+            log.info(
+                "resuming subscription %s (since %.3f)%s",
+                root,
+                since,
+                f" where {' | '.join(render_filter(f) for f in wanted)}"
+                if wanted != (MATCH_ALL,)
+                else "",
+            )
+            self.subscribe_node(cid, root, since=since)
+        return changed
+
     def subscribe_node(self, cid: CID, root: str, *, since: float | None = None) -> bool:
         """Subscribe the core to ``cid`` with the union of ``root``'s interest; False if
         nothing wants it."""
