@@ -100,7 +100,7 @@ from pulsarcast_ipfs.polling import poll_until
 from pulsarcast_ipfs.testing import FAKE_KUBO_URL, FakeKubo, FakePeers, FakeTransport, running
 from sidecar import Driver, SidecarConfig, build_app
 from sidecar._config import DEFAULT_DELEGATE_TTL
-from sidecar._driver import Listener
+from sidecar._deliveries import Listener
 
 __all__ = [
     "SCENARIOS",
@@ -466,7 +466,7 @@ class _Rig:
             )
         )
         await anyio.sleep(0.2)  # let the set-up's last RPCs and records settle
-        listener: Listener = driver.listen()
+        listener: Listener = driver.deliveries.listen()
         calls_before, puts_before = Counter(kubo.calls), kubo.blocks_put
         kubo.watch(expected)
         frames_before, bytes_before = transport.frames_out, transport.bytes_out
@@ -520,7 +520,7 @@ class _Rig:
         stored_after = time.perf_counter() - began
         cpu_total = time.process_time() - began_cpu
         cpu_fakes = kubo.cpu + peers.cpu - fakes_before + feeding
-        driver.unlisten(listener)
+        driver.deliveries.unlisten(listener)
 
         want = set(expected)
         return Outcome(

@@ -6,7 +6,7 @@ in-process fake Kubo of :mod:`benchmarks.driver_bench` (no daemon): it creates
 the delivery-latency and publish-call histograms included, has its series), then
 scrapes ``/metrics`` ``--scrapes`` times over HTTP, as Prometheus does, and reports
 the exposition's size, its families and samples, and the scrape time (median, p95,
-max) with the time the driver takes to build it (``Driver.metrics_text``) apart.
+max) with the time the driver takes to build it (``Telemetry.metrics_text``) apart.
 
     .venv/bin/python -m benchmarks.metrics_scrape --topics 20
 """
@@ -76,7 +76,7 @@ async def measure(*, topics: int, events: int, scrapes: int, metrics_topics: int
                 build: list[float] = []
                 for _ in range(scrapes):
                     t0 = time.perf_counter()
-                    driver.metrics_text()
+                    driver.telemetry.metrics_text()
                     build.append(time.perf_counter() - t0)
             driver.stop()
     scrape = Scrape.parse(text)
@@ -94,7 +94,7 @@ async def measure(*, topics: int, events: int, scrapes: int, metrics_topics: int
         f"p95 {_ms(percentile(ms, 0.95)):.2f} ms, max {max(ms):.2f} ms"
     )
     print(
-        f"of which building it (Driver.metrics_text): median {_ms(median(bms)):.2f} ms, "
+        f"of which building it (Telemetry.metrics_text): median {_ms(median(bms)):.2f} ms, "
         f"p95 {_ms(percentile(bms, 0.95)):.2f} ms"
     )
 

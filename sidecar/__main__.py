@@ -19,9 +19,10 @@ from pulsarcast_ipfs.kubo import KuboError, KuboStreamMountingDisabled, KuboUnav
 
 from ._api import bind_api, serve_api
 from ._config import ANNOUNCE_MODES, ConfigError, SidecarConfig, load_config
-from ._driver import VERSION, Driver
+from ._driver import Driver
 from ._preflight import STREAM_MOUNTING_FIX, StartupRefused
 from ._state import StateError
+from ._version import VERSION
 
 log = logging.getLogger("pulsarcast.sidecar")
 

@@ -15,9 +15,10 @@ event; it answers for the event the first one made (and waits for its holders).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import Any, Final, Protocol
 
 import anyio
 
@@ -25,17 +26,16 @@ from pulsarcast_ipfs.core import LocalProtocolError, PublishResult, cid_from_str
 from pulsarcast_ipfs.core._acks import MAX_ACK
 from pulsarcast_ipfs.core._cid import CID
 
+from ._host import NodeHost
 from ._outbox import Outbox, OutboxItem
 from ._state import StateError
-
-if TYPE_CHECKING:
-    from ._driver import Driver
 
 __all__ = [
     "DEFAULT_ACK",
     "DEFAULT_ACK_TIMEOUT",
     "MAX_ACK",
     "MAX_ACK_TIMEOUT",
+    "AckHost",
     "AckLevels",
     "NotAcknowledged",
     "Published",
@@ -104,12 +104,38 @@ def parse_idempotency_key(value: object) -> str:
     return value
 
 
+class AckHost(NodeHost, Protocol):
+    """What publishing at acknowledgement levels needs of the driver."""
+
+    @property
+    def blocks(self) -> Mapping[CID, bytes]:
+        """Recently stored blocks (an own event's, to offer it on)."""
+        ...
+
+    def fail(self, why: str) -> None:
+        """Stop: the state (here the outbox) cannot be written."""
+        ...
+
+    async def publish_now(
+        self,
+        cid: CID,
+        payload: bytes,
+        *,
+        parent: CID | None,
+        inject_id: str | None,
+        attributes: dict[str, Any] | None = None,
+        ack: int = 0,
+    ) -> PublishResult:
+        """The core's publish, signed: the event exists and is on its way."""
+        ...
+
+
 class AckLevels:
     """The driver's publishes at acknowledgement levels, and its outbox."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
-        self.outbox = Outbox(driver.config.state_path)
+    def __init__(self, host: AckHost, *, state_path: Path) -> None:
+        self.d = host
+        self.outbox = Outbox(state_path)
         self._in_flight: dict[str, anyio.Event] = {}
         """Idempotency keys of publishes not answered by the core yet (signing)."""
 

@@ -16,7 +16,6 @@ import hmac
 import json
 import logging
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import nullcontext
 from typing import Any, Final
@@ -81,12 +80,16 @@ from ._acklevels import (
 from ._consumers import Consumer, ConsumerConflict, TooManyConsumers, check_name
 from ._dashboard import cookie_login, dashboard_cookie_ok
 from ._dashboard import routes as dashboard_routes
-from ._driver import VERSION, Driver, SigningFailed, event_json
+from ._deliveries import event_json
+from ._driver import Driver
 from ._openapi import openapi_document
 from ._prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ._readers import NotResolved
 from ._record_pages import MAX_LIMIT, CursorError, parse_cursor
+from ._signing import SigningFailed
 from ._status import topic_status
 from ._subscriptions import consumer_json
+from ._version import VERSION
 
 __all__ = ["REFUSALS", "ApiError", "bind_api", "build_app", "serve_api"]
 
@@ -96,10 +99,6 @@ DESCRIPTOR_TIMEOUT = 10.0
 MAX_HISTORY_LIMIT = 500
 NO_HOLDER_WAIT = 5.0
 """How long an unknown topic's descriptor is looked for when no node announces it."""
-READ_WAIT = 20.0
-"""Longest a history request waits for a new reader to gather the topic's history
-(holders looked up, tree joined, back-fill complete); then it answers with what it
-has and ``"complete": false``."""
 
 
 def _ack_fields(body: dict[str, Any], header: str | None) -> tuple[int, float, str | None]:
@@ -668,61 +667,34 @@ class _Api:
         )
 
     async def gather_history(self, cid: CID) -> bool:
-        """Make sure the node keeps topic ``cid``'s history; whether it is gathered.
+        """Make sure the node keeps topic ``cid``'s history (it may become a reader:
+        :meth:`._readers.Readers.gather`); whether it is gathered."""
+        try:
+            return await self.d.reading.gather(
+                cid, resolve=self.reader_root, resolve_wait=DESCRIPTOR_TIMEOUT
+            )
+        except NotResolved as exc:
+            raise ApiError(504, "timeout", str(exc)) from None
 
-        A subscriber or author answers at once. Otherwise (first read, or a reader
-        whose time ran out) the node finds the topic's holders, connects, calls
-        ``node.read`` and waits (bounded) for the back-fill; a reader that asks again
-        just extends its stay (``reader_ttl``).
-        """
-        d = self.d
-        root = d.known_root(cid)
-        if root is not None and d.reading.keeps_history(cid):
-            if d.reading.is_reader(root):
-                d.reading.start_reading(cid)  # extend the reader's stay
-            return True
-        async with d.reading.lock(cid):
-            root = d.known_root(cid)
-            if root is not None and d.reading.keeps_history(cid):
-                return True  # another request made it a reader meanwhile
-            return await self.become_reader(cid, root)
-
-    async def become_reader(self, cid: CID, root: CID | None) -> bool:
-        d = self.d
-        began = time.monotonic()
-        found, connected = await d.reading.find_holders(cid)
-        if root is None:
-            # Not a topic this node knows: check it is one (a clear 404 otherwise),
-            # then look for the holders of its first version (subscribers announce it).
-            desc = d.local_topic(cid)
-            if desc is None:
-                try:
-                    desc = await self.topic_descriptor(
-                        cid, DESCRIPTOR_TIMEOUT if found else NO_HOLDER_WAIT
-                    )
-                except ApiError as exc:
-                    if found or exc.code != "timeout":
-                        raise
-                    raise ApiError(
-                        404,
-                        "unknown_topic",
-                        f"topic {cid} is not known to this node and no node announces it",
-                    ) from None
-            root = await self.root_of(cid, desc)
-        if root != cid:  # a later version: subscribers announce the first one
-            more, more_connected = await d.reading.find_holders(root)
-            found, connected = found + more, connected + more_connected
-        settled = await d.reading.read_history(
-            cid,
-            root,
-            found=found,
-            connected=connected,
-            resolve_wait=DESCRIPTOR_TIMEOUT,
-            max_wait=max(1.0, READ_WAIT - (time.monotonic() - began)),
-        )
-        if settled is None:
-            raise ApiError(504, "timeout", f"resolving topic {cid} took too long")
-        return settled
+    async def reader_root(self, cid: CID, found: int) -> CID:
+        """The first version of topic ``cid``, which this node does not know: check it
+        is a topic (a clear 404 otherwise), waiting less for its descriptor when no
+        holder of it was ``found``."""
+        desc = self.d.local_topic(cid)
+        if desc is None:
+            try:
+                desc = await self.topic_descriptor(
+                    cid, DESCRIPTOR_TIMEOUT if found else NO_HOLDER_WAIT
+                )
+            except ApiError as exc:
+                if found or exc.code != "timeout":
+                    raise
+                raise ApiError(
+                    404,
+                    "unknown_topic",
+                    f"topic {cid} is not known to this node and no node announces it",
+                ) from None
+        return await self.root_of(cid, desc)
 
     async def history_page(
         self,
@@ -804,7 +776,7 @@ class _Api:
             topic = consumer.topic
             if after is None:
                 after = consumer.cursor
-        lst = self.d.listen()  # before reading the log: no gap between replay and live
+        lst = self.d.deliveries.listen()  # before reading the log: no gap between replay and live
         start = after if after is not None else self.d.last_seq
         d, registry = self.d, self.d.subs.registry
 
@@ -849,7 +821,7 @@ class _Api:
                             yield (json.dumps(obj, separators=(",", ":")) + "\n").encode()
                         passed(last)
             finally:
-                d.unlisten(lst)
+                d.deliveries.unlisten(lst)
                 if consumer is not None:
                     registry.detach(d.clock(), consumer)
 
@@ -868,7 +840,7 @@ class _Api:
                 raise ApiError(400, "bad_request", f"limit must be 0..{MAX_LIMIT}")
         try:
             cursor = parse_cursor(q["after"]) if "after" in q else None
-            page = self.d.record_page(cursor, limit)
+            page = self.d.telemetry.record_page(cursor, limit)
         except CursorError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
         if page is None:
@@ -887,7 +859,7 @@ class _Api:
         return Response(body, media_type="application/json")
 
     async def metrics(self, request: Request) -> Response:
-        return Response(self.d.metrics_text(), media_type=METRICS_CONTENT_TYPE)
+        return Response(self.d.telemetry.metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())

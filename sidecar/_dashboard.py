@@ -35,9 +35,9 @@ from starlette.types import Scope
 
 from pulsarcast_ipfs.dashboard import PAGE_PATH, dashboard_routes
 
-from ._driver import VERSION
 from ._prometheus import OTHER
 from ._status import tree_status
+from ._version import VERSION
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -51,7 +51,7 @@ COOKIE: Final = "pulsarcast_dashboard"
 def node_snapshot(d: Driver) -> dict[str, Any]:
     """This node for the dashboard: ``/v1/status``'s topics, each with its counts
     from the metrics and its parent link's round trip (docs/dashboard.md)."""
-    s = d.prom
+    s = d.telemetry.stats
     topics: list[dict[str, Any]] = []
     for st in d.topic_states() if d.running else ():
         t = tree_status(d, st)

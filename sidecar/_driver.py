@@ -11,21 +11,18 @@ completely before the next one.
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import random
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
 
 from pulsarcast_ipfs.core import (
-    MATCH_ALL,
     Deliver,
     DescriptorError,
     DisconnectPeer,
@@ -40,7 +37,6 @@ from pulsarcast_ipfs.core import (
     OutputDispatch,
     Pending,
     PublishResult,
-    PulsarcastError,
     PulsarcastNode,
     ReleaseBlocks,
     RetentionPolicy,
@@ -55,7 +51,6 @@ from pulsarcast_ipfs.core import (
     UnknownTopic,
     cid_from_str,
     cid_str,
-    render_filter,
 )
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig, KuboError
@@ -63,21 +58,21 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from pulsarcast_ipfs.testing._misbehave import verdict
 
 from ._acklevels import AckLevels, Published
-from ._announce import MEMBERS_WAIT, should_announce
+from ._announce import TopicAnnouncer
 from ._config import SidecarConfig
 from ._consumers import ConsumerPolicy
-from ._delegate import DelegateKeeper
-from ._metrics import MetricsWriter, resource_records
-from ._prometheus import SidecarStats, exposition, registry_for
+from ._deliveries import Deliveries
+from ._persistence import Persistence
 from ._readers import Readers
-from ._record_pages import RecordPage, read_page
 from ._routing import RoutingView, topic_cid
+from ._signing import KuboSigner
 from ._state import StateError, StateStore
-from ._store import BlockStore, kubo_announces_pins
+from ._store import BlockStore
 from ._subscriptions import Subscriptions
-from ._transport import PROTOCOL, Transport
+from ._telemetry import Telemetry
+from ._transport import Transport
 
-__all__ = ["Driver", "SigningFailed", "event_json"]
+__all__ = ["Driver", "Service"]
 
 log = logging.getLogger("pulsarcast.sidecar")
 T = TypeVar("T")
@@ -92,46 +87,9 @@ class Service(Protocol):
     ) -> Awaitable[None]: ...
 
 
-VERSION = "0.1.0"
-SIGN_TIMEOUT = 10.0
-"""Longest wait for Kubo ``key/sign`` (one signature)."""
-OPERATION_TIMEOUT = 30.0
-"""Longest wait for an API command's signatures (queued behind others')."""
-TOPIC_REANNOUNCE = 12 * 3600.0
-"""A subscribed topic is announced (``provide/once``) again this often."""
-TOPIC_ANNOUNCE_RETRY = 60.0
-"""After a failed topic announcement (descriptor not readable), try again this soon."""
 WARM_MAX = 64
 """Connections at most, tree neighbours included, beyond which the members of a
 topic's root list are no longer connected ahead of need (:meth:`Driver.warm_members`)."""
-
-
-class SigningFailed(PulsarcastError):
-    """An API command could not be signed through Kubo (the API answers 503)."""
-
-
-def event_json(cid: CID | str, ev: EventDescriptor) -> dict[str, Any]:
-    """The Event object of docs/http-api.md."""
-    return {
-        "cid": str(cid) if isinstance(cid, str) else cid_str(cid),
-        "topic": cid_str(ev.topic),
-        "author": ev.author,
-        "publisher": ev.publisher,
-        "parents": [cid_str(p) for p in ev.parents],
-        "clock": ev.clock,
-        "created": ev.created,
-        "protocol_version": ev.protocol_version,
-        "payload": base64.b64encode(ev.payload).decode("ascii"),
-        "attributes": dict(ev.attributes) if ev.attributes is not None else {},
-    }
-
-
-@dataclass(slots=True, eq=False)
-class Listener:
-    """One live delivery stream's inbox."""
-
-    items: deque[dict[str, Any]] = field(default_factory=deque)
-    wake: anyio.Event = field(default_factory=anyio.Event)
 
 
 class Driver:
@@ -156,19 +114,30 @@ class Driver:
             kubo if kubo is not None else KuboClient(config=KuboConfig(base_url=config.kubo_api))
         )
         self.state = StateStore(config.state_path, log_max=config.delivery_log_max)
-        self.prom = SidecarStats(topic_limit=config.metrics_topics)
-        """What only ``/metrics`` counts (:mod:`._prometheus`)."""
-        self.registry = registry_for(self)
-        """This sidecar's own Prometheus registry (never the process-wide one)."""
-        self.metrics = MetricsWriter(
-            config.metrics_path, run=config.run, system=config.system, stats=self.prom
+        self.telemetry = Telemetry(
+            source=self,
+            clock=clock,
+            metrics_path=config.metrics_path,
+            run=config.run,
+            system=config.system,
+            topic_limit=config.metrics_topics,
+            kubo_pid=config.kubo_pid,
+            resource_interval=config.resource_interval,
         )
+        """Metric records, ``/metrics`` and resource samples (:mod:`._telemetry`)."""
         self.store = BlockStore(
             kubo=self.kubo, fetch_timeout=config.fetch_timeout, retain_pin=config.retain_pin
         )
-        self.store.on_topic_announced = self._topic_announced
         self.store.on_held = self._on_held
-        self.acks = AckLevels(self)
+        self.announcer = TopicAnnouncer(
+            self,
+            store=self.store,
+            kubo=self.kubo,
+            k=config.topic_announcers,
+            fetch_timeout=config.fetch_timeout,
+        )
+        """Which subscribed topics this node announces, and when (:mod:`._announce`)."""
+        self.acks = AckLevels(self, state_path=config.state_path)
         """Publishes at acknowledgement levels and the persisted outbox (:mod:`._acklevels`)."""
         self.node_config = NodeConfig(
             ping_interval=config.ping_interval,
@@ -216,34 +185,18 @@ class Driver:
         (:mod:`pulsarcast_ipfs.testing._misbehave`); None: honest."""
         if self._misbehaviour is not None:
             log.warning("misbehaving on purpose (test only): %s", self._misbehaviour)
-        self._deliveries_seen = 0
-        """Deliveries handled since start (``--misbehave lose=N`` drops the N-th)."""
-        self._listeners: set[Listener] = set()
         self._topics: dict[str, str] = {}
         """Root topic CID → name, for every tree this node has been in."""
         self.blocks: OrderedDict[CID, bytes] = OrderedDict()
         """Recently stored descriptor blocks (answer the API before block/put is done)."""
-        self.duplicates_suppressed = 0
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
         self._services_done: list[anyio.Event] = []
-        self._dirty = False
         self._tg: anyio.abc.TaskGroup | None = None
-        self._done: OrderedDict[str, OperationDone] = OrderedDict()
-        self.signatures = 0
-        """Signatures made through Kubo ``key/sign``."""
-        self.sign_failures = 0
-        self.sign_seconds = 0.0
-        self.delegates: DelegateKeeper | None = None
-        """The delegated signing key's keeper (signatures on, ``delegate_ttl`` > 0)."""
+        self.signer = KuboSigner(self, kubo=self.kubo)
+        """Signatures through Kubo ``key/sign`` and the delegated key (:mod:`._signing`)."""
         self.fatal: str | None = None
         """Why the sidecar stopped on its own (state directory unwritable, disk full)."""
-        self._announced: dict[CID, float] = {}
-        """Subscribed topics (first versions) announced, with when (:attr:`clock`)."""
-        self._announce_wait: dict[CID, float] = {}
-        """Subscribed topics whose root's member list this node waits for, since when."""
-        self._not_announcing: dict[CID, float] = {}
-        """Subscribed topics this node leaves to closer announcers (since when)."""
         self.reading = Readers(self)
         """History reads of topics this node keeps no history of (:mod:`._readers`)."""
         self.subs = Subscriptions(
@@ -251,6 +204,18 @@ class Driver:
             ConsumerPolicy(grace=config.consumer_grace, retention=config.consumer_retention),
         )
         """The explicit subscriptions and the consumers (:mod:`._subscriptions`)."""
+        self.persistence = Persistence(
+            self.state, topic_state=self.topic_state, save_consumers=self.subs.save
+        )
+        """When ``state.json`` is saved, and with what (:mod:`._persistence`)."""
+        self.deliveries = Deliveries(
+            state=self.state,
+            stats=self.telemetry.stats,
+            persistence=self.persistence,
+            fail=self.fail,
+            misbehaviour=self._misbehaviour,
+        )
+        """The delivery log's writer and the live delivery streams (:mod:`._deliveries`)."""
 
     @property
     def node(self) -> PulsarcastNode:
@@ -271,57 +236,11 @@ class Driver:
             self._pump()
 
     async def complete(self, value: T | Pending) -> T:
-        """The result of an API command: ``value``, or, for :class:`Pending`, what the
-        operation finished with once Kubo signed it (:class:`SigningFailed` if not)."""
-        if not isinstance(value, Pending):
-            return value
-        op = value.op
-        done = await self.wait_for(lambda: op in self._done, max_wait=OPERATION_TIMEOUT)
-        if not done:
-            raise SigningFailed(f"signing through Kubo took over {OPERATION_TIMEOUT:.0f} s")
-        out = self._done.pop(op)
-        if out.error is not None or out.result is None:
-            raise SigningFailed(out.error or "the operation failed")
-        return out.result  # type: ignore[return-value]
+        """The result of an API command, once signed (:meth:`._signing.KuboSigner.complete`)."""
+        return await self.signer.complete(value)
 
     def on_sign_request(self, _: None, out: SignRequest) -> None:
-        """Carry out a :class:`SignRequest` with Kubo ``key/sign`` on the node's key."""
-        if self._tg is None:
-            self.call(lambda now: self.node.sign_failed(now, out.request_id, "not running"))
-            return
-        self._tg.start_soon(self._sign_task, out)
-
-    async def _sign_task(self, out: SignRequest) -> None:
-        t0 = time.perf_counter()
-        try:
-            with anyio.fail_after(SIGN_TIMEOUT):
-                signed = await self.kubo.key_sign(out.data)
-            signature = signed.signature
-        except (KuboError, TimeoutError) as exc:
-            self.sign_failures += 1
-            reason = f"Kubo key/sign: {exc or type(exc).__name__}"
-            log.warning("signing failed: %s", reason)
-            self.call(lambda now: self.node.sign_failed(now, out.request_id, reason))
-            return
-        self.signatures += 1
-        self.sign_seconds += time.perf_counter() - t0
-        try:
-            self.call(lambda now: self.node.signed(now, out.request_id, signature))
-        except Exception:
-            log.exception("signed(%s) failed", out.request_id)
-
-    async def _kubo_sign(self, data: bytes) -> bytes:
-        """Kubo ``key/sign`` with the node's own key (:data:`SIGN_TIMEOUT`)."""
-        with anyio.fail_after(SIGN_TIMEOUT):
-            return (await self.kubo.key_sign(data)).signature
-
-    async def _renew_delegate(self) -> None:
-        """Make a new delegated signing key and hand it to the core (:mod:`._delegate`)."""
-        if self.delegates is None:
-            return
-        key = await self.delegates.renew(self.clock())
-        if key is not None:
-            self.call(lambda now: self.node.use_delegate(now, key))
+        self.signer.request(out, self._tg.start_soon if self._tg is not None else None)
 
     async def wait_for(self, predicate: Callable[[], bool], *, max_wait: float) -> bool:
         """Wait until ``predicate()`` holds after some input to the node; False on timeout."""
@@ -389,7 +308,7 @@ class Driver:
         self.store.release(out.cids)
 
     def on_fetch_block(self, _: None, out: FetchBlock) -> None:
-        self.prom.fetching(out.cid)  # a gap repair's start (pulsarcast_repair_seconds)
+        self.telemetry.stats.fetching(out.cid)  # a gap repair's start (pulsarcast_repair_seconds)
         self.store.fetch(out.cid, self._on_fetched)
 
     def on_topic_updated(self, _: None, out: TopicUpdated) -> None:
@@ -400,11 +319,7 @@ class Driver:
         self.transport.disconnect(out.peer, out.until)
 
     def on_operation_done(self, _: None, out: OperationDone) -> None:
-        if out.error is not None:
-            log.warning("operation %s failed: %s", out.op, out.error)
-        self._done[out.op] = out
-        if len(self._done) > 1024:  # answers nobody waits for any more
-            self._done.popitem(last=False)
+        self.signer.operation_done(out)
 
     def on_metric_record(self, _: None, rec: MetricRecord) -> None:
         if rec.kind is RecordKind.TREE_CHANGED:
@@ -414,44 +329,15 @@ class Driver:
             log.debug("tree %s: %s", rec.fields.get("topic"), dict(rec.fields))
         elif rec.kind is RecordKind.EVENT_DROPPED:
             log.info("dropped: %s", dict(rec.fields))
-        self.metrics.write(rec)
+        self.telemetry.write(rec)
 
     def on_deliver(self, _: None, out: Deliver) -> None:
-        cid = cid_str(out.event_cid)
-        if cid in self.state.delivered:
-            # Gap repair after a restart re-finds events delivered before it.
-            self.duplicates_suppressed += 1
-            return
-        root = cid_str(out.topic_cid)
-        if out.recovered:
-            self.prom.repaired(out.event_cid, out.topic_cid, self._topics.get(root, ""))
-        else:
-            self.prom.forget_fetch(out.event_cid)
-        obj = event_json(cid, out.event)
-        obj.update(
-            topic_root=root,
-            topic_name=self._topics.get(root, ""),
-            recovered=out.recovered,
-            delivered_at=self.clock(),
+        self.deliveries.deliver(
+            out,
+            topic_name=self._topics.get(cid_str(out.topic_cid), ""),
+            now=self.clock(),
+            stopped=self.fatal is not None,
         )
-        if self.fatal is not None:
-            return
-        if self._misbehaviour is not None and self._misbehaviour.kind == "lose":
-            self._deliveries_seen += 1
-            if self._deliveries_seen == self._misbehaviour.nth:  # test only: a planted loss
-                log.warning("dropping delivery %s on purpose (test only: lose)", cid)
-                return
-        try:
-            obj = self.state.append_delivery(obj)
-        except StateError as exc:
-            # Exactly-once to the app needs the log: stop rather than deliver unrecorded.
-            # The event is not marked delivered, so a restart's gap repair delivers it.
-            self.fail(str(exc))
-            return
-        self._dirty = True
-        for lst in self._listeners:
-            lst.items.append(obj)
-            lst.wake.set()
 
     def _on_rpc(self, peer: str, rpc: Rpc, size: int) -> None:
         try:
@@ -469,24 +355,15 @@ class Driver:
         except Exception:
             log.exception("block_fetched(%s) failed", cid)
 
-    # -- listeners (delivery streams) -------------------------------------------------
-
-    def listen(self) -> Listener:
-        lst = Listener()
-        self._listeners.add(lst)
-        return lst
-
-    def unlisten(self, lst: Listener) -> None:
-        self._listeners.discard(lst)
+    # -- delivery streams and the state ----------------------------------------------
 
     def wake_listeners(self) -> None:
         """Wake every delivery stream (a consumer closed: its streams end)."""
-        for lst in self._listeners:
-            lst.wake.set()
+        self.deliveries.wake_all()
 
     def mark_dirty(self) -> None:
         """Something of ``state.json`` changed (a consumer's cursor): saved within 2 s."""
-        self._dirty = True
+        self.persistence.mark_dirty()
 
     # -- topics ------------------------------------------------------------------------
 
@@ -506,7 +383,8 @@ class Driver:
         except DescriptorError:
             return None
 
-    def _topic_state(self, cid: CID) -> TopicState | None:
+    def topic_state(self, cid: CID) -> TopicState | None:
+        """This node's place in topic ``cid``'s tree (``None``: not in it)."""
         try:
             return self.node.topic_state(cid)
         except UnknownTopic:
@@ -514,7 +392,7 @@ class Driver:
 
     def known_root(self, cid: CID) -> CID | None:
         """The first version of topic ``cid`` if the node has it in a tree."""
-        st = self._topic_state(cid)
+        st = self.topic_state(cid)
         return st.topic_cid if st is not None else None
 
     # -- operations of the HTTP API (sidecar/_api.py calls these, nothing else) -------
@@ -544,12 +422,12 @@ class Driver:
 
     def topic_states(self) -> list[TopicState]:
         """This node's place in every tree it has been in and still is."""
-        states = (self._topic_state(cid_from_str(root)) for root in self.topic_roots)
+        states = (self.topic_state(cid_from_str(root)) for root in self.topic_roots)
         return [st for st in states if st is not None]
 
     def latest_version(self, cid: CID) -> CID | None:
         """The newest version of topic ``cid`` the node knows, if it is in its tree."""
-        st = self._topic_state(cid)
+        st = self.topic_state(cid)
         return st.latest_cid if st is not None else None
 
     async def block(self, cid: CID, max_wait: float) -> bytes:
@@ -680,7 +558,7 @@ class Driver:
             root = self.known_root(cid) if self._node is not None else None
             root_s = cid_str(root) if root is not None else None
             name = self._topics.get(root_s, "") if root_s is not None else ""
-            self.prom.publish_call(root_s, name, time.perf_counter() - t0, ok=ok)
+            self.telemetry.stats.publish_call(root_s, name, time.perf_counter() - t0, ok=ok)
 
     def history(
         self,
@@ -702,129 +580,30 @@ class Driver:
         except UnknownTopic:
             return None
 
-    def fast_gauges(self) -> dict[str, int]:
-        """Fast groups, for ``/metrics``: deliveries by path, group sizes, helpers."""
-        counts = self.node.fast_counts if self._node is not None else {}
-        members = helpers = helping = joined = 0
-        for root in self.topic_roots if self._node is not None else ():
-            st = self.fast_state(cid_from_str(root))
-            if st is not None:
-                members += st.members
-                helpers += len(st.helpers)
-                helping += len(st.helping)
-                joined += len(st.joined)
-        return {
-            "deliveries_group": counts.get("group", 0),
-            "deliveries_helper": counts.get("helper", 0),
-            "deliveries_tree": counts.get("tree", 0),
-            "group_members": members,
-            "group_helpers": helpers,
-            "helping": helping,
-            "groups_joined": joined,
-        }
-
     @property
     def running(self) -> bool:
         """Whether the core node exists (the driver started)."""
         return self._node is not None
 
     @property
+    def duplicates_suppressed(self) -> int:
+        """Deliveries found again by repair after a restart (:mod:`._deliveries`)."""
+        return self.deliveries.duplicates_suppressed
+
+    @property
     def topics_left_to_announcers(self) -> int:
         """Subscribed topics this node leaves to closer announcers (:mod:`._announce`)."""
-        return len(self._not_announcing)
-
-    def metrics_text(self) -> bytes:
-        """``GET /metrics``: every family of :data:`._prometheus.FAMILIES`, built now."""
-        return exposition(self.registry)
-
-    def record_page(self, cursor: tuple[int, int] | None, limit: int) -> RecordPage | None:
-        """``GET /v1/records``: a page of this run's metric records after ``cursor``
-        (:mod:`._record_pages`), with every record written until now; ``None`` before
-        the records' file is open. Raises :class:`._record_pages.CursorError`."""
-        path = self.metrics.path
-        if path is None:
-            return None
-        self.metrics.flush()
-        return read_page(path, cursor, limit)
+        return self.announcer.left_to_announcers
 
     # -- topic announcement and readers (docs/sidecar.md "History") --------------------
 
     def announce_topics(self) -> None:
-        """Announce each subscribed topic once (pin its first version, ``provide/once``),
-        again every :data:`TOPIC_REANNOUNCE`: one provider record per topic per node,
-        never one per event, so that a non-member can find who holds its history; and
-        only if this node is among the topic's announcers (:mod:`._announce`)."""
+        """Announce the subscribed topics this node is among the announcers of
+        (:class:`._announce.TopicAnnouncer`), and let readers whose time ran out go."""
         if self._tg is None:
             return
-        now = self.clock()
-        for root_s in list(self.state.state.subscriptions):
-            try:
-                root = cid_from_str(root_s)
-            except ValueError:
-                continue
-            last = self._announced.get(root)
-            if last is not None and now - last < TOPIC_REANNOUNCE:
-                continue  # before building its state: warm_members builds them all
-            st = self._topic_state(root)
-            if st is None or st.topic_cid != root:
-                continue  # not resolved yet (a resumed subscription)
-            if not self._announces(now, st):
-                continue
-            self._announced[root] = now
-            if last is not None and self.store.has_topic(root):
-                self.store.announce_topic(root)
-            else:  # the first time, or its descriptor could not be read last time
-                self._tg.start_soon(self._pin_topic, root)
-        for root in list(self._announced):
-            if cid_str(root) not in self.state.state.subscriptions:
-                del self._announced[root]
-                if cid_str(root) not in self.state.state.created:
-                    self.store.unpin_topic(root)
-        for waits in (self._announce_wait, self._not_announcing):
-            for root in list(waits):
-                if cid_str(root) not in self.state.state.subscriptions:
-                    del waits[root]
-        self.reading.expire(now, self.node_config.reader_ttl)
-
-    def _announces(self, now: float, st: TopicState) -> bool:
-        """Whether this node announces the topic of ``st`` now (:mod:`._announce`)."""
-        root = st.topic_cid
-        decided = should_announce(
-            topic=root,
-            me=self.peer_id,
-            author=st.author,
-            members=st.members,
-            k=self.config.topic_announcers,
-            whole=st.whole_history,
-            partial=st.partial_members,
-        )
-        if decided is None:  # no member list yet: wait for one, not for ever
-            since = self._announce_wait.setdefault(root, now)
-            if now - since < MEMBERS_WAIT:
-                return False
-            log.info(
-                "topic %s: no member list after %.0f s, announcing", cid_str(root), now - since
-            )
-            decided = True
-        self._announce_wait.pop(root, None)
-        if decided:
-            self._not_announcing.pop(root, None)
-            return True
-        if root not in self._not_announcing:
-            if st.whole_history:
-                log.info(
-                    "topic %s: not announcing it, the %d members closest to it do",
-                    cid_str(root),
-                    self.config.topic_announcers,
-                )
-            else:
-                log.info(
-                    "topic %s: not announcing it, this node keeps only the events its"
-                    " filters match",
-                    cid_str(root),
-                )
-            self._not_announcing[root] = now
-        return False
+        self.announcer.announce(self._tg.start_soon)
+        self.reading.expire(self.clock(), self.node_config.reader_ttl)
 
     def warm_members(self) -> None:
         """Connect to the members of each topic's root list (MEMBERS: the root and its
@@ -842,64 +621,9 @@ class Driver:
                 if peer != self.peer_id and self.transport.connect(peer):
                     have += 1
 
-    def _topic_announced(self, root: CID, ok: bool) -> None:
-        if not ok and root in self._announced:  # try again soon, not in 12 h
-            self._announced[root] = self.clock() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
-
-    async def _pin_topic(self, root: CID) -> None:
-        data = self.blocks.get(root)
-        if data is None:
-            try:
-                data = await self.kubo.block_get(root, max_wait=self.config.fetch_timeout)
-            except KuboError as exc:
-                log.warning("cannot announce topic %s (descriptor not readable: %s)", root, exc)
-                self._announced[root] = self.clock() - TOPIC_REANNOUNCE + TOPIC_ANNOUNCE_RETRY
-                return
-        log.info("announcing topic %s (pinned, provide/once)", cid_str(root))
-        self.store.pin_topic(root, data)
-
     def persist(self) -> None:
-        """Save ``state.json`` with fresh heads and the consumers' cursors."""
-        self._fresh_heads()
-        self.state.save()
-        self._dirty = False
-
-    async def persist_in_thread(self) -> None:
-        """:meth:`persist`, the write (two ``fsync``) in a worker thread: a loaded disk
-        stalled the event loop of every sidecar every 2 s (py-spy)."""
-        self._fresh_heads()
-        snapshot = self.state.snapshot()
-        self._dirty = False
-        await anyio.to_thread.run_sync(self.state.write, *snapshot)
-
-    def _fresh_heads(self) -> None:
-        self.subs.save()
-        heads: dict[str, list[str]] = {}
-        for root in list(self.state.state.subscriptions) + list(self.state.state.created):
-            try:
-                st = self.node.topic_state(cid_from_str(root))
-            except (UnknownTopic, ValueError):
-                continue
-            heads[root] = [cid_str(c) for c in st.heads[:16]]
-        self.state.state.heads = heads
-
-    async def _choose_announce(self) -> None:
-        """Whether own blocks also need ``provide/once`` after pinning (``announce``)."""
-        mode = self.config.announce
-        if mode == "auto":
-            try:
-                strategy = await self.kubo.config_get("Provide.Strategy")
-            except KuboError as exc:
-                log.warning("cannot read Kubo's Provide.Strategy (%s): using provide/once", exc)
-                mode = "provide-once"
-            else:
-                mode = "pin" if kubo_announces_pins(strategy) else "provide-once"
-                log.info(
-                    "Kubo Provide.Strategy=%s: own blocks announced by %s",
-                    "(default all)" if strategy is None else strategy,
-                    "pinning" if mode == "pin" else "pinning and provide/once",
-                )
-        self.store.provide_once = mode == "provide-once"
+        """Save ``state.json`` now (:mod:`._persistence`)."""
+        self.persistence.save()
 
     # -- running -----------------------------------------------------------------------
 
@@ -925,11 +649,11 @@ class Driver:
             # One sidecar per Kubo: refused here, before anything changes in Kubo or
             # in the state directory (sidecar/_preflight.py).
             await self.transport.claim()
-            await self._choose_announce()
+            await self.announcer.choose_mode(self.config.announce)
             self.state.load(self.peer_id)
             waiting = self.acks.load()
             self.subs.load(self.clock())
-            self.metrics.open(self.peer_id)
+            self.telemetry.open(self.peer_id)
             self._node = PulsarcastNode(
                 peer_id=self.peer_id,
                 config=self.node_config,
@@ -943,10 +667,7 @@ class Driver:
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
             if self.config.require_signatures and self.config.delegate_ttl > 0:
-                self.delegates = DelegateKeeper(
-                    peer_id=self.peer_id, ttl=self.config.delegate_ttl, sign=self._kubo_sign
-                )
-                await self._renew_delegate()
+                await self.signer.start_delegating(ttl=self.config.delegate_ttl)
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
@@ -956,9 +677,10 @@ class Driver:
                     tg.start_soon(self._routing_loop)
                     tg.start_soon(self._timer_loop)
                     tg.start_soon(self._housekeeping_loop)
-                    if self.config.resource_interval > 0:
-                        tg.start_soon(self._resource_loop)
-                    self._resume()
+                    if self.telemetry.samples_resources:
+                        tg.start_soon(self.telemetry.resource_loop, self.kubo)
+                    if self.subs.resume():
+                        self.persistence.mark_dirty()
                     if waiting:
                         tg.start_soon(self.acks.resume, waiting)
                     for service in services:
@@ -982,7 +704,7 @@ class Driver:
                             log.error("could not save the state: %s", exc)
                         except Exception:
                             log.exception("could not save the state")
-                    self.metrics.close()
+                    self.telemetry.close()
                     self.state.close()
                     self.acks.close()
                     log.info("stopped")
@@ -1010,35 +732,7 @@ class Driver:
 
     def stop(self) -> None:
         self.stopping.set()
-        for lst in self._listeners:
-            lst.wake.set()
-
-    def _resume(self) -> None:
-        """Re-subscribe what the persisted state says (§5 eventual delivery after a
-        restart; the core was told what the delivery log holds when it was made)."""
-        for root, since in list(self.state.state.subscriptions.items()):
-            try:
-                cid = cid_from_str(root)
-            except ValueError:
-                log.warning("skipping bad persisted topic CID %r", root)
-                continue
-            wanted = self.subs.interest(root)
-            if wanted is None:
-                log.info("dropping subscription %s: no consumer wants it any more", root)
-                del self.state.state.subscriptions[root]
-                if root in self.state.state.consumer_only:
-                    self.state.state.consumer_only.remove(root)
-                self._dirty = True
-                continue
-            log.info(
-                "resuming subscription %s (since %.3f)%s",
-                root,
-                since,
-                f" where {' | '.join(render_filter(f) for f in wanted)}"
-                if wanted != (MATCH_ALL,)
-                else "",
-            )
-            self.subs.subscribe_node(cid, root, since=since)
+        self.deliveries.wake_all()
 
     _routing: RoutingView | None = None
     """Known peers read from Kubo (made at the first refresh, once the peer ID is known)."""
@@ -1114,35 +808,15 @@ class Driver:
     async def _housekeeping_loop(self) -> None:
         while True:
             await anyio.sleep(2.0)
-            self.metrics.flush()
+            self.telemetry.flush()
             self.subs.expire(self.clock())
             self.acks.sweep()
             self.announce_topics()
             self.warm_members()
-            if self.delegates is not None and self._tg is not None:
-                if self.delegates.due(self.clock()):
-                    self._tg.start_soon(self._renew_delegate)
-            if self._dirty and self.fatal is None:
+            if self._tg is not None and self.signer.delegate_due(self.clock()):
+                self._tg.start_soon(self.signer.renew_delegate)
+            if self.persistence.dirty and self.fatal is None:
                 try:
-                    await self.persist_in_thread()
+                    await self.persistence.save_in_thread()
                 except StateError as exc:
                     self.fail(str(exc))
-
-    async def _resource_loop(self) -> None:
-        while True:
-            bw: dict[str, Any] | None = None
-            try:
-                total = await self.kubo.stats_bw()
-                proto = await self.kubo.stats_bw(protocol=PROTOCOL)
-                bw = {
-                    "bw_total_in": total.total_in,
-                    "bw_total_out": total.total_out,
-                    "bw_protocols": {PROTOCOL: {"in": proto.total_in, "out": proto.total_out}},
-                }
-            except KuboError:
-                pass
-            for rec in resource_records(
-                now=self.clock(), node=self.peer_id, kubo_pid=self.config.kubo_pid, bw=bw
-            ):
-                self.metrics.write(rec)
-            await anyio.sleep(self.config.resource_interval)

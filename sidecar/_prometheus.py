@@ -8,7 +8,9 @@ share nor clash) holding one collector, :class:`SidecarCollector`, which builds 
 family when it is scraped:
 
 - what the driver, its block store, transport, readers and core already count
-  (blocks stored, pins, frames, signatures, fast groups, …) is read at that moment;
+  (blocks stored, pins, frames, signatures, fast groups, …) is read at that moment,
+  through :class:`Scraped` (what the collector may read of the driver: it never
+  imports the driver);
 - what exists nowhere else is kept here, in :class:`SidecarStats`: counts of the
   metric records the node writes (by kind, drop reason, RPC op, topic), and three
   histograms: delivery latency (from the ``event_delivered`` records), publish-call
@@ -37,7 +39,7 @@ from bisect import bisect_left
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -49,12 +51,16 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
-from pulsarcast_ipfs.core import cid_str
+from pulsarcast_ipfs.core import FastGroupState, PulsarcastNode, TopicState, cid_from_str, cid_str
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
-if TYPE_CHECKING:
-    from ._driver import Driver
+from ._readers import Readers
+from ._signing import KuboSigner
+from ._state import StateStore
+from ._store import BlockStore
+from ._subscriptions import Subscriptions
+from ._transport import Transport
 
 __all__ = [
     "CONTENT_TYPE",
@@ -64,9 +70,11 @@ __all__ = [
     "PUBLISH_BUCKETS",
     "REPAIR_BUCKETS",
     "Family",
+    "Scraped",
     "SidecarCollector",
     "SidecarStats",
     "TopicLabels",
+    "fast_gauges",
     "registry_for",
 ]
 
@@ -417,15 +425,81 @@ def _histograms(name: str, table: dict[tuple[str, str], _Histogram]) -> Metric:
     return m
 
 
+class Scraped(Protocol):
+    """What the collector reads of the driver when scraped (its parts' counters)."""
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def node(self) -> PulsarcastNode: ...
+
+    @property
+    def topic_roots(self) -> list[str]: ...
+
+    def topic_states(self) -> list[TopicState]: ...
+
+    def fast_state(self, cid: CID) -> FastGroupState | None: ...
+
+    @property
+    def state(self) -> StateStore: ...
+
+    @property
+    def subs(self) -> Subscriptions: ...
+
+    @property
+    def store(self) -> BlockStore: ...
+
+    @property
+    def transport(self) -> Transport: ...
+
+    @property
+    def reading(self) -> Readers: ...
+
+    @property
+    def duplicates_suppressed(self) -> int:
+        """Deliveries found again by repair after a restart (not delivered twice)."""
+        ...
+
+    @property
+    def topics_left_to_announcers(self) -> int: ...
+
+    @property
+    def signer(self) -> KuboSigner: ...
+
+
+def fast_gauges(d: Scraped) -> dict[str, int]:
+    """Fast groups, for ``/metrics``: deliveries by path, group sizes, helpers."""
+    counts = d.node.fast_counts if d.running else {}
+    members = helpers = helping = joined = 0
+    for root in d.topic_roots if d.running else ():
+        st = d.fast_state(cid_from_str(root))
+        if st is not None:
+            members += st.members
+            helpers += len(st.helpers)
+            helping += len(st.helping)
+            joined += len(st.joined)
+    return {
+        "deliveries_group": counts.get("group", 0),
+        "deliveries_helper": counts.get("helper", 0),
+        "deliveries_tree": counts.get("tree", 0),
+        "group_members": members,
+        "group_helpers": helpers,
+        "helping": helping,
+        "groups_joined": joined,
+    }
+
+
 class SidecarCollector(Collector):
     """Every family of :data:`FAMILIES`, built when scraped."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
+    def __init__(self, source: Scraped, stats: SidecarStats) -> None:
+        self.d = source
+        self.stats = stats
 
     def collect(self) -> Iterator[Metric]:
         d = self.d
-        s = d.prom
+        s = self.stats
         yield _counted("pulsarcast_records_total", (((k.value,), s.records[k]) for k in RecordKind))
         yield _counted("pulsarcast_events_dropped_total", (((r,), n) for r, n in s.dropped.items()))
         yield _counted("pulsarcast_rpc_bytes_total", s.rpc_bytes.items())
@@ -438,6 +512,8 @@ class SidecarCollector(Collector):
         yield _histograms("pulsarcast_repair_seconds", s.repairs)
         yield from self._trees()
         store, transport, reading = d.store, d.transport, d.reading
+        signer = d.signer
+        delegates = signer.delegates
         node = d.node if d.running else None
         forwards = node.filter_forwards if node is not None else {}
         guard = node.guard_counts if node is not None else {}
@@ -475,11 +551,11 @@ class SidecarCollector(Collector):
             "pulsarcast_frames_out_total": transport.frames_out,
             "pulsarcast_socket_writes_total": transport.writes,
             "pulsarcast_bad_frames_total": transport.bad_frames,
-            "pulsarcast_signatures_total": d.signatures,
-            "pulsarcast_sign_failures_total": d.sign_failures,
-            "pulsarcast_sign_seconds_total": d.sign_seconds,
-            "pulsarcast_delegations_total": d.delegates.renewals if d.delegates else 0,
-            "pulsarcast_delegation_failures_total": d.delegates.failures if d.delegates else 0,
+            "pulsarcast_signatures_total": signer.signatures,
+            "pulsarcast_sign_failures_total": signer.failures,
+            "pulsarcast_sign_seconds_total": signer.seconds,
+            "pulsarcast_delegations_total": delegates.renewals if delegates else 0,
+            "pulsarcast_delegation_failures_total": delegates.failures if delegates else 0,
             "pulsarcast_peers_disconnected_total": transport.disconnects,
             "pulsarcast_connections_refused_total": transport.refused,
             "pulsarcast_forwards_down_total": forwards.get("down", 0),
@@ -488,7 +564,7 @@ class SidecarCollector(Collector):
         }
         for name, value in values.items():
             yield _sample(name, float(value))
-        fast = d.fast_gauges()
+        fast = fast_gauges(d)
         yield _counted(
             "pulsarcast_fast_deliveries_total",
             (((p,), fast[f"deliveries_{p}"]) for p in ("group", "helper", "tree")),
@@ -498,7 +574,7 @@ class SidecarCollector(Collector):
 
     def _trees(self) -> Iterator[Metric]:
         """Per topic, from the core's tree state; topics beyond the bound summed."""
-        s = self.d.prom
+        s = self.stats
         children: Counter[tuple[str, str]] = Counter()
         joined: Counter[tuple[str, str]] = Counter()
         retained: Counter[tuple[str, str]] = Counter()
@@ -515,10 +591,11 @@ class SidecarCollector(Collector):
         yield _counted("pulsarcast_retained_bytes", retained_bytes.items())
 
 
-def registry_for(driver: Driver) -> CollectorRegistry:
-    """A registry of its own for ``driver``'s ``/metrics``."""
+def registry_for(source: Scraped, stats: SidecarStats) -> CollectorRegistry:
+    """A registry of its own for one driver's ``/metrics`` (``source``), with what
+    only ``/metrics`` counts (``stats``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SidecarCollector(driver))
+    registry.register(SidecarCollector(source, stats))
     return registry
 
 

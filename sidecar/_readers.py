@@ -3,7 +3,10 @@
 
 Theory of operation
 -------------------
-The API's history request finds the topic's holders (``routing/findprovs`` of its
+The API's history request asks :meth:`Readers.gather` to make sure the node keeps
+the topic's history. A subscriber or author answers at once; a reader that asks
+again extends its stay. Otherwise, one request per topic at a time
+(:meth:`Readers.lock`), it finds the topic's holders (``routing/findprovs`` of its
 first version, which every subscriber announces), connects to them
 (:meth:`Readers.find_holders`), then :meth:`Readers.read_history` calls
 ``node.read`` with those holders (the core hangs below one of them as a leaf,
@@ -13,28 +16,35 @@ stays ``reader_ttl`` after its last read (:meth:`Readers.expire`). The holders
 found stay among the node's known peers whatever its routing table keeps
 (:meth:`Readers.known_holders`).
 
-:class:`Readers` is a part of the :class:`~sidecar._driver.Driver`; it feeds the
-core through the driver (``call``, ``wait_for``, ``node``) and reads Kubo through
-the driver's client.
+:class:`Readers` is a part of the driver; it feeds the core through its host
+(:class:`ReaderHost`: ``call``, ``wait_for``, ``node``), reads Kubo through the
+host's client and measures its waits on the host's injected clock.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Protocol
 
 import anyio
 
 from pulsarcast_ipfs.core import LocalProtocolError, UnknownTopic, cid_str
 from pulsarcast_ipfs.core._cid import CID
-from pulsarcast_ipfs.kubo import KuboError, PeerAddrs
+from pulsarcast_ipfs.kubo import KuboClient, KuboError, PeerAddrs
 
-if TYPE_CHECKING:
-    from ._driver import Driver
+from ._host import NodeHost
 
-__all__ = ["CONNECT_WAIT", "FINDPROVS_NUM", "FINDPROVS_WAIT", "SETTLE", "Readers"]
+__all__ = [
+    "CONNECT_WAIT",
+    "FINDPROVS_NUM",
+    "FINDPROVS_WAIT",
+    "READ_WAIT",
+    "SETTLE",
+    "NotResolved",
+    "ReaderHost",
+    "Readers",
+]
 
 log = logging.getLogger("pulsarcast.sidecar")
 
@@ -44,13 +54,31 @@ FINDPROVS_WAIT = 10.0
 CONNECT_WAIT = 5.0
 SETTLE = 0.5
 """A new reader's history counts as gathered once it has held still this long."""
+READ_WAIT = 20.0
+"""Longest a history request waits for a new reader to gather the topic's history
+(holders looked up, connected, back-filled), all steps together."""
+
+
+class ReaderHost(NodeHost, Protocol):
+    """What readers need of the driver beyond feeding the core."""
+
+    @property
+    def kubo(self) -> KuboClient: ...
+
+    async def refresh_routing(self) -> None:
+        """Give the node its known peers now (the holders just found among them)."""
+        ...
+
+
+class NotResolved(Exception):
+    """The core did not resolve the topic a reader asked for in time."""
 
 
 class Readers:
     """The topics this node reads without subscribing, and the holders it found."""
 
-    def __init__(self, driver: Driver) -> None:
-        self._d = driver
+    def __init__(self, host: ReaderHost) -> None:
+        self._d = host
         self.last_read: dict[CID, float] = {}
         """Topics (first versions) this node reads without subscribing, last read."""
         self._locks: dict[CID, anyio.Lock] = {}
@@ -164,7 +192,7 @@ class Readers:
         time, or ``None`` if the core did not resolve the topic within
         ``resolve_wait``."""
         d = self._d
-        began = time.monotonic()
+        began = d.clock()
         self.reads += 1
         self.providers += found
         self.connected += connected
@@ -173,7 +201,7 @@ class Readers:
         if not resolved:
             return None
         self.last_read[root] = d.clock()
-        left = max(1.0, max_wait - (time.monotonic() - began))
+        left = max(1.0, max_wait - (d.clock() - began))
         settled = await self.settle(cid, max_wait=left)
         if not settled:
             self.incomplete += 1
@@ -183,8 +211,64 @@ class Readers:
             found,
             connected,
             "gathered" if settled else "still incomplete",
-            time.monotonic() - began,
+            d.clock() - began,
         )
+        return settled
+
+    async def gather(
+        self,
+        cid: CID,
+        *,
+        resolve: Callable[[CID, int], Awaitable[CID]],
+        resolve_wait: float,
+    ) -> bool:
+        """Make sure the node keeps topic ``cid``'s history; whether it is gathered.
+
+        A subscriber or author answers at once. Otherwise (first read, or a reader
+        whose time ran out) the node finds the topic's holders, connects, calls
+        ``node.read`` and waits, at most :data:`READ_WAIT` in all, for the
+        back-fill; a reader that asks again just extends its stay (``reader_ttl``).
+        ``resolve(cid, found)`` gives the first version of a topic the node does
+        not know (``found``: holders of ``cid`` found), or raises the caller's error
+        (not a topic, nobody announces it). Raises :class:`NotResolved` if the core
+        did not resolve the topic within ``resolve_wait``.
+        """
+        d = self._d
+        root = d.known_root(cid)
+        if root is not None and self.keeps_history(cid):
+            if self.is_reader(root):
+                self.start_reading(cid)  # extend the reader's stay
+            return True
+        async with self.lock(cid):
+            root = d.known_root(cid)
+            if root is not None and self.keeps_history(cid):
+                return True  # another request made it a reader meanwhile
+            return await self._become_reader(cid, root, resolve, resolve_wait)
+
+    async def _become_reader(
+        self,
+        cid: CID,
+        root: CID | None,
+        resolve: Callable[[CID, int], Awaitable[CID]],
+        resolve_wait: float,
+    ) -> bool:
+        began = self._d.clock()
+        found, connected = await self.find_holders(cid)
+        if root is None:
+            root = await resolve(cid, found)
+        if root != cid:  # a later version: subscribers announce the first one
+            more, more_connected = await self.find_holders(root)
+            found, connected = found + more, connected + more_connected
+        settled = await self.read_history(
+            cid,
+            root,
+            found=found,
+            connected=connected,
+            resolve_wait=resolve_wait,
+            max_wait=max(1.0, READ_WAIT - (self._d.clock() - began)),
+        )
+        if settled is None:
+            raise NotResolved(f"resolving topic {cid} took too long")
         return settled
 
     def _ready(self, cid: CID) -> tuple[int, ...] | None:
@@ -215,7 +299,7 @@ class Readers:
         with anyio.move_on_after(max_wait):
             while True:
                 snap = self._ready(cid)
-                t = time.monotonic()
+                t = self._d.clock()
                 if snap is None or snap != held:
                     held, since = snap, t
                 elif t - since >= SETTLE:

@@ -14,7 +14,7 @@ topics held only for consumers (``consumer_only``) and the consumers.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pulsarcast_ipfs.core import (
     MATCH_ALL,
@@ -29,20 +29,45 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core._cid import CID
 
 from ._consumers import Consumer, ConsumerPolicy, ConsumerRegistry
+from ._host import NodeHost
+from ._readers import Readers
+from ._state import StateStore
 
-if TYPE_CHECKING:
-    from ._driver import Driver
-
-__all__ = ["Subscriptions"]
+__all__ = ["SubscriptionHost", "Subscriptions"]
 
 log = logging.getLogger("pulsarcast.sidecar")
+
+
+class SubscriptionHost(NodeHost, Protocol):
+    """What the subscriptions need of the driver beyond feeding the core."""
+
+    @property
+    def state(self) -> StateStore: ...
+
+    @property
+    def reading(self) -> Readers: ...
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest delivery in the log."""
+        ...
+
+    def subscribed_topic(self, root: CID, name: str) -> None:
+        """Topic ``root`` is subscribed: persist and announce it."""
+        ...
+
+    def announce_topics(self) -> None: ...
+
+    def persist(self) -> None: ...
+
+    def wake_listeners(self) -> None: ...
 
 
 class Subscriptions:
     """The explicit subscriptions and the consumers of one driver's node."""
 
-    def __init__(self, driver: Driver, policy: ConsumerPolicy) -> None:
-        self.d = driver
+    def __init__(self, host: SubscriptionHost, policy: ConsumerPolicy) -> None:
+        self.d = host
         self.registry = ConsumerRegistry(policy=policy)
 
     # -- what the node wants ---------------------------------------------------------
@@ -65,6 +90,37 @@ class Subscriptions:
     def fast(self, root: str) -> bool:
         explicit = self.explicit(root) and root in self.d.state.state.fast
         return explicit or self.registry.wants_fast(root)
+
+    def resume(self) -> bool:
+        """Re-subscribe what the persisted state says (§5 eventual delivery after a
+        restart; the core was told what the delivery log holds when it was made), and
+        drop the subscriptions nothing wants any more; whether the state changed."""
+        st = self.d.state.state
+        changed = False
+        for root, since in list(st.subscriptions.items()):
+            try:
+                cid = cid_from_str(root)
+            except ValueError:
+                log.warning("skipping bad persisted topic CID %r", root)
+                continue
+            wanted = self.interest(root)
+            if wanted is None:
+                log.info("dropping subscription %s: no consumer wants it any more", root)
+                del st.subscriptions[root]
+                if root in st.consumer_only:
+                    st.consumer_only.remove(root)
+                changed = True
+                continue
+            log.info(
+                "resuming subscription %s (since %.3f)%s",
+                root,
+                since,
+                f" where {' | '.join(render_filter(f) for f in wanted)}"
+                if wanted != (MATCH_ALL,)
+                else "",
+            )
+            self.subscribe_node(cid, root, since=since)
+        return changed
 
     def subscribe_node(self, cid: CID, root: str, *, since: float | None = None) -> bool:
         """Subscribe the core to ``cid`` with the union of ``root``'s interest; False if

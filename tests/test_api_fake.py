@@ -126,7 +126,19 @@ async def test_errors_have_their_documented_codes(sc: Sidecar) -> None:
 
 # -- one direction of dependency ---------------------------------------------------------
 
-DRIVER_PARTS = {"state", "node", "store", "transport", "kubo", "blocks", "metrics", "readers"}
+DRIVER_PARTS = {
+    "state",
+    "node",
+    "store",
+    "transport",
+    "kubo",
+    "blocks",
+    "metrics",
+    "readers",
+    "persistence",
+    "signer",
+    "announcer",
+}
 """The driver's components: the API must not reach into them."""
 
 
@@ -216,8 +228,10 @@ async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
         cursor = page["next"]
         if not page["more"]:
             break
-    sc.driver.metrics.flush()
-    written = [json.loads(x) for x in (sc.driver.metrics.path or Path()).read_text().splitlines()]
+    sc.driver.telemetry.writer.flush()
+    written = [
+        json.loads(x) for x in (sc.driver.telemetry.writer.path or Path()).read_text().splitlines()
+    ]
     assert got == written and any(r["kind"] == "event_injected" for r in got)
     again = (await sc.api.get("/v1/records", params={"after": cursor})).json()
     assert again["records"] == [] or again["records"][0] == written[len(got)]

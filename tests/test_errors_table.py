@@ -31,8 +31,8 @@ from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.kubo import KuboError, KuboNotFound, KuboTimeout, KuboUnavailable
 from pulsarcast_ipfs.sdk._errors import error_from_response
 from sidecar._api import REFUSALS, _wrap
-from sidecar._driver import SigningFailed
 from sidecar._openapi import openapi_document
+from sidecar._signing import SigningFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = {(e.status, e.code): e for e in ERROR_CODES}

@@ -101,7 +101,7 @@ async def test_every_family_is_typed_and_helped_and_counts_known_traffic(
 async def test_topic_labels_are_bounded_with_an_other_bucket(tmp_path: Path) -> None:
     kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as sc:
-        sc.driver.prom.topics.limit = 2  # the first two label sets: "t0" and "meta-t0"
+        sc.driver.telemetry.stats.topics.limit = 2  # the first two label sets: "t0" and "meta-t0"
         for i in range(4):
             topic = await create_topic(sc, f"t{i}")
             r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x"})

@@ -140,25 +140,27 @@ def test_the_driver_announces_only_as_one_of_the_k_closest_and_follows_the_list(
     fourth = announcers(TOPIC, members, AUTHOR, 4)[3]
     d, tasks, now = _driver(tmp_path, members, topic_announcers=3)
     view = {"members": members}
-    monkeypatch.setattr(d, "_topic_state", lambda cid: _state(view["members"]))
+    monkeypatch.setattr(d, "topic_state", lambda cid: _state(view["members"]))
 
     d.peer_id = fourth
     d.announce_topics()
-    assert tasks.started == [] and TOPIC not in d._announced
-    assert list(d._not_announcing) == [TOPIC]  # the gauge pulsarcast_topics_left_to_announcers
+    assert tasks.started == [] and TOPIC not in d.announcer.announced
+    assert list(d.announcer.not_announcing) == [
+        TOPIC
+    ]  # the gauge pulsarcast_topics_left_to_announcers
 
     # Two of the three closest leave the tree: the fourth is now among the 3 closest.
     view["members"] = [p for p in members if p not in chosen[:2]]
     now[0] += 2
     d.announce_topics()
-    assert tasks.started == [("_pin_topic", TOPIC)] and TOPIC in d._announced
-    assert d._not_announcing == {}
+    assert tasks.started == [("_pin_topic", TOPIC)] and TOPIC in d.announcer.announced
+    assert d.announcer.not_announcing == {}
     # and a chosen one announces at once
     d2, tasks2, _ = _driver(tmp_path / "2", members, topic_announcers=3)
-    monkeypatch.setattr(d2, "_topic_state", lambda cid: _state(members))
+    monkeypatch.setattr(d2, "topic_state", lambda cid: _state(members))
     d2.peer_id = chosen[0]
     d2.announce_topics()
-    assert tasks2.started == [("_pin_topic", TOPIC)] and TOPIC in d2._announced
+    assert tasks2.started == [("_pin_topic", TOPIC)] and TOPIC in d2.announcer.announced
 
 
 def test_the_driver_does_not_announce_a_partial_history(
@@ -170,19 +172,19 @@ def test_the_driver_does_not_announce_a_partial_history(
     for k, listed in ((3, members), (3, []), (0, members)):
         d, tasks, now = _driver(tmp_path / f"{k}-{len(listed)}", members, topic_announcers=k)
         d.peer_id = announcers(TOPIC, members, AUTHOR, 1)[0]
-        monkeypatch.setattr(d, "_topic_state", lambda cid, m=listed: _state(m, whole=False))
+        monkeypatch.setattr(d, "topic_state", lambda cid, m=listed: _state(m, whole=False))
         for _ in range(3):
             d.announce_topics()
             now[0] += MEMBERS_WAIT
-        assert tasks.started == [] and TOPIC not in d._announced
-        assert list(d._not_announcing) == [TOPIC]
+        assert tasks.started == [] and TOPIC not in d.announcer.announced
+        assert list(d.announcer.not_announcing) == [TOPIC]
 
 
 def test_without_a_member_list_the_driver_waits_then_announces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d, tasks, now = _driver(tmp_path, [])
-    monkeypatch.setattr(d, "_topic_state", lambda cid: _state([]))
+    monkeypatch.setattr(d, "topic_state", lambda cid: _state([]))
     d.announce_topics()
     now[0] += MEMBERS_WAIT - 1
     d.announce_topics()

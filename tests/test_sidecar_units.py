@@ -959,7 +959,7 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
     from pulsarcast_ipfs.core import EventDescriptor, ReleaseBlocks, StoreBlock
     from pulsarcast_ipfs.core.testing import make_peer_ids
     from sidecar import Driver
-    from sidecar._driver import event_json
+    from sidecar._deliveries import event_json
 
     peer = make_peer_ids(1)[0]
     topic_data = dag_cbor.encode({"t": 1})
