@@ -139,7 +139,10 @@ class AntiEntropy(NodeBase):
     def _send_delta(self, now: float, tree: Tree, peer: str) -> None:
         """HEADS of the recent CIDs ``peer`` is not known to have (if any); tree
         filters: of those its edge carries (the others are pruned for it)."""
-        known = tree.edge(peer).known
+        edge = tree.edge(peer)
+        if edge.delta_seq == tree.recent_seq:
+            return  # it has (or was told of) every recent CID: nothing changed since
+        known = edge.known
         delta = [(c, ts) for c, ts in reversed(tree.recent.items()) if c not in known]
         summary = self._edge_summary(tree, peer) if delta and peer != tree.parent else None
         if summary is not None:
@@ -153,6 +156,7 @@ class AntiEntropy(NodeBase):
             delta = wanted
         if delta:
             self._send_entries(now, tree, peer, delta)
+        edge.delta_seq = tree.recent_seq
 
     def _send_history(self, now: float, tree: Tree, peer: str) -> None:
         """A new edge: HEADS with every CID of the window, newest first, then older

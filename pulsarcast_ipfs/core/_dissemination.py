@@ -200,6 +200,7 @@ class Dissemination(NodeBase):
 
     def _note_recent(self, tree: Tree, cid: CID, ev: EventDescriptor) -> None:
         created = ev.created_ts
+        tree.recent_seq += 1
         if tree.older.pop(cid, None) is None and cid not in tree.recent:
             tree.window.add(cid, created)
         tree.recent[cid] = created

@@ -191,6 +191,7 @@ class Summaries(NodeBase):
                 ):
                     edge.skipped.discard(c)
                     edge.known.discard(c)
+                    edge.delta_seq = -1
         self._summary_changed(now, tree)
         self._members_changed(now, tree)  # a root lists its children's summaries
 

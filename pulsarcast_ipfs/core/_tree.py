@@ -93,6 +93,9 @@ class EdgeSync:
     peer_lo: float = 0.0
     """Where the neighbour's window starts (from its DIGESTs): ours are sent from
     there on, so that it can compare them."""
+    delta_seq: int = -1
+    """``Tree.recent_seq`` when a HEADS delta last left every CID of ``recent`` in
+    ``known``; reset when ``known`` loses one (a wider summary owes it again)."""
     skipped: set[CID] = field(default_factory=set)
     """(tree filters) Events not sent to this child because its summary did not
     match them (:mod:`._pruning`): in ``known``, and left out of this edge's DIGEST
@@ -128,6 +131,9 @@ class Tree:
     recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     window: WindowIndex = field(default_factory=WindowIndex)
+    recent_seq: int = 0
+    """Counts ``_note_recent`` calls: an edge whose ``delta_seq`` equals it is known to
+    have every CID of ``recent`` (its HEADS delta is empty)."""
     """``recent`` and ``older`` sorted by ``created``, for DIGEST fingerprints
     (kept in step by ``Dissemination._note_recent``, the one place they change)."""
     tips: dict[CID, int] = field(default_factory=dict)
