@@ -7,13 +7,16 @@
 :class:`FakePeers` and :class:`FakeTransport` for the p2p network, and :func:`sidecar_at`
 runs a real driver and its HTTP API on them. The pure core's own test networks are
 :class:`pulsarcast_ipfs.core.testing.CoreNet`; :class:`SigningWorld`, :func:`subscribed_tree`,
-:data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need. The local
+:data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need;
+:func:`ok`, :func:`deliveries` and :func:`wait_joined` call a local cluster's sidecars;
+:func:`to_mf` and :func:`from_mf` convert CIDs for checks against ``dag_cbor``. The local
 Kubo and sidecar clusters the tests start are production code and live in
 :mod:`pulsarcast_ipfs.cluster`.
 """
 
 from __future__ import annotations
 
+from pulsarcast_ipfs.testing._cluster_http import deliveries, ok, wait_joined
 from pulsarcast_ipfs.testing._corenets import (
     DELEGATE_SEED_A,
     DELEGATE_SEED_B,
@@ -31,6 +34,7 @@ from pulsarcast_ipfs.testing._corenets import (
 )
 from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
 from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
+from pulsarcast_ipfs.testing._multiformats import from_mf, to_mf
 from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
 from pulsarcast_ipfs.testing._records import RecordSources
 from pulsarcast_ipfs.testing._scrape import Scrape
@@ -64,7 +68,10 @@ __all__ = [
     "create_topic",
     "delegate",
     "delegated_event",
+    "deliveries",
     "expect_error",
+    "from_mf",
+    "ok",
     "orphaned_topic",
     "records_r1",
     "relay_below_author",
@@ -72,6 +79,8 @@ __all__ = [
     "running",
     "sidecar_at",
     "subscribed_tree",
+    "to_mf",
+    "wait_joined",
     "wait_until",
     "xor_distance",
 ]
