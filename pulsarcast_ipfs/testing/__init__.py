@@ -16,6 +16,19 @@ Kubo and sidecar clusters the tests start are production code and live in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
+    from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
+    from pulsarcast_ipfs.testing._sidecar import (
+        CLOCK_OFFSET,
+        Sidecar,
+        create_topic,
+        expect_error,
+        sidecar_at,
+    )
+
 from pulsarcast_ipfs.testing._cluster_http import deliveries, ok, wait_joined
 from pulsarcast_ipfs.testing._corenets import (
     DELEGATE_SEED_A,
@@ -32,19 +45,10 @@ from pulsarcast_ipfs.testing._corenets import (
     subscribed_tree,
     xor_distance,
 )
-from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
-from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
 from pulsarcast_ipfs.testing._multiformats import from_mf, to_mf
 from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
 from pulsarcast_ipfs.testing._records import RecordSources
 from pulsarcast_ipfs.testing._scrape import Scrape
-from pulsarcast_ipfs.testing._sidecar import (
-    CLOCK_OFFSET,
-    Sidecar,
-    create_topic,
-    expect_error,
-    sidecar_at,
-)
 from pulsarcast_ipfs.testing._wait import wait_until
 
 __all__ = [
@@ -84,3 +88,28 @@ __all__ = [
     "wait_until",
     "xor_distance",
 ]
+
+# The sidecar imports pulsarcast_ipfs.testing._misbehave, so the fakes that import the
+# sidecar load on first use (PEP 562), not with this package.
+_LAZY = {
+    "FAKE_KUBO_URL": "_fakekubo",
+    "FakeKubo": "_fakekubo",
+    "StrictKubo": "_fakekubo",
+    "FakePeers": "_fakenet",
+    "FakeTransport": "_fakenet",
+    "running": "_fakenet",
+    "CLOCK_OFFSET": "_sidecar",
+    "Sidecar": "_sidecar",
+    "create_topic": "_sidecar",
+    "expect_error": "_sidecar",
+    "sidecar_at": "_sidecar",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
