@@ -290,7 +290,7 @@ def _signed_events(
             protocol_version=SIGNED_VERSION,
         )
         if core is not None:
-            steps = core._signed_event(draft, topic)
+            steps = core._signing.signed_event(draft, topic)
             try:
                 steps.send(None)  # type: ignore[arg-type]
             except StopIteration as stop:

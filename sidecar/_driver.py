@@ -936,6 +936,9 @@ class Driver:
                 rng=random.Random(),
                 now=self.clock(),
             )
+            # What the log says was delivered: the restart's gap repair stops there.
+            restored = self.state.delivered_cids(self.node_config.delivered_cache_size)
+            self._node.restore_delivered(self.clock(), restored)
             log.info(
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
@@ -1012,17 +1015,7 @@ class Driver:
 
     def _resume(self) -> None:
         """Re-subscribe what the persisted state says (§5 eventual delivery after a
-        restart), first telling the core what the delivery log holds, so that gap repair
-        brings what was missed and stops at what was delivered."""
-        logged = []
-        for text in self.state.delivered:
-            try:
-                logged.append(cid_from_str(text))
-            except ValueError:
-                continue  # (the log's lines were checked when read)
-        if logged:
-            taken = self.call(lambda now: self.node.restore_delivered(now, logged))
-            log.info("delivery log: %d events delivered before the restart", taken)
+        restart; the core was told what the delivery log holds when it was made)."""
         for root, since in list(self.state.state.subscriptions.items()):
             try:
                 cid = cid_from_str(root)

@@ -10,6 +10,8 @@ node with its own valid key: the subscriber must drop it with the right
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -41,6 +43,7 @@ from pulsarcast_ipfs.core import (
     verify_signature,
 )
 from pulsarcast_ipfs.core._cid import CID
+from pulsarcast_ipfs.core._signqueue import SigningQueue
 from pulsarcast_ipfs.core.testing import make_signers
 from pulsarcast_ipfs.records import RecordKind
 from pulsarcast_ipfs.testing import SigningWorld
@@ -504,3 +507,29 @@ def test_descriptor_shapes_per_version() -> None:
         TopicDescriptor.new(name="t", author=key.peer_id, now=T0).with_signature(b"\0" * 64)
     with pytest.raises(LocalProtocolError):
         draft.with_signature(b"short")
+
+
+def test_a_checked_event_is_checked_again_for_another_tree(world: SigningWorld) -> None:
+    """The process-wide memo of events whose signatures checked out is keyed by the
+    event's CID *and* the tree: the author's statement names the tree, so the same
+    bytes offered for another tree are checked afresh and refused (with the memo
+    keyed by the CID alone, the second answer would be ``None``)."""
+    w = world
+    queue = SigningQueue(
+        peer_id=w.sub, require_signatures=True, delegate_margin=60.0, emit=lambda _: None, now=0.0
+    )
+    ev = w.event(w.open, author=w.author, publisher=w.author, payload=b"checked once per tree")
+    home = cast(Any, SimpleNamespace(key=w.open))
+    other = cast(Any, SimpleNamespace(key=w.restricted))
+    assert queue.event_refused(home, ev) is None
+    assert queue.event_refused(home, ev) is None  # from the memo
+    assert queue.event_refused(other, ev) == "bad_signature"
+    forged = w.event(
+        w.open,
+        author=w.author,
+        publisher=w.author,
+        payload=b"checked once per tree",
+        author_key=w.key(w.mallory),
+    )
+    assert forged.cid != ev.cid
+    assert queue.event_refused(home, forged) == "bad_signature"

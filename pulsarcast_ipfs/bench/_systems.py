@@ -383,7 +383,7 @@ class KuboPubsubSystem(System):
     async def _publish(self, ev: ScheduledEvent) -> None:
         w = self.writers[ev.node]
         created = time.time()
-        data = frame_payload(ev.inject_id, created, ev.body)
+        data = frame_payload(ev.inject_id, created, ev.body, ev.size)
         w.write(
             RecordKind.EVENT_INJECTED,
             {"topic": ev.topic, "topic_cid": None, "inject_id": ev.inject_id, "size": len(data)},
@@ -687,7 +687,7 @@ class PulsarcastSystem(System):
         sidecar (connection reset by an overloaded sidecar) still counts as injected.
         """
         created = time.time()
-        data = frame_payload(ev.inject_id, created, ev.body)
+        data = frame_payload(ev.inject_id, created, ev.body, ev.size)
         self.writers[ev.node].write(
             RecordKind.EVENT_INJECTED,
             {"topic": ev.topic, "inject_id": ev.inject_id, "size": len(data)},

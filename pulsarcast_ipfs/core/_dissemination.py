@@ -12,7 +12,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -29,7 +29,7 @@ from ._descriptors import (
     decode_cached,
     sort_parents,
 )
-from ._errors import DescriptorError
+from ._errors import DescriptorError, LocalProtocolError
 from ._filters import Filter, matches_any
 from ._history import RetainedEvent
 from ._io import Deliver, StoreBlock, TopicUpdated
@@ -390,6 +390,18 @@ class Dissemination(NodeBase):
             for item in self._waiting.pop(cur, []):
                 self._waiting_count -= 1
                 stack.append(item)
+
+    def restore_delivered(self, now: float, cids: Iterable[CID]) -> None:
+        """The driver, at start: these events were delivered before a restart (its
+        delivery log, oldest first). Gap repair's walk back stops at them, so the
+        events a restart missed are delivered in causal order without first
+        fetching the whole history again; they are not delivered a second time."""
+        if self._trees:
+            raise LocalProtocolError("restore_delivered comes before any subscription")
+        for cid in cids:
+            if not isinstance(cid, CID):
+                raise LocalProtocolError("restore_delivered takes CIDs")
+            self._delivered.put(cid)
 
     def _release(self, now: float, cid: CID) -> None:
         """Gap repair gave up on ``cid``: deliver what waited for it."""

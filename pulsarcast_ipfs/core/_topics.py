@@ -268,24 +268,6 @@ class Topics(NodeBase):
             self._fast_wanted.pop(topic_cid, None)
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
-    def restore_delivered(self, now: float, events: Iterable[CID]) -> int:
-        """A restarted driver's delivery log: ``events`` were delivered before the
-        restart (any topic, oldest first; the newest ``delivered_cache_size`` count).
-
-        They are not delivered again, and gap repair stops at them: a resumed
-        subscription (``subscribe(since=)``) fetches only what was missed since, instead
-        of walking every parent link back to the subscription's start (thousands of
-        events after a long run, more than ``max_waiting_events`` can hold: children
-        would then be delivered before the parents still on their way). Call it before
-        the subscribe calls. Returns how many were taken."""
-        cids = list(events)
-        if not all(isinstance(c, CID) for c in cids):
-            raise LocalProtocolError("restore_delivered takes event CIDs")
-        cids = cids[-self.config.delivered_cache_size :]
-        for cid in cids:
-            self._delivered.put(cid)
-        return len(cids)
-
     def _take_filter(self, now: float, tree: Tree) -> None:
         """Apply the filter of the subscribe call(s) that resolved to ``tree``."""
         for cid in [c for c in self._pending_filters if self._version_of.get(c) == tree.key]:

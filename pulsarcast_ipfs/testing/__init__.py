@@ -16,11 +16,32 @@ Kubo and sidecar clusters the tests start are production code and live in
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pulsarcast_ipfs.testing._cluster_http import deliveries, ok, wait_joined
+    from pulsarcast_ipfs.testing._corenets import (
+        DELEGATE_SEED_A,
+        DELEGATE_SEED_B,
+        GOLDEN_SCENARIOS,
+        ORPHAN_EVENTS,
+        FetchLog,
+        SigningWorld,
+        below_a_relay,
+        delegate,
+        delegated_event,
+        orphaned_topic,
+        relay_below_author,
+        subscribed_tree,
+        xor_distance,
+    )
     from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
     from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
+    from pulsarcast_ipfs.testing._multiformats import from_mf, to_mf
+    from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
+    from pulsarcast_ipfs.testing._records import RecordSources
+    from pulsarcast_ipfs.testing._scrape import Scrape
     from pulsarcast_ipfs.testing._sidecar import (
         CLOCK_OFFSET,
         Sidecar,
@@ -28,28 +49,56 @@ if TYPE_CHECKING:
         expect_error,
         sidecar_at,
     )
+    from pulsarcast_ipfs.testing._wait import wait_until
 
-from pulsarcast_ipfs.testing._cluster_http import deliveries, ok, wait_joined
-from pulsarcast_ipfs.testing._corenets import (
-    DELEGATE_SEED_A,
-    DELEGATE_SEED_B,
-    GOLDEN_SCENARIOS,
-    ORPHAN_EVENTS,
-    FetchLog,
-    SigningWorld,
-    below_a_relay,
-    delegate,
-    delegated_event,
-    orphaned_topic,
-    relay_below_author,
-    subscribed_tree,
-    xor_distance,
-)
-from pulsarcast_ipfs.testing._multiformats import from_mf, to_mf
-from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
-from pulsarcast_ipfs.testing._records import RecordSources
-from pulsarcast_ipfs.testing._scrape import Scrape
-from pulsarcast_ipfs.testing._wait import wait_until
+_WHERE: dict[str, str] = {
+    "CLOCK_OFFSET": "_sidecar",
+    "DELEGATE_SEED_A": "_corenets",
+    "DELEGATE_SEED_B": "_corenets",
+    "FAKE_KUBO_URL": "_fakekubo",
+    "FakeKubo": "_fakekubo",
+    "FakePeers": "_fakenet",
+    "FakeTransport": "_fakenet",
+    "FetchLog": "_corenets",
+    "GOLDEN_SCENARIOS": "_corenets",
+    "ORPHAN_EVENTS": "_corenets",
+    "RecordSources": "_records",
+    "ReportRecord": "_record_sets",
+    "Scrape": "_scrape",
+    "Sidecar": "_sidecar",
+    "SigningWorld": "_corenets",
+    "StrictKubo": "_fakekubo",
+    "below_a_relay": "_corenets",
+    "create_topic": "_sidecar",
+    "delegate": "_corenets",
+    "delegated_event": "_corenets",
+    "deliveries": "_cluster_http",
+    "expect_error": "_sidecar",
+    "from_mf": "_multiformats",
+    "ok": "_cluster_http",
+    "orphaned_topic": "_corenets",
+    "records_r1": "_record_sets",
+    "relay_below_author": "_corenets",
+    "report_record": "_record_sets",
+    "running": "_fakenet",
+    "sidecar_at": "_sidecar",
+    "subscribed_tree": "_corenets",
+    "to_mf": "_multiformats",
+    "wait_joined": "_cluster_http",
+    "wait_until": "_wait",
+    "xor_distance": "_corenets",
+}
+"""Each name's module, imported on first use: the helpers import the sidecar, whose
+test-only ``--misbehave`` option imports :mod:`pulsarcast_ipfs.testing._misbehave`,
+so this package imports nothing itself (``python -m sidecar`` would find it half-made)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"pulsarcast_ipfs.testing.{module}"), name)
+
 
 __all__ = [
     "CLOCK_OFFSET",
@@ -88,28 +137,3 @@ __all__ = [
     "wait_until",
     "xor_distance",
 ]
-
-# The sidecar imports pulsarcast_ipfs.testing._misbehave, so the fakes that import the
-# sidecar load on first use (PEP 562), not with this package.
-_LAZY = {
-    "FAKE_KUBO_URL": "_fakekubo",
-    "FakeKubo": "_fakekubo",
-    "StrictKubo": "_fakekubo",
-    "FakePeers": "_fakenet",
-    "FakeTransport": "_fakenet",
-    "running": "_fakenet",
-    "CLOCK_OFFSET": "_sidecar",
-    "Sidecar": "_sidecar",
-    "create_topic": "_sidecar",
-    "expect_error": "_sidecar",
-    "sidecar_at": "_sidecar",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
