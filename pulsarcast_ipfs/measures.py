@@ -16,7 +16,9 @@ and a differential test requires its tables equal to :func:`topic_table`,
   a repeated ``subscribed`` is the same interval; at equal times the
   ``unsubscribed`` comes first.
 * **Duplicates** are the copies of an event a node delivered beyond its first.
-* **Latency** is that of a node's first delivery of an event.
+* **Latency** is that of a node's first delivery of an event, over the workload's
+  topics: a *meta topic* ``meta-X`` of a topic ``X`` of the same run carries topic
+  descriptors (control traffic) and is left out.
 * **Wire bytes** of a cluster over a window are (Σ Δ bytes in + Σ Δ bytes out) ÷ 2:
   each byte is counted once sent and once received.
 * **CPU** of a process over a window is Δ cpu_seconds ÷ Δ ts (cores); CPU per
@@ -26,7 +28,7 @@ and a differential test requires its tables equal to :func:`topic_table`,
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -202,6 +204,8 @@ class TopicMeasures:
     """Deliveries of published events to nodes not subscribed at their publication."""
     unpublished: int
     """Deliveries of events with no ``event_published`` record."""
+    meta: bool
+    """A meta topic (control traffic): see :meth:`RunRecords.is_meta`."""
 
     @property
     def coverage_injected(self) -> float | None:
@@ -274,6 +278,20 @@ class RunRecords:
         """Copies delivered beyond each node's first of each event."""
         return self.copies - len(self.delivered)
 
+    def is_meta(self, topic: str) -> bool:
+        """``topic`` is ``meta-X`` for a topic ``X`` of this run: the topic descriptors
+        Pulsarcast publishes when it creates ``X`` (docs/protocol.md), not workload."""
+        return topic.startswith("meta-") and topic[5:] in self.topics
+
+    def workload_deliveries(
+        self, topics: Collection[str] | None = None
+    ) -> Iterator[tuple[tuple[str, str], Delivery]]:
+        """((node, event), first delivery) of the workload: on one of ``topics``, or,
+        without them, on any topic but a meta topic."""
+        for key, d in self.delivered.items():
+            if d.topic in topics if topics else not self.is_meta(d.topic):
+                yield key, d
+
     def received(self, node: str, event: str) -> bool:
         """``node``'s delivery of ``event`` counts: the event was published, and the
         node subscribed to its topic at its publication."""
@@ -330,6 +348,7 @@ def topic_table(run: RunRecords, *, exclude_publisher: bool = False) -> dict[str
             recovered=c["recovered"],
             late=c["late"],
             unpublished=c["unpublished"],
+            meta=run.is_meta(topic),
         )
         for topic, c in sorted(counts.items())
     }
@@ -337,9 +356,9 @@ def topic_table(run: RunRecords, *, exclude_publisher: bool = False) -> dict[str
 
 def latency_table(run: RunRecords) -> dict[tuple[str, str], Latency]:
     """(topic, class) → :class:`Latency` of first deliveries; class ``live``,
-    ``recovered`` or ``all``, topic :data:`ALL` over every topic."""
+    ``recovered`` or ``all``, topic :data:`ALL` over every topic; meta topics left out."""
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for d in run.delivered.values():
+    for _key, d in run.workload_deliveries():
         cls = "recovered" if d.recovered else "live"
         for topic in (d.topic, ALL):
             groups[(topic, cls)].append(d.latency)

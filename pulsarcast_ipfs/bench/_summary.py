@@ -338,10 +338,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
     workload_topics = set(meta.get("topics") or ())
     latencies: list[float] = []
     by_path: dict[str, list[float]] = defaultdict(list)
-    for (_node, event), d in run.delivered.items():
-        pub = run.published.get(event)
-        if workload_topics and (pub is None or pub[0] not in workload_topics):
-            continue
+    for _key, d in run.workload_deliveries(workload_topics):
         latencies.append(d.latency)
         if d.path is not None:
             by_path[d.path].append(d.latency)

@@ -39,7 +39,12 @@ if TYPE_CHECKING:
     from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
     from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
     from pulsarcast_ipfs.testing._multiformats import from_mf, to_mf
-    from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
+    from pulsarcast_ipfs.testing._record_sets import (
+        ReportRecord,
+        records_r1,
+        records_random,
+        report_record,
+    )
     from pulsarcast_ipfs.testing._records import RecordSources
     from pulsarcast_ipfs.testing._scrape import Scrape
     from pulsarcast_ipfs.testing._sidecar import (
@@ -78,6 +83,7 @@ _WHERE: dict[str, str] = {
     "ok": "_cluster_http",
     "orphaned_topic": "_corenets",
     "records_r1": "_record_sets",
+    "records_random": "_record_sets",
     "relay_below_author": "_corenets",
     "report_record": "_record_sets",
     "running": "_fakenet",
@@ -127,6 +133,7 @@ __all__ = [
     "ok",
     "orphaned_topic",
     "records_r1",
+    "records_random",
     "relay_below_author",
     "report_record",
     "running",
