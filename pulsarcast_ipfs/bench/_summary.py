@@ -1,13 +1,15 @@
 """A quick, dependency-free summary of benchmark runs (the Spark report is the full one).
 
 Reads every record under ``RUN_DIR/<system>-<condition>/`` and computes, with the
-same definitions as ``spark/_measures.py`` (docs/metrics.md):
+definitions of :mod:`pulsarcast_ipfs.measures` (which the Spark report computes
+the same; docs/metrics.md):
 
 * coverage against events injected and against events published: received ÷
   expected, where expected = Σ over events of the nodes subscribed to the
   event's topic at its injection (resp. publication) time — the publisher
   included when subscribed — and received = distinct (node, event) deliveries
-  of published events to nodes subscribed at the publication time;
+  of published events to nodes subscribed at the publication time (a node is
+  subscribed from ``subscribed`` to ``unsubscribed``);
 * delivery latency percentiles (nearest rank) over distinct deliveries;
 * only the workload's topics (``run.json``) count: the events Pulsarcast publishes
   on a topic's meta topic when it is created are protocol traffic, not workload;
