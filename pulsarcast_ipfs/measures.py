@@ -36,6 +36,7 @@ from pulsarcast_ipfs.stats import percentile, percentile_of_counts
 
 __all__ = [
     "ALL",
+    "CoverageFigures",
     "Delivery",
     "Latency",
     "RunRecords",
@@ -184,8 +185,26 @@ class Delivery:
     copies: int = 1
 
 
+class CoverageFigures:
+    """Coverage of figures that count received and expected deliveries (a base of
+    :class:`TopicMeasures` and of the benchmark's summaries)."""
+
+    __slots__ = ()
+    received: int
+    expected_injected: int
+    expected_published: int
+
+    @property
+    def coverage_injected(self) -> float | None:
+        return coverage(self.received, self.expected_injected)
+
+    @property
+    def coverage_published(self) -> float | None:
+        return coverage(self.received, self.expected_published)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TopicMeasures:
+class TopicMeasures(CoverageFigures):
     """One topic's events and coverage (the Spark report's topic table)."""
 
     topic: str
@@ -206,14 +225,6 @@ class TopicMeasures:
     """Deliveries of events with no ``event_published`` record."""
     meta: bool
     """A meta topic (control traffic): see :meth:`RunRecords.is_meta`."""
-
-    @property
-    def coverage_injected(self) -> float | None:
-        return coverage(self.received, self.expected_injected)
-
-    @property
-    def coverage_published(self) -> float | None:
-        return coverage(self.received, self.expected_published)
 
 
 _EVENT_KINDS: Final = frozenset(

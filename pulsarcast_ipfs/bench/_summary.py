@@ -47,8 +47,8 @@ from typing import IO, Any, Final
 from pulsarcast_ipfs.bench._config import payload_label, rate_label
 from pulsarcast_ipfs.core import Filter, FilterSyntaxError, matches, parse_filter
 from pulsarcast_ipfs.measures import (
+    CoverageFigures,
     RunRecords,
-    coverage,
     cpu_cores,
     cpu_seconds,
     cpu_us_per_delivery,
@@ -105,7 +105,7 @@ KNEE_CONDITION: Final = "normal"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TopicCoverage:
+class TopicCoverage(CoverageFigures):
     topic: str
     injected: int
     published: int
@@ -113,17 +113,9 @@ class TopicCoverage:
     expected_published: int
     received: int
 
-    @property
-    def coverage_injected(self) -> float | None:
-        return coverage(self.received, self.expected_injected)
-
-    @property
-    def coverage_published(self) -> float | None:
-        return coverage(self.received, self.expected_published)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunSummary:
+class RunSummary(CoverageFigures):
     """The headline figures of one (system, condition) run."""
 
     system: str
@@ -262,14 +254,6 @@ class RunSummary:
             self.expected_injected, self.expected_published, self.expected_scheduled or 0
         )
         return expected > 0 and self.received >= expected
-
-    @property
-    def coverage_injected(self) -> float | None:
-        return coverage(self.received, self.expected_injected)
-
-    @property
-    def coverage_published(self) -> float | None:
-        return coverage(self.received, self.expected_published)
 
     @property
     def bytes_per_delivery(self) -> float | None:
