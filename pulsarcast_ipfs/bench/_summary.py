@@ -40,7 +40,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -112,6 +112,11 @@ class TopicCoverage(CoverageFigures):
     expected_injected: int
     expected_published: int
     received: int
+
+
+_TOPIC_COUNTS: Final = tuple(f.name for f in fields(TopicCoverage) if f.name != "topic")
+"""The counts of :class:`TopicCoverage`, as :class:`~pulsarcast_ipfs.measures.TopicMeasures`
+has them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,14 +336,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
     # the topics with events (a topic only subscribed to expects nothing)
     per_topic = {t: m for t, m in topic_table(run).items() if m.injected or m.published}
     topics = tuple(
-        TopicCoverage(
-            topic=name,
-            injected=m.injected,
-            published=m.published,
-            expected_injected=m.expected_injected,
-            expected_published=m.expected_published,
-            received=m.received,
-        )
+        TopicCoverage(topic=name, **{f: getattr(m, f) for f in _TOPIC_COUNTS})
         for name, m in per_topic.items()
         if name in workload_topics or not workload_topics
     )
