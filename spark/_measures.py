@@ -23,6 +23,10 @@ extended report's evaluation section (quoted in ``docs/metrics.md``):
 * "Resource usage as a total in the whole cluster, and per-node (95/99
   percentile and average)" of CPU, memory and network — :func:`resource_tables`.
 
+The same measures in pure Python are :mod:`pulsarcast_ipfs.measures`, which the
+benchmark and simulator summaries use; ``tests/test_spark_measures_differential.py``
+requires its tables and these equal on the same records.
+
 Percentiles are nearest-rank (the smallest value with at least p of the values
 at or below it), computed by ``percentile_approx`` with accuracy 10 000: exact on
 small sets, within 1/10 000 of the rank on large ones.

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the anyio backend, real Kubo daemons and a sidecar on fakes.
+"""Shared pytest fixtures: the anyio backend, real Kubo daemons, a sidecar on fakes and
+a PySpark session in local mode.
 
 Async tests use anyio's pytest plugin (``@pytest.mark.anyio``); the backend is
 asyncio unless a test module overrides ``anyio_backend``.
@@ -6,8 +7,9 @@ asyncio unless a test module overrides ``anyio_backend``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,10 +17,24 @@ from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core.testing import make_signers
 from pulsarcast_ipfs.testing import FakeKubo, Sidecar, sidecar_at
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """PySpark in local mode, two cores, one shuffle partition (the spark-marked tests;
+    PySpark is imported only when one runs)."""
+    import spark as job
+
+    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from typing import Any
 import anyio
 import pyarrow.parquet as pq
 import pytest
-from _cluster_http import ok, wait_joined
 
 from pulsarcast_ipfs.cli import main as cli_main
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.collect import STATE_FILE
+from pulsarcast_ipfs.testing import ok, wait_joined
 
 pytestmark = [pytest.mark.kubo, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(400)]
 

@@ -26,12 +26,11 @@ from typing import Any
 
 import anyio
 import pytest
-from _cluster_http import ok, wait_joined
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import matches, parse_filter
 from pulsarcast_ipfs.polling import poll_until
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import ok, wait_joined, wait_until
 
 pytestmark = [pytest.mark.kubo, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(300)]
 

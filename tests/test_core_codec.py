@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from _mf import to_mf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +32,7 @@ from pulsarcast_ipfs.core import (
     format_created,
 )
 from pulsarcast_ipfs.core.testing import make_peer_ids
+from pulsarcast_ipfs.testing import to_mf
 
 PEER = make_peer_ids(1, seed=3)[0]
 TOPIC = TopicDescriptor.new(name="t", author=PEER, now=1e9)

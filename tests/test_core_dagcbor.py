@@ -9,13 +9,13 @@ from typing import Any
 
 import dag_cbor
 import pytest
-from _mf import to_mf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID
 
 from pulsarcast_ipfs.core import _dagcbor
 from pulsarcast_ipfs.core._descriptors import compute_cid
+from pulsarcast_ipfs.testing import to_mf
 
 cids = st.binary(max_size=8).map(compute_cid)
 leaves = (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dag_cbor
 import pytest
-from _mf import to_mf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID, multihash
@@ -25,6 +24,7 @@ from pulsarcast_ipfs.core import (
     parse_created,
 )
 from pulsarcast_ipfs.core.testing import make_peer_ids
+from pulsarcast_ipfs.testing import to_mf
 
 PEERS = make_peer_ids(4, seed=7)
 NOW = 1_767_225_600.123456

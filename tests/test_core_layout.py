@@ -95,3 +95,40 @@ def test_the_repository_cites_no_issue_numbers_and_no_file_outside_it() -> None:
                 if bad.search(line):
                     found.append(f"{path.relative_to(root)}:{i}")
     assert found == []
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_module_imports(source: str) -> list[str]:
+    """The modules of tests/ (``test_*``, ``_*`` helpers) that ``source`` imports."""
+    local = {p.stem for p in TESTS.glob("*.py")} - {"conftest"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            head = name.removeprefix("tests.").split(".")[0]
+            if name.startswith("tests.") or head in local:
+                found.append(name)
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in pulsarcast_ipfs.testing, fixtures in conftest.py."""
+    offenders = {
+        p.name: got
+        for p in sorted(TESTS.glob("*.py"))
+        if (got := _test_module_imports(p.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}
+
+
+def test_the_import_check_catches_a_planted_one() -> None:
+    planted = "from test_api_fake import sidecar_at\nimport tests.test_core_node\n"
+    assert _test_module_imports(planted) == ["test_api_fake", "tests.test_core_node"]
+    assert _test_module_imports("from pulsarcast_ipfs.testing import sidecar_at\n") == []

@@ -20,11 +20,10 @@ from typing import Any
 
 import anyio
 import pytest
-from _cluster_http import deliveries, ok, wait_joined
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import matches, parse_filter
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import deliveries, ok, wait_joined, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(600)]
 

@@ -28,11 +28,10 @@ import anyio
 import dag_cbor
 import httpx
 import pytest
-from _cluster_http import deliveries, ok, wait_joined
 from multiformats import CID  # the independent reader: multiformats, not ours
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
-from pulsarcast_ipfs.testing import Scrape, wait_until
+from pulsarcast_ipfs.testing import Scrape, deliveries, ok, wait_joined, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(600)]
 

@@ -14,7 +14,6 @@ import pickle
 import dag_cbor
 import multiformats
 import pytest
-from _mf import to_mf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +40,7 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._descriptors import decode_cached
 from pulsarcast_ipfs.core.testing import make_peer_ids
+from pulsarcast_ipfs.testing import to_mf
 
 PEER = make_peer_ids(1, seed=5)[0]
 TOPIC = TopicDescriptor.new(name="fast", author=PEER, now=1e9)

@@ -11,7 +11,6 @@ import gzip
 import json
 import math
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +92,6 @@ def _write_jsonl(path: Path, lines: list[str]) -> None:
         path.write_bytes(gzip.compress(data.encode()))
     else:
         path.write_text(data)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

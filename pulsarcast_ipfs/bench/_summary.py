@@ -1,13 +1,15 @@
 """A quick, dependency-free summary of benchmark runs (the Spark report is the full one).
 
 Reads every record under ``RUN_DIR/<system>-<condition>/`` and computes, with the
-same definitions as ``spark/_measures.py`` (docs/metrics.md):
+definitions of :mod:`pulsarcast_ipfs.measures` (which the Spark report computes
+the same; docs/metrics.md):
 
 * coverage against events injected and against events published: received ÷
   expected, where expected = Σ over events of the nodes subscribed to the
   event's topic at its injection (resp. publication) time — the publisher
   included when subscribed — and received = distinct (node, event) deliveries
-  of published events to nodes subscribed at the publication time;
+  of published events to nodes subscribed at the publication time (a node is
+  subscribed from ``subscribed`` to ``unsubscribed``);
 * delivery latency percentiles (nearest rank) over distinct deliveries;
 * only the workload's topics (``run.json``) count: the events Pulsarcast publishes
   on a topic's meta topic when it is created are protocol traffic, not workload;
@@ -38,14 +40,24 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Final
 
 from pulsarcast_ipfs.bench._config import payload_label, rate_label
 from pulsarcast_ipfs.core import Filter, FilterSyntaxError, matches, parse_filter
+from pulsarcast_ipfs.measures import (
+    CoverageFigures,
+    RunRecords,
+    cpu_cores,
+    cpu_seconds,
+    cpu_us_per_delivery,
+    latency,
+    ratio,
+    topic_table,
+    wire_bytes,
+)
 from pulsarcast_ipfs.records import RecordError, validate_record
-from pulsarcast_ipfs.stats import percentile
 
 __all__ = [
     "KNEE_CONDITION",
@@ -92,13 +104,8 @@ KNEE_CONDITION: Final = "normal"
 """The knee is measured on the runs of this network condition only."""
 
 
-def _ratio(part: float | None, whole: float) -> float | None:
-    """``part ÷ whole``; ``None`` when ``part`` is unknown or ``whole`` is 0."""
-    return None if part is None or not whole else part / whole
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TopicCoverage:
+class TopicCoverage(CoverageFigures):
     topic: str
     injected: int
     published: int
@@ -106,17 +113,14 @@ class TopicCoverage:
     expected_published: int
     received: int
 
-    @property
-    def coverage_injected(self) -> float | None:
-        return _ratio(self.received, self.expected_injected)
 
-    @property
-    def coverage_published(self) -> float | None:
-        return _ratio(self.received, self.expected_published)
+_TOPIC_COUNTS: Final = tuple(f.name for f in fields(TopicCoverage) if f.name != "topic")
+"""The counts of :class:`TopicCoverage`, as :class:`~pulsarcast_ipfs.measures.TopicMeasures`
+has them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunSummary:
+class RunSummary(CoverageFigures):
     """The headline figures of one (system, condition) run."""
 
     system: str
@@ -214,21 +218,21 @@ class RunSummary:
     def cpu_us_per_delivery(self) -> float | None:
         """:attr:`cpu_process` CPU seconds, whole cluster, ÷ deliveries received, in µs."""
         cpu = self.cpu_seconds_by_process.get(self.cpu_process)
-        return _ratio(None if cpu is None else 1e6 * cpu, self.received)
+        return cpu_us_per_delivery(cpu, self.received)
 
     @property
     def false_positive_share(self) -> float | None:
         """False-positive forwards ÷ EVENTs sent down (tree filters)."""
         if "down" not in self.forwards:
             return None
-        return _ratio(self.forwards.get("false_positive", 0), self.forwards["down"])
+        return ratio(self.forwards.get("false_positive", 0), self.forwards["down"])
 
     @property
     def coverage_matching(self) -> float | None:
         """Matching events received ÷ expected (runs with filters)."""
         if self.filters_applied_by is None:
             return None
-        return _ratio(self.received_matching, self.expected_matching)
+        return ratio(self.received_matching, self.expected_matching)
 
     @property
     def bytes_per_matching_delivery(self) -> float | None:
@@ -236,13 +240,13 @@ class RunSummary:
         wants costs, comparable between filtered and unfiltered systems."""
         if self.filters_applied_by is None:
             return None
-        return _ratio(self.wire_bytes, self.received_matching)
+        return ratio(self.wire_bytes, self.received_matching)
 
     @property
     def pubsub_bytes_per_matching_delivery(self) -> float | None:
         if self.filters_applied_by is None:
             return None
-        return _ratio(self.wire_bytes_pubsub, self.received_matching)
+        return ratio(self.wire_bytes_pubsub, self.received_matching)
 
     @property
     def complete(self) -> bool:
@@ -257,20 +261,12 @@ class RunSummary:
         return expected > 0 and self.received >= expected
 
     @property
-    def coverage_injected(self) -> float | None:
-        return _ratio(self.received, self.expected_injected)
-
-    @property
-    def coverage_published(self) -> float | None:
-        return _ratio(self.received, self.expected_published)
-
-    @property
     def bytes_per_delivery(self) -> float | None:
-        return _ratio(self.wire_bytes, self.received)
+        return ratio(self.wire_bytes, self.received)
 
     @property
     def pubsub_bytes_per_delivery(self) -> float | None:
-        return _ratio(self.wire_bytes_pubsub, self.received)
+        return ratio(self.wire_bytes_pubsub, self.received)
 
 
 def _open(path: Path) -> IO[str]:
@@ -297,22 +293,12 @@ def iter_records(run_dir: Path) -> Iterator[dict[str, Any] | None]:
                 yield obj
 
 
-def _pct(values: Sequence[float], p: float) -> float | None:
-    """Nearest-rank percentile (:mod:`pulsarcast_ipfs.stats`, as the Spark report)."""
-    return percentile(values, p)
-
-
 def summarise_run(run_dir: Path) -> RunSummary:
     """Figures of one ``RUN_DIR/<system>-<condition>`` directory (see the module doc)."""
     meta: dict[str, Any] = {}
     if (run_dir / "run.json").is_file():
         meta = json.loads((run_dir / "run.json").read_text())
-    subs: dict[tuple[str, str], float] = {}
-    injected: dict[str, tuple[str, float]] = {}
-    published: dict[str, tuple[str, float]] = {}
-    delivered: dict[tuple[str, str], tuple[float, float]] = {}
-    path_of: dict[tuple[str, str], str] = {}
-    copies = 0
+    run = RunRecords()
     rpc_sent: dict[str, int] = defaultdict(int)
     rpc_recv: dict[str, int] = defaultdict(int)
     samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -327,28 +313,12 @@ def summarise_run(run_dir: Path) -> RunSummary:
             continue
         records += 1
         system = system or rec["system"]
-        node, kind, ts = rec["node"], rec["kind"], float(rec["ts"])
+        node, kind = rec["node"], rec["kind"]
         nodes.add(node)
-        if kind == "subscribed":
-            key = (node, rec["topic"])
-            subs[key] = min(ts, subs.get(key, ts))
-        elif kind == "event_injected":
-            prev = injected.get(rec["inject_id"])
-            if prev is None or ts < prev[1]:
-                injected[rec["inject_id"]] = (rec["topic"], ts)
-        elif kind == "event_published":
-            prev = published.get(rec["event"])
-            if prev is None or ts < prev[1]:
-                published[rec["event"]] = (rec["topic"], ts)
+        run.add(rec)
+        if kind == "event_published":
             parents[rec["event"]] = rec.get("parent")
             inject_of[rec["event"]] = rec.get("inject_id") or rec["event"]
-        elif kind == "event_delivered":
-            key = (node, rec["event"])
-            copies += 1
-            if key not in delivered or ts < delivered[key][0]:
-                delivered[key] = (ts, float(rec["latency"]))
-                if isinstance(rec.get("path"), str):
-                    path_of[key] = rec["path"]
         elif kind == "rpc_sent":
             rpc_sent[node] += 1
         elif kind == "rpc_received":
@@ -356,57 +326,24 @@ def summarise_run(run_dir: Path) -> RunSummary:
         elif kind == "resource_sample":
             samples[(node, rec["process"])].append(rec)
 
-    by_topic_subs: dict[str, list[float]] = defaultdict(list)
-    for (_node, topic), t in subs.items():
-        by_topic_subs[topic].append(t)
-
-    def n_subscribed(topic: str, t: float) -> int:
-        return sum(1 for s in by_topic_subs.get(topic, ()) if s <= t)
-
-    per_topic: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for topic, t in injected.values():
-        per_topic[topic]["injected"] += 1
-        per_topic[topic]["expected_injected"] += n_subscribed(topic, t)
-    for topic, t in published.values():
-        per_topic[topic]["published"] += 1
-        per_topic[topic]["expected_published"] += n_subscribed(topic, t)
     workload_topics = set(meta.get("topics") or ())
     latencies: list[float] = []
     by_path: dict[str, list[float]] = defaultdict(list)
-    for (node, event), (_ts, lat) in delivered.items():
-        pub = published.get(event)
-        if workload_topics and (pub is None or pub[0] not in workload_topics):
-            continue
-        latencies.append(lat)
-        path = path_of.get((node, event))
-        if path is not None:
-            by_path[path].append(lat)
-        if pub is None:
-            continue
-        topic, t = pub
-        start = subs.get((node, topic))
-        if start is not None and start <= t:
-            per_topic[topic]["received"] += 1
+    for _key, d in run.workload_deliveries(workload_topics):
+        latencies.append(d.latency)
+        if d.path is not None:
+            by_path[d.path].append(d.latency)
+    # the topics with events (a topic only subscribed to expects nothing)
+    per_topic = {t: m for t, m in topic_table(run).items() if m.injected or m.published}
     topics = tuple(
-        TopicCoverage(
-            topic=name,
-            injected=c["injected"],
-            published=c["published"],
-            expected_injected=c["expected_injected"],
-            expected_published=c["expected_published"],
-            received=c["received"],
-        )
-        for name, c in sorted(per_topic.items())
+        TopicCoverage(topic=name, **{f: getattr(m, f) for f in _TOPIC_COUNTS})
+        for name, m in per_topic.items()
         if name in workload_topics or not workload_topics
     )
 
-    matching = _matching(
-        run_dir, meta, subs, published, inject_of, delivered, workload_topics, system
-    )
+    matching = _matching(run_dir, meta, run, inject_of, workload_topics, system)
 
-    forks, out_of_order, sequences = _chain_check(
-        published, parents, delivered, workload_topics or set(per_topic)
-    )
+    forks, out_of_order, sequences = _chain_check(run, parents, workload_topics or set(per_topic))
 
     # resources
     wire_in = wire_out = 0.0
@@ -435,21 +372,24 @@ def summarise_run(run_dir: Path) -> RunSummary:
             last = bw[-1].get("bw_protocols") or {}
             for name, v in last.items():
                 f = first.get(name, {"in": 0, "out": 0})
-                proto[name] += (v["in"] - f["in"] + v["out"] - f["out"]) / 2
+                proto[name] += wire_bytes(v["in"] - f["in"], v["out"] - f["out"])
     for (node, process), recs in samples.items():
         # The runner samples every process of a node at the same ``ts`` as its Kubo:
         # within the node's window, the first and last CPU samples are the runner's.
         lo, hi = window.get(node, (-math.inf, math.inf))
         cpu = [r for r in recs if "cpu_seconds" in r and lo <= r["ts"] <= hi]
-        if len(cpu) >= 2 and cpu[-1]["ts"] > cpu[0]["ts"]:
-            d = max(0.0, cpu[-1]["cpu_seconds"] - cpu[0]["cpu_seconds"])
-            cpu_by_node[node] += d / (cpu[-1]["ts"] - cpu[0]["ts"])
-            cpu_by_process[process] += d
+        if len(cpu) >= 2:
+            c0, c1 = cpu[0], cpu[-1]
+            cores = cpu_cores(c0["cpu_seconds"], c1["cpu_seconds"], c0["ts"], c1["ts"])
+            if cores is not None:
+                cpu_by_node[node] += cores
+                cpu_by_process[process] += cpu_seconds(c0["cpu_seconds"], c1["cpu_seconds"])
         rss = [r["rss_bytes"] for r in recs if "rss_bytes" in r]
         if rss:
             rss_by_node[node] += max(rss)
     pubsub_bytes = sum(v for k, v in proto.items() if k.startswith(PUBSUB_PREFIXES))
     n_nodes = int(meta.get("nodes") or len(nodes) or 1)
+    lat = latency(latencies)
     rpc_nodes = nodes if (rpc_sent or rpc_recv) else set()
     return RunSummary(
         system=system,
@@ -460,15 +400,15 @@ def summarise_run(run_dir: Path) -> RunSummary:
         injected=sum(t.injected for t in topics),
         published=sum(t.published for t in topics),
         deliveries=len(latencies),
-        duplicates=copies - len(delivered),
+        duplicates=run.duplicates,
         expected_injected=sum(t.expected_injected for t in topics),
         expected_published=sum(t.expected_published for t in topics),
         received=sum(t.received for t in topics),
-        latency_p50=_pct(latencies, 0.5),
-        latency_p95=_pct(latencies, 0.95),
-        latency_p99=_pct(latencies, 0.99),
-        latency_max=max(latencies) if latencies else None,
-        wire_bytes=(wire_in + wire_out) / 2 if have_bw else None,
+        latency_p50=lat.p50,
+        latency_p95=lat.p95,
+        latency_p99=lat.p99,
+        latency_max=lat.max,
+        wire_bytes=wire_bytes(wire_in, wire_out) if have_bw else None,
         wire_bytes_pubsub=pubsub_bytes if have_bw else None,
         wire_bytes_by_protocol=dict(sorted(proto.items())),
         rpc_sent_per_node=sum(rpc_sent.values()) / len(rpc_nodes) if rpc_nodes else None,
@@ -483,7 +423,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
         chain_out_of_order=out_of_order,
         chain_sequences=sequences,
         delivery_paths={k: len(v) for k, v in sorted(by_path.items())},
-        path_p99={k: p for k, v in sorted(by_path.items()) if (p := _pct(v, 0.99)) is not None},
+        path_p99={k: p for k, v in sorted(by_path.items()) if (p := latency(v).p99) is not None},
         expected_scheduled=(
             int(meta["expected_deliveries"]) if "expected_deliveries" in meta else None
         ),
@@ -547,10 +487,8 @@ def _load_filters(
 def _matching(
     run_dir: Path,
     meta: dict[str, Any],
-    subs: dict[tuple[str, str], float],
-    published: dict[str, tuple[str, float]],
+    run: RunRecords,
     inject_of: dict[str, str],
-    delivered: dict[tuple[str, str], tuple[float, float]],
     workload_topics: set[str],
     system: str,
 ) -> dict[str, Any]:
@@ -559,9 +497,6 @@ def _matching(
     if loaded is None:
         return {}
     filters, attributes, selectivity = loaded
-    subscribers: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for (node, topic), t in subs.items():
-        subscribers[topic].append((node, t))
 
     def wanted(node: str, event: str, topic: str) -> bool | None:
         f = filters.get((node, topic))
@@ -569,16 +504,14 @@ def _matching(
         return None if f is None or attrs is None else matches(f, attrs)
 
     expected = 0
-    for event, (topic, t) in published.items():
+    for event, (topic, t, _by) in run.published.items():
         if workload_topics and topic not in workload_topics:
             continue
-        expected += sum(
-            1 for node, s in subscribers[topic] if s <= t and wanted(node, event, topic)
-        )
+        expected += sum(1 for node in run.subscriptions.at(topic, t) if wanted(node, event, topic))
     received = unwanted = 0
     latencies: list[float] = []
-    for (node, event), (_ts, lat) in delivered.items():
-        pub = published.get(event)
+    for (node, event), d in run.delivered.items():
+        pub = run.published.get(event)
         if pub is None or (workload_topics and pub[0] not in workload_topics):
             continue
         want = wanted(node, event, pub[0])
@@ -587,31 +520,28 @@ def _matching(
         if not want:
             unwanted += 1
             continue
-        latencies.append(lat)
-        start = subs.get((node, pub[0]))
-        if start is not None and start <= pub[1]:
-            received += 1
+        latencies.append(d.latency)
+        received += run.received(node, event)
+    lat = latency(latencies)
     return {
         "filters_applied_by": "node" if system == "pulsarcast-filtered" else "application",
         "selectivity": selectivity,
         "expected_matching": expected,
         "received_matching": received,
         "unwanted_deliveries": unwanted,
-        "matching_latency_p50": _pct(latencies, 0.5),
-        "matching_latency_p95": _pct(latencies, 0.95),
-        "matching_latency_p99": _pct(latencies, 0.99),
+        "matching_latency_p50": lat.p50,
+        "matching_latency_p95": lat.p95,
+        "matching_latency_p99": lat.p99,
     }
 
 
 def _chain_check(
-    published: dict[str, tuple[str, float]],
-    parents: dict[str, str | None],
-    delivered: dict[tuple[str, str], tuple[float, float]],
-    topics: set[str],
+    run: RunRecords, parents: dict[str, str | None], topics: set[str]
 ) -> tuple[int, int, int]:
     """``(forks, out-of-order sequences, sequences checked)``; see :class:`RunSummary`."""
+    published = run.published
     events: dict[str, list[str]] = defaultdict(list)
-    for event, (topic, _t) in published.items():
+    for event, (topic, _t, _by) in published.items():
         if topic in topics:
             events[topic].append(event)
     forks = 0
@@ -632,10 +562,10 @@ def _chain_check(
             nxt = children.get(nxt[0], [])
         order[topic] = {e: i for i, e in enumerate(chain)}
     seqs: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
-    for (node, event), (ts, _lat) in delivered.items():
+    for (node, event), d in run.delivered.items():
         pub = published.get(event)
         if pub is not None and pub[0] in order and event in order[pub[0]]:
-            seqs[(node, pub[0])].append((ts, order[pub[0]][event]))
+            seqs[(node, pub[0])].append((d.ts, order[pub[0]][event]))
     bad = 0
     for seq in seqs.values():
         idx = [i for _ts, i in sorted(seq)]

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pulsarcast_ipfs.core import AttributeValue, Filter, matches
+from pulsarcast_ipfs.measures import Latency, coverage, latency_of_counts, percentile
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.stats import percentile_of_counts
 
 __all__ = ["RunStats", "SimSummary"]
 
@@ -142,13 +142,23 @@ class SimSummary:
         return asdict(self)
 
 
-def _percentile(hist: Mapping[int, int], total: int, q: float) -> float | None:
-    """Nearest rank (:mod:`pulsarcast_ipfs.stats`) over the latency histogram."""
-    value = percentile_of_counts(hist, q)
-    if value is None:
-        return None
-    assert sum(hist.values()) == total, "histogram total mismatch"
-    return value / 10_000
+_TICKS = 10_000
+"""Latency histogram buckets per second (0.1 ms)."""
+
+
+def _latency(hist: Mapping[int, int], total: int, top: float | None) -> Latency:
+    """The measures' latency figures (nearest rank) of a 0.1 ms histogram."""
+    lat = latency_of_counts(hist, _TICKS, top)
+    assert lat.count == total, "histogram total mismatch"
+    return lat
+
+
+def _coverage(received: int, expected: int) -> float:
+    """:func:`~pulsarcast_ipfs.measures.coverage`, 1.0 when nothing was expected: the
+    simulator's coverage is its acceptance criterion, and nothing expected is nothing
+    missed (docs/metrics.md)."""
+    c = coverage(received, expected)
+    return 1.0 if c is None else c
 
 
 def _popcount(b: bytes | bytearray) -> int:
@@ -320,7 +330,7 @@ class RunStats:
                     and isinstance(lat, int | float)
                     and self._below_attacker(node, topic)
                 ):
-                    k = round(lat * 10_000)
+                    k = round(lat * _TICKS)
                     self.below_hist[k] = self.below_hist.get(k, 0) + 1
                     self.below_count += 1
                     if self.below_max is None or lat > self.below_max:
@@ -330,7 +340,7 @@ class RunStats:
                 self.paths[path] = self.paths.get(path, 0) + 1
             lat = f.get("latency")
             if isinstance(lat, int | float):
-                key = round(lat * 10_000)
+                key = round(lat * _TICKS)
                 self.latency_hist[key] = self.latency_hist.get(key, 0) + 1
                 self.latency_count += 1
                 if self.latency_max is None or lat > self.latency_max:
@@ -501,6 +511,7 @@ class RunStats:
             live_exp += live.bit_count()
             live_del += (live & delivered).bit_count()
         rpcs = sorted(self.rpcs)
+        lat = _latency(self.latency_hist, self.latency_count, self.latency_max)
         depths = self.tree_depths()
         checked = same = 0
         for key, state in self.seq_state.items():
@@ -528,19 +539,19 @@ class RunStats:
             recovered=self.recovered,
             expected_published=exp_pub,
             delivered_published=del_pub,
-            coverage_published=del_pub / exp_pub if exp_pub else 1.0,
-            coverage_injected=del_pub / exp_all if exp_all else 1.0,
+            coverage_published=_coverage(del_pub, exp_pub),
+            coverage_injected=_coverage(del_pub, exp_all),
             live_expected=live_exp,
             live_delivered=live_del,
-            coverage_live=live_del / live_exp if live_exp else 1.0,
+            coverage_live=_coverage(live_del, live_exp),
             missing_live=live_exp - live_del,
-            latency_p50=_percentile(self.latency_hist, self.latency_count, 0.50),
-            latency_p95=_percentile(self.latency_hist, self.latency_count, 0.95),
-            latency_p99=_percentile(self.latency_hist, self.latency_count, 0.99),
-            latency_max=self.latency_max,
+            latency_p50=lat.p50,
+            latency_p95=lat.p95,
+            latency_p99=lat.p99,
+            latency_max=lat.max,
             rpcs_total=sum(rpcs),
             rpcs_per_node_mean=sum(rpcs) / len(rpcs) if rpcs else 0.0,
-            rpcs_per_node_p95=float(rpcs[max(0, math.ceil(0.95 * len(rpcs)) - 1)]) if rpcs else 0,
+            rpcs_per_node_p95=float(percentile(rpcs, 0.95) or 0),
             rpcs_per_node_max=rpcs[-1] if rpcs else 0,
             messages_lost=self.lost,
             tree_depth_max=max(depths, default=0),
@@ -574,13 +585,14 @@ class RunStats:
             cleared = (
                 -1.0 if any(t is None for t in times) else max(t for t in times if t is not None)
             )
+        below = _latency(self.below_hist, self.below_count, self.below_max)
         return {
             "attackers": len(self.byzantine),
             "byzantine_calls": self.byzantine_calls,
             "below_attacker_deliveries": self.below_count,
-            "below_attacker_p50": _percentile(self.below_hist, self.below_count, 0.50),
-            "below_attacker_p99": _percentile(self.below_hist, self.below_count, 0.99),
-            "below_attacker_max": self.below_max,
+            "below_attacker_p50": below.p50,
+            "below_attacker_p99": below.p99,
+            "below_attacker_max": below.max,
             "penalties_withheld": self.penalties.get("withheld", 0),
             "penalties_silent_child": self.penalties.get("silent_child", 0),
             "false_penalties": self.false_penalties,

@@ -7,7 +7,9 @@
 :class:`FakePeers` and :class:`FakeTransport` for the p2p network, and :func:`sidecar_at`
 runs a real driver and its HTTP API on them. The pure core's own test networks are
 :class:`pulsarcast_ipfs.core.testing.CoreNet`; :class:`SigningWorld`, :func:`subscribed_tree`,
-:data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need. The local
+:data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need;
+:func:`ok`, :func:`deliveries` and :func:`wait_joined` call a local cluster's sidecars;
+:func:`to_mf` and :func:`from_mf` convert CIDs for checks against ``dag_cbor``. The local
 Kubo and sidecar clusters the tests start are production code and live in
 :mod:`pulsarcast_ipfs.cluster`.
 """
@@ -18,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pulsarcast_ipfs.testing._cluster_http import deliveries, ok, wait_joined
     from pulsarcast_ipfs.testing._corenets import (
         DELEGATE_SEED_A,
         DELEGATE_SEED_B,
@@ -35,7 +38,13 @@ if TYPE_CHECKING:
     )
     from pulsarcast_ipfs.testing._fakekubo import FAKE_KUBO_URL, FakeKubo, StrictKubo
     from pulsarcast_ipfs.testing._fakenet import FakePeers, FakeTransport, running
-    from pulsarcast_ipfs.testing._record_sets import ReportRecord, records_r1, report_record
+    from pulsarcast_ipfs.testing._multiformats import from_mf, to_mf
+    from pulsarcast_ipfs.testing._record_sets import (
+        ReportRecord,
+        records_r1,
+        records_random,
+        report_record,
+    )
     from pulsarcast_ipfs.testing._records import RecordSources
     from pulsarcast_ipfs.testing._scrape import Scrape
     from pulsarcast_ipfs.testing._sidecar import (
@@ -68,14 +77,20 @@ _WHERE: dict[str, str] = {
     "create_topic": "_sidecar",
     "delegate": "_corenets",
     "delegated_event": "_corenets",
+    "deliveries": "_cluster_http",
     "expect_error": "_sidecar",
+    "from_mf": "_multiformats",
+    "ok": "_cluster_http",
     "orphaned_topic": "_corenets",
     "records_r1": "_record_sets",
+    "records_random": "_record_sets",
     "relay_below_author": "_corenets",
     "report_record": "_record_sets",
     "running": "_fakenet",
     "sidecar_at": "_sidecar",
     "subscribed_tree": "_corenets",
+    "to_mf": "_multiformats",
+    "wait_joined": "_cluster_http",
     "wait_until": "_wait",
     "xor_distance": "_corenets",
 }
@@ -112,14 +127,20 @@ __all__ = [
     "create_topic",
     "delegate",
     "delegated_event",
+    "deliveries",
     "expect_error",
+    "from_mf",
+    "ok",
     "orphaned_topic",
     "records_r1",
+    "records_random",
     "relay_below_author",
     "report_record",
     "running",
     "sidecar_at",
     "subscribed_tree",
+    "to_mf",
+    "wait_joined",
     "wait_until",
     "xor_distance",
 ]

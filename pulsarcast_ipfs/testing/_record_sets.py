@@ -2,14 +2,17 @@
 the tests compute every expected figure from them by hand.
 
 :func:`report_record` makes one record line; :func:`records_r1` is run r1 (pulsarcast):
-nodes A B C D, topics t1 t2 t3 (t3: no subscriber).
+nodes A B C D, topics t1 t2 t3 (t3: no subscriber). :func:`records_random` is a
+seeded bench-like run, too large to count by hand, for tests that compare two
+computations of the same measures.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-__all__ = ["ReportRecord", "records_r1", "report_record"]
+__all__ = ["ReportRecord", "records_r1", "records_random", "report_record"]
 
 
 ReportRecord = dict[str, Any]
@@ -144,3 +147,89 @@ def records_r1() -> list[ReportRecord]:
         ),  # restart: CPU counter went back
         r("tree_changed", 1, "A", topic="t1", role="root", children=["B"]),
     ]
+
+
+def records_random(run: str, system: str, seed: int, *, nodes: int = 8) -> list[ReportRecord]:
+    """A seeded run of ``system``: ``nodes`` nodes, topics a b c (and a's meta topic),
+    subscriptions that start late, end and resume, events injected and published
+    (some never), deliveries with duplicates, recovered copies, late subscribers and
+    events with no publish record, and RPCs with and without a topic.
+
+    Times and latencies are whole milliseconds, so that every computation reads the
+    same floats.
+    """
+    rng = random.Random(seed)
+    names = [f"n{i}" for i in range(nodes)]
+    topics = ["a", "b", "c"]
+    out: list[ReportRecord] = []
+
+    def r(kind: str, ts: float, node: str, **f: Any) -> ReportRecord:
+        rec = report_record(run, system, kind, round(ts, 3), node, **f)
+        out.append(rec)
+        return rec
+
+    for node in names:
+        for topic in topics:
+            if rng.random() < 0.3:
+                continue
+            t = rng.choice([0.0, 0.0, rng.uniform(0, 20)])
+            r("subscribed", t, node, topic=topic)
+            if rng.random() < 0.3:
+                r("subscribed", t + rng.uniform(0, 5), node, topic=topic)  # the same interval
+            if rng.random() < 0.3:
+                end = t + rng.uniform(1, 20)
+                r("unsubscribed", end, node, topic=topic)
+                if rng.random() < 0.5:
+                    r("subscribed", end + rng.uniform(0, 10), node, topic=topic)
+    r("event_published", 0.5, names[0], topic="meta-a", event="meta-a-1")
+    r("event_delivered", 0.6, names[1], topic="meta-a", event="meta-a-1", latency=0.1)
+    for i in range(60):
+        topic = rng.choice(topics)
+        publisher = rng.choice(names)
+        t = rng.uniform(0, 40)
+        inject_id, event = f"i{i}", f"e{i}"
+        r("event_injected", t, publisher, topic=topic, inject_id=inject_id)
+        if rng.random() < 0.1:
+            continue  # never published
+        tp = t + rng.choice([0.0, rng.uniform(0, 2)])
+        r("event_published", tp, publisher, topic=topic, event=event, inject_id=inject_id)
+        for node in names:
+            if rng.random() < 0.25:
+                continue
+            for _copy in range(rng.choice([1, 1, 1, 2, 3])):
+                lat = round(rng.choice([rng.uniform(0, 0.3), rng.uniform(0, 5)]), 3)
+                recovered = rng.random() < 0.1
+                r(
+                    "event_delivered",
+                    tp + lat,
+                    node,
+                    topic=topic,
+                    event=event,
+                    latency=lat,
+                    recovered=recovered,
+                )
+    # boundaries: edge1 subscribed on [50, 52), edge2 on [40, 52) and again from 52
+    # (at equal times the unsubscribe comes first); e-edge injected at 50, published at 52
+    r("subscribed", 50, "edge1", topic="c")
+    r("unsubscribed", 52, "edge1", topic="c")
+    r("subscribed", 40, "edge2", topic="c")
+    r("subscribed", 52, "edge2", topic="c")
+    r("unsubscribed", 52, "edge2", topic="c")
+    r("event_injected", 50, names[0], topic="c", inject_id="i-edge")
+    r("event_published", 52, names[0], topic="c", event="e-edge", inject_id="i-edge")
+    for node in ("edge1", "edge2"):
+        r("event_delivered", 52.5, node, topic="c", event="e-edge", latency=0.5)
+    for j in range(5):  # delivered, never published
+        r("event_delivered", 45, rng.choice(names), topic="b", event=f"x{j}", latency=0.2)
+    for _ in range(80):
+        kind = rng.choice(["rpc_sent", "rpc_received"])
+        rpc_topic = rng.choice([*topics, None])
+        f: dict[str, Any] = {"op": "event", "bytes": rng.randrange(40, 4000)}
+        f["peer"] = rng.choice(names)
+        if rpc_topic is not None:
+            f["topic"] = rpc_topic
+        r(kind, rng.uniform(0, 45), rng.choice(names), **f)
+    for rec in out:
+        if rec["kind"] == "event_delivered":
+            rec.setdefault("recovered", False)
+    return out

@@ -1,15 +1,17 @@
-"""HTTP helpers shared by the real-cluster sidecar tests (test_history_cluster.py,
-test_filters_cluster.py): a call to one node's sidecar that must succeed, its
+"""HTTP helpers shared by the real-cluster sidecar tests (tests/test_history_cluster.py,
+tests/test_filters_cluster.py and others): a call to one node's sidecar that must succeed, its
 delivery log, and the wait until every subscriber has joined a topic's tree."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pulsarcast_ipfs.cluster import LocalSidecarCluster
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing._wait import wait_until
+
+if TYPE_CHECKING:  # the cluster package imports pulsarcast_ipfs.testing
+    from pulsarcast_ipfs.cluster import LocalSidecarCluster
 
 __all__ = ["deliveries", "ok", "wait_joined"]
 
