@@ -28,8 +28,10 @@ from pulsarcast_ipfs.core import (
     parse_filter,
     sort_parents,
 )
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._descriptors import ATTRIBUTES_VERSION, PROTOCOL_VERSION
-from pulsarcast_ipfs.core._digesttable import DigestTable
+from pulsarcast_ipfs.core._digesttable import CIDFlags, DigestTable
+from pulsarcast_ipfs.core._filters import AttributeValue
 from pulsarcast_ipfs.core.testing import make_peer_ids
 from pulsarcast_ipfs.testing._history_reference import ReferenceHistory
 
@@ -50,7 +52,9 @@ def dag(rng: random.Random, n: int, width: int) -> list[EventDescriptor]:
         if events and rng.random() < 0.5:
             views[w].append(rng.choice(events))
         linked = {e.cid: e for e in views[w][-rng.randint(1, 3) :]} if views[w] else {}
-        attrs = None if rng.random() < 0.3 else {"kind": rng.choice("ab"), "n": rng.randrange(6)}
+        attrs: dict[str, AttributeValue] | None = (
+            None if rng.random() < 0.3 else {"kind": rng.choice("ab"), "n": rng.randrange(6)}
+        )
         ev = EventDescriptor(
             topic=TOPIC.cid,
             author=PEERS[w % 3],
@@ -214,3 +218,29 @@ def test_the_digest_table_is_a_dict(ops: list[tuple[bool, int]], width: int) -> 
     assert all(table.find(k) < 0 for k in keys if k not in model)
     live = array("I", (table.find(k) for k in model))
     assert len(set(live)) == len(model)  # one slot each
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["set", "pop", "get"]), st.integers(0, 40), st.booleans()),
+        max_size=200,
+    )
+)
+def test_cid_flags_are_a_dict_of_cid_bytes(ops: list[tuple[str, int, bool]]) -> None:
+    """``CIDFlags`` (the sidecar's retained events, whether own) against the dict it
+    replaced, for event CIDs and CIDs of other kinds."""
+    events = [CID.dag_cbor_sha256(random.Random(i).randbytes(32)) for i in range(36)]
+    others = [CID.decode(bytes(c)[:1] + b"\x55" + bytes(c)[2:]) for c in events[:5]]  # raw
+    pool = events + others
+    flags, model = CIDFlags(), dict[bytes, bool]()
+    for op, i, flag in ops:
+        cid = pool[i]
+        if op == "set":
+            flags[cid] = flag
+            model[bytes(cid)] = flag
+        elif op == "pop":
+            assert flags.pop(cid) == model.pop(bytes(cid), None)
+        assert flags.get(cid) == model.get(bytes(cid))
+        assert len(flags) == len(model)
+        assert all((c in flags) == (bytes(c) in model) for c in pool)

@@ -30,7 +30,9 @@ from __future__ import annotations
 from array import array
 from typing import Final
 
-__all__ = ["DIGEST_SIZE", "DigestTable"]
+from pulsarcast_ipfs.core._cid import CID
+
+__all__ = ["DIGEST_SIZE", "CIDFlags", "DigestTable"]
 
 DIGEST_SIZE: Final = 32
 """Bytes of a sha2-256 digest: every key."""
@@ -148,3 +150,66 @@ class DigestTable:
             + self._index.itemsize * len(self._index)
             + self._free.itemsize * len(self._free)
         )
+
+
+_DAG_CBOR_SHA256: Final = b"\x01\x71\x12\x20"
+_FLAG_WIDTH: Final = DIGEST_SIZE + 1
+
+
+class CIDFlags:
+    """A map from CIDs to a ``bool``, one 33-byte record (digest, flag) of a
+    :class:`DigestTable` per CIDv1 dag-cbor sha2-256 (every event's and topic's), a
+    ``dict`` entry for any other CID. What a sidecar keeps per retained event
+    (whether it is its own) costs ~45 bytes rather than a ``dict`` entry and a key
+    object (~120)."""
+
+    __slots__ = ("_other", "_table")
+
+    def __init__(self) -> None:
+        self._table = DigestTable(_FLAG_WIDTH)
+        self._other: dict[bytes, bool] = {}
+
+    def __len__(self) -> int:
+        return len(self._table) + len(self._other)
+
+    @staticmethod
+    def _digest(raw: bytes) -> bytes | None:
+        return raw[4:] if len(raw) == 36 and raw.startswith(_DAG_CBOR_SHA256) else None
+
+    def __contains__(self, cid: object) -> bool:
+        return isinstance(cid, CID) and self.get(cid) is not None
+
+    def get(self, cid: CID) -> bool | None:
+        """The flag of ``cid``, or None if it has none."""
+        raw = bytes(cid)
+        digest = self._digest(raw)
+        if digest is None:
+            return self._other.get(raw)
+        slot = self._table.find(digest)
+        return None if slot < 0 else bool(self._table.data[slot * _FLAG_WIDTH + DIGEST_SIZE])
+
+    def __setitem__(self, cid: CID, flag: bool) -> None:
+        raw = bytes(cid)
+        digest = self._digest(raw)
+        if digest is None:
+            self._other[raw] = flag
+            return
+        t = self._table
+        slot = t.find(digest)
+        if slot < 0:
+            slot = t.insert(digest)
+        t.data[slot * _FLAG_WIDTH + DIGEST_SIZE] = 1 if flag else 0
+
+    def pop(self, cid: CID) -> bool | None:
+        """Forget ``cid``; its flag, or None if it had none."""
+        raw = bytes(cid)
+        digest = self._digest(raw)
+        if digest is None:
+            return self._other.pop(raw, None)
+        t = self._table
+        slot = t.find(digest)
+        if slot < 0:
+            return None
+        flag = bool(t.data[slot * _FLAG_WIDTH + DIGEST_SIZE])
+        t.remove(slot)
+        return flag
