@@ -1,5 +1,5 @@
 """CPU per delivery of the sidecars and their Kubo daemons on a local cluster, under a
-steady publish rate: the figure of issue 13's CPU target, measured with less noise
+steady publish rate: the CPU-per-node figure against gossipsub, measured with less noise
 than a whole ``pulsarcast bench`` run (no set-up phase, no gossipsub run beside it).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/cluster_cpu.py [--nodes 20] [--rate 20]

@@ -1,4 +1,4 @@
-"""DAG-CBOR codec and CID costs on the protocol's own blocks (issue 14) — not a test.
+"""DAG-CBOR codec and CID costs on the protocol's own blocks — not a test.
 
 Theory of operation
 -------------------

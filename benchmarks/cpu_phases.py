@@ -1,4 +1,4 @@
-"""CPU of one bench run by phase and process (issue 13) — not a test.
+"""CPU of one bench run by phase and process — not a test.
 
 ``pulsarcast bench`` reports one CPU figure per node: the CPU time of every
 process of the system (Kubo, and for Pulsarcast the sidecar) over the run,

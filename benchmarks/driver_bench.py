@@ -1,4 +1,4 @@
-"""Sidecar CPU per event without Kubo (issue 13) — not a test.
+"""Sidecar CPU per event without Kubo — not a test.
 
 A real :class:`sidecar.Driver` — protocol core, BlockStore, KuboClient, state and
 metric files, timers, the HTTP API (on a free port) — runs against in-process fakes:
@@ -54,9 +54,6 @@ requests batch.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
-import contextlib
 import cProfile
 import functools
 import gc
@@ -65,12 +62,11 @@ import json
 import logging
 import math
 import pstats
-import random
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -83,27 +79,13 @@ from pulsarcast_ipfs.core import (
     SIGNED_VERSION,
     DelegateKey,
     Delegation,
-    Deliver,
-    DisconnectPeer,
     Ed25519Signer,
     Event,
     EventDescriptor,
-    FetchBlock,
-    FrameDecoder,
     Join,
-    NodeConfig,
-    OperationDone,
-    OutputDispatch,
-    Pending,
-    Ping,
     PublishResult,
     PulsarcastNode,
-    ReleaseBlocks,
-    SendRpc,
-    SignRequest,
-    StoreBlock,
     TopicDescriptor,
-    TopicUpdated,
     UnknownTopic,
     _dagcbor,
     cid_str,
@@ -114,21 +96,14 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids, make_signers
 from pulsarcast_ipfs.kademlia import peer_position
-from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
-from pulsarcast_ipfs.kubo._car import decode_car
 from pulsarcast_ipfs.polling import poll_until
-from pulsarcast_ipfs.records import MetricRecord
+from pulsarcast_ipfs.testing import FAKE_KUBO_URL, FakeKubo, FakePeers, FakeTransport, running
 from sidecar import Driver, SidecarConfig, build_app
 from sidecar._config import DEFAULT_DELEGATE_TTL
 from sidecar._driver import Listener
-from sidecar._retainindex import decode_bucket, decode_root
-from sidecar._transport import Transport, _Incoming
 
 __all__ = [
     "SCENARIOS",
-    "FakeKubo",
-    "FakePeers",
-    "FakeTransport",
     "Outcome",
     "main",
     "run_scenario",
@@ -137,370 +112,10 @@ __all__ = [
 SCENARIOS = ("receive", "forward", "publish")
 RECEIVED = ("delegated", "kubo")
 """How the events a receive or forward scenario feeds are signed (``--received``)."""
-FAKE_KUBO_URL = "http://fake-kubo.invalid:5001"
 POLL = 0.005
 """How often the harness looks whether a scenario is done (seconds)."""
 
 log = logging.getLogger("pulsarcast.bench.driver")
-
-
-# -- the fake Kubo ------------------------------------------------------------------------
-
-
-def multipart_files(request: httpx.Request) -> list[bytes]:
-    """The file parts of a ``multipart/form-data`` request body, in order."""
-    _, _, boundary = request.headers.get("content-type", "").partition("boundary=")
-    if not boundary:
-        return []
-    files: list[bytes] = []
-    for chunk in request.content.split(b"--" + boundary.strip('"').encode())[1:]:
-        if chunk.startswith(b"--"):
-            break  # the closing delimiter
-        _, _, body = chunk.partition(b"\r\n\r\n")
-        files.append(body.removesuffix(b"\r\n"))
-    return files
-
-
-def _json_response(doc: object, status: int = 200) -> httpx.Response:
-    return httpx.Response(status, content=json.dumps(doc).encode() + b"\n")
-
-
-def _kubo_error(message: str) -> httpx.Response:
-    return _json_response({"Message": message, "Code": 0, "Type": "error"}, 500)
-
-
-class FakeKubo:
-    """The Kubo RPC endpoints a sidecar calls, answered in process (``httpx.MockTransport``).
-
-    Blocks, pins and provides are kept so that a run can be checked; ``cpu`` is the
-    process CPU spent answering (taken out of the sidecar's figure).
-    """
-
-    def __init__(
-        self, signer: Ed25519Signer, peers: Sequence[str] = (), *, latency: float = 0.0
-    ) -> None:
-        self.signer = signer
-        self.latency = latency
-        """Seconds each answer waits (no CPU): a real Kubo's round trip, during which
-        the block store's queue fills and its next put takes a batch."""
-        self.peers = list(peers)
-        """Reported as connected (``swarm/peers``): the driver's known peers."""
-        self.blocks: dict[str, bytes] = {}
-        self.pinned: set[str] = set()
-        """Pinned directly, or linked from a pinned retention index."""
-        self.by_hash: dict[bytes, str] = {}
-        self.ever_pinned: set[str] = set()
-        self.watched: set[str] = set()
-        self.watched_stored = 0
-        """How many of the watched CIDs were written (cheap to poll while measuring)."""
-        self.watched_pinned = 0
-        self.provided: list[str] = []
-        self.calls: Counter[str] = Counter()
-        self.blocks_put = 0
-        self.unknown: Counter[str] = Counter()
-        self.cpu = 0.0
-
-    def client(self) -> KuboClient:
-        handler = self.handle if self.latency <= 0 else self.handle_later
-        return KuboClient(
-            config=KuboConfig(base_url=FAKE_KUBO_URL), transport=httpx.MockTransport(handler)
-        )
-
-    async def handle_later(self, request: httpx.Request) -> httpx.Response:
-        await anyio.sleep(self.latency)
-        return self.handle(request)
-
-    def watch(self, cids: Sequence[str]) -> None:
-        """Count these CIDs in ``watched_stored`` / ``watched_pinned`` (also if done already)."""
-        for cid in cids:
-            if cid not in self.watched:
-                self.watched.add(cid)
-                self.watched_stored += cid in self.blocks
-                self.watched_pinned += cid in self.ever_pinned
-
-    def _indexed(self, root: str) -> list[str]:
-        """The events a retention index root links (``sidecar._retainindex``)."""
-        out: list[str] = []
-        for bucket in decode_root(self.blocks[root]):
-            out += [self.by_hash[mh] for mh in decode_bucket(self.blocks[cid_str(bucket)])]
-        return out
-
-    def _pin(self, cids: Sequence[str]) -> None:
-        for cid in cids:
-            if cid not in self.ever_pinned:
-                self.ever_pinned.add(cid)
-                self.watched_pinned += cid in self.watched
-        self.pinned.update(cids)
-
-    def _store(self, made: CID, data: bytes) -> str:
-        cid = cid_str(made)
-        self.by_hash[bytes(made)[2:]] = cid
-        if cid not in self.blocks and cid in self.watched:
-            self.watched_stored += 1
-        self.blocks[cid] = data
-        self.blocks_put += 1
-        return cid
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        t0 = time.process_time()
-        try:
-            return self._answer(request)
-        finally:
-            self.cpu += time.process_time() - t0
-
-    def _answer(self, request: httpx.Request) -> httpx.Response:
-        endpoint = request.url.path.removeprefix("/api/v0/")
-        self.calls[endpoint] += 1
-        params = request.url.params
-        args = params.get_list("arg")
-        if endpoint == "block/put":
-            lines = []
-            for part in multipart_files(request):
-                cid = self._store(compute_cid(part), part)
-                if params.get("pin") == "true":
-                    self._pin([cid])
-                lines.append(json.dumps({"Key": cid, "Size": len(part)}).encode())
-            return httpx.Response(200, content=b"\n".join(lines) + b"\n")
-        if endpoint == "dag/import":  # the block store's puts: a CAR that pins nothing
-            (archive,) = multipart_files(request)
-            for made, data in decode_car(archive)[1]:
-                self._store(made, data)
-            return httpx.Response(200)
-        if endpoint == "block/get":
-            data = self.blocks.get(args[0]) if args else None
-            if data is None:
-                return _kubo_error("block was not found locally (offline)")
-            return httpx.Response(200, content=data)
-        if endpoint == "pin/add" and params.get("recursive") == "true":  # retention index
-            self._pin(self._indexed(args[0]))
-            return _json_response({"Pins": args})
-        if endpoint == "pin/update":  # the retention index, replaced
-            self._pin(self._indexed(args[1]))
-            return _json_response({"Pins": args})
-        if endpoint == "pin/ls":  # no index pinned before the run
-            return _json_response({"Keys": {}})
-        if endpoint == "pin/add":
-            self._pin(args)
-            return _json_response({"Pins": args})
-        if endpoint == "pin/rm":
-            missing = [a for a in args if a not in self.pinned]
-            self.pinned.difference_update(args[: args.index(missing[0])] if missing else args)
-            if missing:
-                return _kubo_error("not pinned or pinned indirectly")
-            return _json_response({"Pins": args})
-        if endpoint in ("provide/once", "routing/provide"):
-            self.provided.extend(args)
-            return httpx.Response(200, content=b"")
-        if endpoint == "key/sign":
-            (data,) = multipart_files(request)
-            signature = "u" + base64.urlsafe_b64encode(self.signer.sign(data)).rstrip(b"=").decode()
-            return _json_response(
-                {"Key": {"Name": "self", "Id": self.signer.peer_id}, "Signature": signature}
-            )
-        if endpoint == "id":
-            return _json_response(
-                {
-                    "ID": self.signer.peer_id,
-                    "PublicKey": "",
-                    "Addresses": [],
-                    "AgentVersion": "kubo/fake",
-                    "Protocols": [],
-                }
-            )
-        if endpoint == "version":
-            return _json_response({"Version": "0.0.0-fake", "Commit": "", "Repo": "0"})
-        if endpoint == "config":
-            # The local cluster's setting (compose): Kubo announces pinned blocks itself.
-            return _json_response({"Key": args[0], "Value": "pinned"})
-        if endpoint == "stats/dht":
-            return httpx.Response(
-                200, content=b'{"Name":"wan","Buckets":[]}\n{"Name":"lan","Buckets":[]}\n'
-            )
-        if endpoint == "swarm/peers":
-            peers = [{"Peer": p, "Addr": "/ip4/127.0.0.1/tcp/4001"} for p in self.peers]
-            return _json_response({"Peers": peers})
-        if endpoint == "stats/bw":
-            return _json_response({"TotalIn": 0, "TotalOut": 0, "RateIn": 0.0, "RateOut": 0.0})
-        if endpoint == "routing/findprovs":
-            return httpx.Response(200, content=b"")
-        if endpoint in ("p2p/close", "p2p/listen", "p2p/forward"):
-            return httpx.Response(200, content=b"0")
-        self.unknown[endpoint] += 1
-        return _kubo_error(f"fake Kubo: no such endpoint {endpoint}")
-
-
-# -- the fake transport and peers ----------------------------------------------------------
-
-
-class FakeTransport(Transport):
-    """:class:`Transport` without Kubo's ``p2p`` streams.
-
-    Outgoing frames are counted and handed to :class:`FakePeers`. Incoming ones
-    (:meth:`feed`) go through the real incoming connection (``_Incoming``: the
-    ``report-peer-id`` line, the ban check, ``FrameDecoder`` and ``on_rpc``), one per
-    sending peer, one frame per read.
-    """
-
-    def __init__(self, *, peers: FakePeers, **kwargs: Any) -> None:
-        super().__init__(**{**kwargs, "port": 1})  # nothing is bound
-        self.fake_peers = peers
-        self.bytes_out = 0
-        self._incoming: dict[str, _Incoming] = {}
-        peers.transport = self
-
-    async def claim(self) -> None:
-        pass  # no p2p listener in the fake Kubo to look at
-
-    async def run(
-        self,
-        tg: anyio.abc.TaskGroup,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        self._tg = tg
-        task_status.started()
-
-    async def close(self) -> None:
-        self._closing = True
-        self._incoming.clear()
-
-    def send(self, peer: str, data: bytes) -> None:
-        if self._closing or self._tg is None:
-            return
-        if self._banned and self.is_banned(peer):
-            return
-        self.frames_out += 1
-        self.bytes_out += len(data)
-        self.fake_peers.receive(peer, data)
-
-    def connect(self, peer: str) -> bool:
-        return False  # no connections to open: frames go straight to the fake peers
-
-    def feed(self, peer: str, data: bytes) -> None:
-        """``data`` arrives from ``peer`` on its incoming connection (opened on first use),
-        taken in a later callback of the event loop as a socket read is; lost, as on a
-        network, once the node has closed its connections (stopping)."""
-        if self._closing:
-            return
-        conn = self._incoming.get(peer)
-        if conn is None:
-            conn = self._incoming[peer] = _Incoming(self)
-            conn.feed(peer.encode("ascii") + b"\n")
-        asyncio.get_running_loop().call_soon(self._read, peer, conn, data)
-
-    def _read(self, peer: str, conn: _Incoming, data: bytes) -> None:
-        if not self._closing and self._incoming.get(peer) is conn and not conn.feed(data):
-            del self._incoming[peer]  # the node closed this connection
-
-
-class FakePeers:
-    """The node's neighbours: real protocol cores (the author) and scripted peers
-    (children) that only keep what they are sent. ``cpu``: the process CPU spent here."""
-
-    def __init__(self, node_id: str, kubo: FakeKubo) -> None:
-        self.node_id = node_id
-        self.kubo = kubo
-        self.transport: FakeTransport | None = None
-        self.cores: dict[str, tuple[PulsarcastNode, Ed25519Signer]] = {}
-        self._decoders: dict[str, FrameDecoder] = {}
-        self.frames: defaultdict[str, list[bytes]] = defaultdict(list)
-        """Every frame the node sent, per peer."""
-        self.cpu = 0.0
-        self._done: list[OperationDone] = []
-        self._dispatch: OutputDispatch[str] = OutputDispatch(
-            self,
-            ignore=(
-                ReleaseBlocks,
-                FetchBlock,
-                Deliver,
-                TopicUpdated,
-                DisconnectPeer,
-                MetricRecord,
-            ),
-        )
-
-    def add_core(self, signer: Ed25519Signer, *, seed: int) -> PulsarcastNode:
-        node = PulsarcastNode(
-            peer_id=signer.peer_id,
-            config=NodeConfig(require_signatures=True),
-            rng=random.Random(seed),
-            now=time.time(),
-        )
-        self.cores[signer.peer_id] = (node, signer)
-        self._decoders[signer.peer_id] = FrameDecoder()
-        return node
-
-    def create_topic(self, author: str, name: str) -> CID:
-        """``author``'s core creates a topic (signed); its blocks go to the fake Kubo."""
-        node, _ = self.cores[author]
-        pending = node.create_topic(time.time(), name)
-        assert isinstance(pending, Pending)
-        for out in self.carry_out(author):
-            if out.op == pending.op:
-                assert isinstance(out.result, CID), out.error
-                return out.result
-        raise AssertionError("create_topic did not finish")
-
-    def receive(self, peer: str, data: bytes) -> None:
-        """A frame the node sent to ``peer`` (from :meth:`FakeTransport.send`)."""
-        t0 = time.process_time()
-        self.frames[peer].append(data)
-        core = self.cores.get(peer)
-        if core is not None:
-            for rpc in self._decoders[peer].feed(data):
-                core[0].receive_rpc(time.time(), self.node_id, rpc, size=len(data))
-            self.carry_out(peer)
-        self.cpu += time.process_time() - t0
-
-    def carry_out(self, peer: str) -> list[OperationDone]:
-        """Carry out the outputs of ``peer``'s core: RPCs to the node, signatures,
-        blocks (into the fake Kubo, where the node can fetch them)."""
-        node, _ = self.cores[peer]
-        self._done = []
-        outs = node.take_outputs()
-        while outs:
-            self._dispatch(peer, outs)
-            outs = node.take_outputs()
-        return self._done
-
-    # the outputs of a peer's core (core.OutputDispatch; the others are not needed)
-
-    def on_send_rpc(self, peer: str, out: SendRpc) -> None:
-        if out.peer == self.node_id:
-            self.send_to_node(peer, out.data)
-
-    def on_sign_request(self, peer: str, out: SignRequest) -> None:
-        node, signer = self.cores[peer]
-        node.signed(time.time(), out.request_id, signer.sign(out.data))
-
-    def on_store_block(self, peer: str, out: StoreBlock) -> None:
-        self.kubo.blocks[cid_str(out.cid)] = out.data
-
-    def on_operation_done(self, peer: str, out: OperationDone) -> None:
-        self._done.append(out)
-
-    def send_to_node(self, sender: str, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.feed(sender, data)
-
-    async def keep_alive(self, children: Sequence[str], interval: float) -> None:
-        """Children PING their parent every ``interval`` (§6), as real ones do."""
-        nonce = 0
-        while True:
-            t0 = time.process_time()
-            for child in children:
-                nonce += 1
-                self.send_to_node(child, encode_frame(Ping(nonce=nonce)))
-            self.cpu += time.process_time() - t0
-            await anyio.sleep(interval)
-
-    def events_to(self, peer: str, topic: CID) -> Counter[str]:
-        """How many times each event of ``topic`` was sent to ``peer``."""
-        got: Counter[str] = Counter()
-        for rpc in FrameDecoder().feed(b"".join(self.frames.get(peer, ()))):
-            if isinstance(rpc, Event) and rpc.topic == topic:
-                got[cid_str(EventDescriptor.decode(rpc.event).cid)] += 1
-        return got
 
 
 # -- scenarios ------------------------------------------------------------------------------
@@ -675,7 +290,7 @@ def _signed_events(
             protocol_version=SIGNED_VERSION,
         )
         if core is not None:
-            steps = core._signed_event(draft, topic)
+            steps = core._signing.signed_event(draft, topic)
             try:
                 steps.send(None)  # type: ignore[arg-type]
             except StopIteration as stop:
@@ -772,30 +387,6 @@ async def run_scenario(
                 warm_cids=warm_cids,
             )
     return outcome
-
-
-@contextlib.asynccontextmanager
-async def running(driver: Driver) -> AsyncIterator[anyio.abc.TaskGroup]:
-    """Run ``driver`` (no services) in a task group, yielded for helpers of the
-    caller's; on leaving, stop it gracefully (as on SIGTERM), wait at most 15 s for
-    it, then cancel what is left."""
-    stopped = anyio.Event()
-
-    async def run_driver(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await driver.run(task_status=task_status)
-        finally:
-            stopped.set()
-
-    async with anyio.create_task_group() as tg:
-        await tg.start(run_driver)
-        try:
-            yield tg
-        finally:
-            driver.stop()
-            with anyio.move_on_after(15):
-                await stopped.wait()
-            tg.cancel_scope.cancel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

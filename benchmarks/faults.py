@@ -1,4 +1,4 @@
-"""Fault scenarios repeated (issue 7): pass counts and recovery times per scenario.
+"""Fault scenarios repeated: pass counts and recovery times per scenario.
 
 Run: ``.venv/bin/python benchmarks/faults.py [--repeat 5] [--nodes 10]
 [--scenario kill_20pct --scenario partition ...] [--json out.jsonl]``.

@@ -1,4 +1,4 @@
-"""History walk benchmark (issue 12) — not a test.
+"""History walk benchmark — not a test.
 
 One node, the author of a topic, holds N events (default 10,000) published by
 itself and received from two concurrent publishers, so the topic's DAG has

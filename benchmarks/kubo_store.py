@@ -1,4 +1,4 @@
-"""Kubo's CPU per stored event block (issue 13) — not a test.
+"""Kubo's CPU per stored event block — not a test.
 
 Starts one offline Kubo daemon per configuration (a fresh repository, ``ipfs init
 --profile=test[,pebbleds] --empty-repo``), writes ``--blocks`` dag-cbor blocks of

@@ -1,4 +1,4 @@
-"""Tree churn under machine-wide delays (issue 13, 50-node runs) — not a test.
+"""Tree churn under machine-wide delays (50-node runs) — not a test.
 
 On a machine where every process waits for a core (50 Kubo daemons and 50 sidecars
 on 2 cores), every tree parent answers late now and then. This runs a CoreNet of N

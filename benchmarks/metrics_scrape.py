@@ -26,7 +26,7 @@ import httpx
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core.testing import make_signers
 from pulsarcast_ipfs.stats import median, percentile
-from pulsarcast_ipfs.testing import Scrape
+from pulsarcast_ipfs.testing import FAKE_KUBO_URL, FakeKubo, Scrape
 from sidecar import Driver, SidecarConfig, serve_api
 
 
@@ -37,11 +37,11 @@ def _port() -> int:
 
 
 async def measure(*, topics: int, events: int, scrapes: int, metrics_topics: int) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     peers = bench.FakePeers(kubo.signer.peer_id, kubo)
     with tempfile.TemporaryDirectory() as state_dir:
         config = SidecarConfig(
-            kubo_api=bench.FAKE_KUBO_URL,
+            kubo_api=FAKE_KUBO_URL,
             api=f"127.0.0.1:{_port()}",
             state_dir=Path(state_dir),
             metrics_topics=metrics_topics,

@@ -216,7 +216,7 @@ class Feed:
             protocol_version=SIGNED_ATTRIBUTES_VERSION if self.attributes else SIGNED_VERSION,
             attributes={"kind": "abc"[i % 3]} if self.attributes else None,
         )
-        steps = self.pair.a._signed_event(draft, topic)
+        steps = self.pair.a._signing.signed_event(draft, topic)
         try:
             steps.send(None)  # type: ignore[arg-type]
         except StopIteration as stop:

@@ -1,4 +1,4 @@
-"""CPU and bitswap traffic of a bench run's set-up phase (issue 13) — not a test.
+"""CPU and bitswap traffic of a bench run's set-up phase — not a test.
 
 ``pulsarcast bench`` counts the set-up in its CPU per node: topics created, every
 subscription joined, a few seconds to settle. This script runs exactly that part of

@@ -1,4 +1,4 @@
-"""Scale benchmark of the simulator (issue 3, part 5) — not a test.
+"""Scale benchmark of the simulator — not a test.
 
 Simulates N nodes (default 10,000) and E publish calls (default 100,000) of the
 Reddit 2007 workload with the real protocol core, then prints wall time, peak

@@ -1,4 +1,4 @@
-"""Schemathesis against a real sidecar beside one real Kubo (issue 7, "bad input").
+"""Schemathesis against a real sidecar beside one real Kubo ("bad input").
 
 Starts a one-node local cluster with its sidecar, then runs ``schemathesis run`` on
 the sidecar's ``/openapi.json``: no 5xx, every status and body as documented

@@ -138,7 +138,7 @@ class Publication:
     user: str
 
     def attributes(self) -> dict[str, int | str]:
-        """The event's attributes (issue 15): the Reddit fields a filter selects on."""
+        """The event's attributes: the Reddit fields a filter selects on."""
         return {
             "ups": self.event.ups,
             "downs": self.event.downs,

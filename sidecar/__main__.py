@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 
+from pulsarcast_ipfs.core._descriptors import set_decode_cache_size
 from pulsarcast_ipfs.kubo import KuboError, KuboStreamMountingDisabled, KuboUnavailable
 
 from ._api import bind_api, serve_api
@@ -196,6 +197,7 @@ def config_from_args(argv: list[str] | None = None) -> SidecarConfig:
 async def _run(config: SidecarConfig, api: socket.socket) -> str | None:
     """Run until stopped, serving the API on ``api`` (bound ahead); the reason if the
     sidecar stopped on its own (else None)."""
+    set_decode_cache_size(config.decode_cache)  # one node per process: a small memo
     driver = Driver(config)
 
     async def started() -> None:

@@ -1,4 +1,4 @@
-"""The sidecar's HTTP API for applications (issue 4, part 2; contract docs/http-api.md).
+"""The sidecar's HTTP API for applications (contract docs/http-api.md).
 
 A Starlette app served by uvicorn inside the driver's task group. Every error is
 ``{"error": {"code", "message"}}`` with a status and code of the contract's table

@@ -109,6 +109,10 @@ class SidecarConfig:
     (docs/sidecar.md "Providing", ``sidecar._announce``). 0: every subscriber."""
     delivery_log_max: int = 100_000
     """Deliveries kept in the persisted log (older ones are rotated out)."""
+    decode_cache: int = 256
+    """Decoded descriptors the process memoises by their bytes (0: none). The core's
+    default (8,192) suits a process that runs many nodes; one node gains little from
+    it and would hold ~35 MiB of decoded events (docs/sidecar.md "Memory")."""
     consumer_grace: float = 60.0
     """An anonymous consumer (docs/http-api.md "Consumers") with no open delivery
     stream for this many seconds went away without closing: it is closed, and the
@@ -246,6 +250,8 @@ class SidecarConfig:
             raise ConfigError("resource_interval: must not be negative")
         if self.connect_attempts < 1 or self.max_body < 1024 or self.delivery_log_max < 10:
             raise ConfigError("connect_attempts, max_body or delivery_log_max too small")
+        if self.decode_cache < 0:
+            raise ConfigError("decode_cache: must not be negative")
         if self.announce not in ANNOUNCE_MODES:
             raise ConfigError(
                 f"announce: expected one of {', '.join(ANNOUNCE_MODES)}, got {self.announce!r}"
@@ -308,6 +314,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             "connect_attempts",
             "max_body",
             "delivery_log_max",
+            "decode_cache",
             "retain_events",
             "retain_bytes",
             "group_capacity",

@@ -1,4 +1,4 @@
-"""The one place joining the protocol core, anyio and Kubo (issue 4, part 1).
+"""The one place joining the protocol core, anyio and Kubo.
 
 The core (:class:`~pulsarcast_ipfs.core.PulsarcastNode`) is pure; this driver
 feeds it every input — tree RPCs from the transport, API commands, timer expiries
@@ -830,7 +830,7 @@ class Driver:
         """Connect to the members of each topic's root list (MEMBERS: the root and its
         children) ahead of need: a publisher's first hop goes straight to them (§6),
         and a first frame to a peer waited for a ``p2p forward`` and a new stream
-        (issue 13: 168 of the 186 deliveries over 200 ms in the first 3 s of a 20
+        (168 of the 186 deliveries over 200 ms in the first 3 s of a 20
         events/s run were carried by the first EVENT from that peer). At most
         :data:`WARM_MAX` connections in all; a member that cannot be reached is
         given up as any neighbour is (bounded retries, ``peer_unreachable``)."""
@@ -866,7 +866,7 @@ class Driver:
 
     async def persist_in_thread(self) -> None:
         """:meth:`persist`, the write (two ``fsync``) in a worker thread: a loaded disk
-        stalled the event loop of every sidecar every 2 s (py-spy, issue 13)."""
+        stalled the event loop of every sidecar every 2 s (py-spy)."""
         self._fresh_heads()
         snapshot = self.state.snapshot()
         self._dirty = False
@@ -936,6 +936,9 @@ class Driver:
                 rng=random.Random(),
                 now=self.clock(),
             )
+            # What the log says was delivered: the restart's gap repair stops there.
+            restored = self.state.delivered_cids(self.node_config.delivered_cache_size)
+            self._node.restore_delivered(self.clock(), restored)
             log.info(
                 "peer %s, Kubo %s at %s", self.peer_id, self.kubo_version, self.config.kubo_api
             )
@@ -998,7 +1001,7 @@ class Driver:
             done.set()
 
     def fail(self, why: str) -> None:
-        """Stop because the state cannot be written (issue 7: a clear error, no
+        """Stop because the state cannot be written (a clear error, no
         corruption); ``pulsarcast-sidecar`` exits non-zero with ``why``."""
         if self.fatal is None:
             log.error("stopping: %s", why)
@@ -1011,7 +1014,8 @@ class Driver:
             lst.wake.set()
 
     def _resume(self) -> None:
-        """Re-subscribe what the persisted state says (§5 eventual delivery after a restart)."""
+        """Re-subscribe what the persisted state says (§5 eventual delivery after a
+        restart; the core was told what the delivery log holds when it was made)."""
         for root, since in list(self.state.state.subscriptions.items()):
             try:
                 cid = cid_from_str(root)

@@ -11,7 +11,7 @@ strictly closer to the author than the node itself. When that bucket is empty
 the node would act as root (§6 failover); the driver then adds the author itself
 to the known peers (``p2p forward`` reaches it by peer ID).
 
-:class:`RoutingView` keeps that union up to date cheaply (issue 13): ``swarm/peers``
+:class:`RoutingView` keeps that union up to date cheaply: ``swarm/peers``
 every routing interval, ``stats/dht`` only every :data:`TABLE_INTERVAL`. Kubo adds a
 peer to its table when connected to it, so a new peer shows in ``swarm/peers``
 first; a peer that went away stays in Kubo's table for minutes (measured on Kubo

@@ -1,4 +1,4 @@
-"""The sidecar's own persisted state (issue 4: "persisted on disk so that a restarted
+"""The sidecar's own persisted state ("persisted on disk so that a restarted
 sidecar resumes its subscriptions and repairs what it missed").
 
 ``state.json`` (rewritten atomically: temp file, fsync, rename) holds the peer ID,
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsarcast_ipfs.core import FilterSyntaxError, parse_filter
+from pulsarcast_ipfs.core import FilterSyntaxError, cid_from_str, parse_filter
+from pulsarcast_ipfs.core._cid import CID
 
 from ._consumers import Consumer
 
@@ -77,7 +78,7 @@ class PersistedState:
     heads: dict[str, list[str]] = field(default_factory=dict)
     """Root topic CID → most recent event CIDs seen, newest first."""
     filters: dict[str, str] = field(default_factory=dict)
-    """Root topic CID → the subscription's filter, in its canonical text (issue 15);
+    """Root topic CID → the subscription's filter, in its canonical text;
     a subscription without one has no entry."""
     fast: list[str] = field(default_factory=list)
     """Root CIDs of the subscriptions made with ``fast`` (fast groups)."""
@@ -235,6 +236,15 @@ class StateStore:
             self.delivered.popitem(last=False)
         self.state.next_seq = max(self.state.next_seq, last_seq + 1)
         self.save()
+
+    def delivered_cids(self, limit: int) -> list[CID]:
+        """The newest ``limit`` delivered events, oldest first, for the core
+        (``restore_delivered``: gap repair after a restart stops at them)."""
+        out: list[CID] = []
+        for cid in list(self.delivered)[-limit:] if limit > 0 else ():
+            with contextlib.suppress(ValueError):
+                out.append(cid_from_str(cid))
+        return out
 
     def _drop_torn_tail(self) -> None:
         """Cut a torn last line (a crash or a full disk while appending) off the log,

@@ -4,7 +4,7 @@
 task: up to :data:`PUT_BATCH` queued blocks and :data:`PUT_BATCH_BYTES` bytes per
 request, one ``dag/import`` of a CAR that pins nothing (``KuboClient.block_import_many``:
 Kubo checks each block against its CID and stores all of them or none; one request
-per received event was 40 % of a sidecar's CPU at 20 events/s, issue 13, and a
+per received event was 40 % of a sidecar's CPU at 20 events/s, and a
 multi-file ``block/put`` cost 4 times the CPU of the import in the sidecar and 3 times in
 Kubo).
 Before a request that would not be full it waits up to :data:`PUT_LINGER` for more

@@ -18,7 +18,7 @@ One sidecar per Kubo (:mod:`._preflight`): before it changes anything in Kubo,
 :meth:`Transport.claim` refuses to start when a live sidecar already holds the
 protocol's listener, and takes over a stale one (its target does not answer).
 
-Kubo restarts (issue 7): listeners and forwards live in the Kubo daemon, so a
+Kubo restarts: listeners and forwards live in the Kubo daemon, so a
 restarted daemon has none. A watchdog reads ``p2p/ls`` every ``watch_interval``
 and registers the listener again when it is missing, or when it points to a
 target where nothing answers; a listener that another live process holds is left
@@ -360,7 +360,7 @@ class Transport:
         self.relistens += 1
 
     async def close(self) -> None:
-        """Graceful shutdown: close our p2p listener and every forward (§ issue 4)."""
+        """Graceful shutdown: close our p2p listener and every forward ."""
         self._closing = True
         for conn in self._conns.values():
             conn.closed = True

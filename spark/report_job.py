@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from pulsarcast_ipfs.cli._report import main
+from pulsarcast_ipfs._report_job import main
 
 if __name__ == "__main__":
     sys.exit(main())

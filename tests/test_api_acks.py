@@ -7,27 +7,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from test_api_fake import Sidecar, sidecar_at
 
-from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import cid_from_str
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.testing import FakeKubo, Sidecar, sidecar_at
 from sidecar._outbox import OUTBOX_FILE
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sidecar:
-        yield sidecar
 
 
 def _error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -125,7 +117,7 @@ async def test_default_level_1_with_no_other_node_times_out_and_keeps_the_event(
 
 
 async def test_the_outbox_survives_a_restart_and_is_offered_again(tmp_path: Path) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as sc:
         topic = await _topic(sc)
         r = await sc.api.post(

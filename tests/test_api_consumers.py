@@ -1,5 +1,5 @@
 """Consumers through the HTTP API (docs/http-api.md "Consumers"), against a real
-:class:`sidecar.Driver` with the in-process fake Kubo of tests/test_api_fake.py."""
+:class:`sidecar.Driver` with the in-process fakes of :func:`pulsarcast_ipfs.testing.sidecar_at`."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
-from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import wait_until
-
-__all__ = ["sc"]  # the fixture, imported for the tests below
+from pulsarcast_ipfs.testing import (
+    FakeKubo,
+    Sidecar,
+    create_topic,
+    expect_error,
+    sidecar_at,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +71,7 @@ async def _topic_status(sc: Sidecar, topic: str) -> dict[str, Any]:
 async def test_two_consumers_get_their_own_matches_and_the_node_wants_the_union(
     sc: Sidecar,
 ) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     # the author's explicit subscription (made by create) goes: only consumers hold it
     r = await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
     assert r.json()["subscribed"] is False
@@ -102,7 +105,9 @@ async def test_two_consumers_get_their_own_matches_and_the_node_wants_the_union(
     }
     st = await _topic_status(sc, topic)
     assert sorted(st["filters"]) == ["ups >= 10", 'user in ["alice", "bob"]']
-    _error(await sc.api.get("/v1/deliveries", params={"consumer": third["id"]}), 404, "not_found")
+    expect_error(
+        await sc.api.get("/v1/deliveries", params={"consumer": third["id"]}), 404, "not_found"
+    )
 
     # the last consumer gone, the node (not subscribed explicitly) leaves the topic
     await sc.api.delete(f"/v1/consumers/{hot['id']}")
@@ -114,7 +119,7 @@ async def test_two_consumers_get_their_own_matches_and_the_node_wants_the_union(
 
 
 async def test_an_explicit_subscription_stays_when_its_consumers_go(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": "ups > 100"})
     assert r.status_code == 200, r.text
     c = await _open(sc, topic, filter="ups < 5")
@@ -134,14 +139,14 @@ async def test_an_explicit_subscription_stays_when_its_consumers_go(sc: Sidecar)
 
 
 async def test_an_idle_consumer_is_closed_after_the_grace(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
     c = await _open(sc, topic, filter="ups >= 10")
     now = sc.driver.clock()
     sc.driver.subs.expire(now + 59.0)
     assert (await sc.api.get(f"/v1/consumers/{c['id']}")).status_code == 200
     sc.driver.subs.expire(now + 61.0)
-    _error(await sc.api.get(f"/v1/consumers/{c['id']}"), 404, "not_found")
+    expect_error(await sc.api.get(f"/v1/consumers/{c['id']}"), 404, "not_found")
     st = await _topic_status(sc, topic)
     assert not st["subscribed"]
 
@@ -149,9 +154,9 @@ async def test_an_idle_consumer_is_closed_after_the_grace(sc: Sidecar) -> None:
 async def test_the_sidecar_closes_an_idle_consumer_by_itself(tmp_path: Path) -> None:
     """The housekeeping loop (every 2 s) closes a consumer idle past its grace; one
     with an open stream stays."""
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo, consumer_grace=0.5) as sc:
-        topic = await _topic(sc)
+        topic = await create_topic(sc)
         await sc.api.post(f"/v1/topics/{topic}/unsubscribe")
         idle = await _open(sc, topic, filter="ups >= 10")
         busy = await _open(sc, topic, filter="ups < 10")
@@ -175,9 +180,9 @@ async def test_the_sidecar_closes_an_idle_consumer_by_itself(tmp_path: Path) -> 
 
 
 async def test_a_named_consumer_resumes_from_its_cursor_after_a_restart(tmp_path: Path) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as first:
-        topic = await _topic(first)
+        topic = await create_topic(first)
         await first.api.post(f"/v1/topics/{topic}/unsubscribe")
         c = await _open(first, topic, name="reader", filter="ups >= 10")
         assert c["id"] == "reader" and c["durable"]
@@ -204,7 +209,7 @@ async def test_a_named_consumer_resumes_from_its_cursor_after_a_restart(tmp_path
 
 
 async def test_bad_consumer_requests_are_clear(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     for body, says in [
         ({"name": "bad name"}, "bad consumer name"),
         ({"after": -1}, "after must be"),
@@ -213,12 +218,12 @@ async def test_bad_consumer_requests_are_clear(sc: Sidecar) -> None:
         ({"nope": 1}, "unknown field"),
     ]:
         r = await sc.api.post(f"/v1/topics/{topic}/consumers", json=body)
-        assert says in _error(r, 400, "bad_request")
-    other = await _topic(sc, "other")
+        assert says in expect_error(r, 400, "bad_request")
+    other = await create_topic(sc, "other")
     await _open(sc, topic, name="n")
-    assert "follows topic" in _error(
+    assert "follows topic" in expect_error(
         await sc.api.post(f"/v1/topics/{other}/consumers", json={"name": "n"}), 409, "conflict"
     )
-    _error(await sc.api.delete("/v1/consumers/nobody"), 404, "not_found")
+    expect_error(await sc.api.delete("/v1/consumers/nobody"), 404, "not_found")
     r = await sc.api.get("/v1/deliveries", params={"consumer": "n", "topic": topic})
-    assert "not both" in _error(r, 400, "bad_request")
+    assert "not both" in expect_error(r, 400, "bad_request")

@@ -1,5 +1,5 @@
 """The HTTP API against a real :class:`sidecar.Driver` with an in-process fake Kubo
-(``benchmarks/driver_bench.py``'s ``FakeKubo`` behind ``httpx.MockTransport``) and a
+(``pulsarcast_ipfs.testing.FakeKubo`` behind ``httpx.MockTransport``) and a
 fake p2p transport: no daemon. Answers and error codes of docs/http-api.md, what the
 driver persisted, the injected clock; and the one direction of dependency (the API
 calls the driver's operations, the driver does not know the API)."""
@@ -8,81 +8,27 @@ from __future__ import annotations
 
 import ast
 import base64
-import functools
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE, compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import Scrape
-from sidecar import Driver, SidecarConfig, build_app
+from pulsarcast_ipfs.testing import (
+    CLOCK_OFFSET,
+    FakeKubo,
+    Scrape,
+    Sidecar,
+    create_topic,
+    expect_error,
+    sidecar_at,
+)
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-CLOCK_OFFSET = 1_000_000.0
-"""The driver's clock runs this far ahead of the machine's (it is injected)."""
-
-
-@dataclass
-class Sidecar:
-    driver: Driver
-    api: httpx.AsyncClient
-    kubo: Any
-    state_dir: Path
-
-
-@asynccontextmanager
-async def sidecar_at(state_dir: Path, kubo: Any, **options: Any) -> AsyncIterator[Sidecar]:
-    """A sidecar on ``state_dir`` and the fake Kubo ``kubo`` (a restart reuses both);
-    ``options``: more :class:`SidecarConfig` fields."""
-    import time
-
-    peers = bench.FakePeers(kubo.signer.peer_id, kubo)
-    config = SidecarConfig(
-        kubo_api=bench.FAKE_KUBO_URL, api="127.0.0.1:0", state_dir=state_dir, **options
-    )
-    driver = Driver(
-        config,
-        kubo=kubo.client(),
-        transport_factory=functools.partial(bench.FakeTransport, peers=peers),
-        clock=lambda: time.time() + CLOCK_OFFSET,
-    )
-    api = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=build_app(driver)), base_url="http://sidecar"
-    )
-    async with api, bench.running(driver):
-        yield Sidecar(driver=driver, api=api, kubo=kubo, state_dir=state_dir)
-
-
-@pytest.fixture
-async def sc(tmp_path: Path) -> AsyncIterator[Sidecar]:
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sidecar:
-        yield sidecar
-
-
-def _error(r: httpx.Response, status: int, code: str) -> str:
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert body["error"]["code"] == code, body
-    message: str = body["error"]["message"]
-    assert message
-    return message
-
-
-async def _topic(sc: Sidecar, name: str = "news", linking: str = "LAST_SEEN") -> str:
-    r = await sc.api.post("/v1/topics", json={"name": name, "event_linking": linking})
-    assert r.status_code == 201, r.text
-    cid: str = r.json()["cid"]
-    return cid
 
 
 async def test_health_status_and_openapi(sc: Sidecar) -> None:
@@ -95,7 +41,7 @@ async def test_health_status_and_openapi(sc: Sidecar) -> None:
 
 
 async def test_a_topic_is_created_published_to_and_read_back(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     got = (await sc.api.get(f"/v1/topics/{topic}")).json()
     assert got["name"] == "news" and got["author"] == sc.kubo.signer.peer_id
     cids = []
@@ -123,7 +69,7 @@ async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
     import time
 
     before = time.time() + CLOCK_OFFSET
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     state = json.loads((sc.state_dir / "state.json").read_text())
     assert topic in state["created"]
     assert before <= state["subscriptions"][topic] <= time.time() + CLOCK_OFFSET
@@ -134,44 +80,46 @@ async def test_the_driver_persists_with_its_injected_clock(sc: Sidecar) -> None:
 
 
 async def test_errors_have_their_documented_codes(sc: Sidecar) -> None:
-    topic = await _topic(sc, linking="CUSTOM")
-    other = await _topic(sc, "other")
+    topic = await create_topic(sc, linking="CUSTOM")
+    other = await create_topic(sc, "other")
     in_other = (
         await sc.api.post(f"/v1/topics/{other}/publish", json={"ack": "local", "text": "x"})
     ).json()
     publish = f"/v1/topics/{topic}/publish"
-    _error(await sc.api.post(publish, json={"text": "a", "payload": "YQ=="}), 400, "bad_request")
-    _error(await sc.api.post(publish, content=b"{nope"), 400, "bad_request")
-    _error(await sc.api.post(publish, json={"payload": "***"}), 400, "bad_request")
+    expect_error(
+        await sc.api.post(publish, json={"text": "a", "payload": "YQ=="}), 400, "bad_request"
+    )
+    expect_error(await sc.api.post(publish, content=b"{nope"), 400, "bad_request")
+    expect_error(await sc.api.post(publish, json={"payload": "***"}), 400, "bad_request")
     # an over-limit payload gets one message whatever its size (payload or whole body)
     messages = set()
     for size in (MAX_PAYLOAD_SIZE + 1, 5 * 1024 * 1024):
         big = base64.b64encode(b"x" * size).decode()
         r = await sc.api.post(publish, json={"payload": big})
-        messages.add(_error(r, 413, "payload_too_large"))
+        messages.add(expect_error(r, 413, "payload_too_large"))
     assert messages == {"payload over the limit of 524288 bytes (512 KiB)"}
     unknown_parent = str(compute_cid(b"\xa0"))  # a dag-cbor CID of no event here
-    msg = _error(
+    msg = expect_error(
         await sc.api.post(publish, json={"text": "a", "parent": unknown_parent}),
         422,
         "invalid_parent",
     )
     assert "unknown parent" in msg
-    _error(
+    expect_error(
         await sc.api.post(publish, json={"text": "a", "parent": in_other["event"]}),
         409,
         "conflict",
     )
-    _error(await sc.api.get("/v1/topics/not-a-cid"), 400, "bad_request")
+    expect_error(await sc.api.get("/v1/topics/not-a-cid"), 400, "bad_request")
     stranger = str(compute_cid(b"\xa1\x61a\x01"))
-    _error(
+    expect_error(
         await sc.api.post(f"/v1/topics/{stranger}/publish", json={"ack": "local", "text": "a"}),
         404,
         "unknown_topic",
     )
-    _error(await sc.api.get("/v1/nothing"), 404, "not_found")
-    _error(await sc.api.delete("/v1/topics"), 405, "bad_request")
-    _error(
+    expect_error(await sc.api.get("/v1/nothing"), 404, "not_found")
+    expect_error(await sc.api.delete("/v1/topics"), 405, "bad_request")
+    expect_error(
         await sc.api.get(f"/v1/topics/{topic}/history", params={"limit": "0"}), 400, "bad_request"
     )
 
@@ -221,12 +169,12 @@ def test_the_driver_does_not_import_the_api() -> None:
 
 
 async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) -> None:
-    """``"fast": true`` on subscribe (issue 15, fast groups): answered, persisted for
+    """``"fast": true`` on subscribe (fast groups): answered, persisted for
     a restart, shown in the status; bad values refused with 400; metrics exported."""
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     sub = f"/v1/topics/{topic}/subscribe"
-    _error(await sc.api.post(sub, json={"fast": "yes"}), 400, "bad_request")
-    _error(await sc.api.post(sub, json={"fats": True}), 400, "bad_request")
+    expect_error(await sc.api.post(sub, json={"fast": "yes"}), 400, "bad_request")
+    expect_error(await sc.api.post(sub, json={"fats": True}), 400, "bad_request")
     r = await sc.api.post(sub, json={"fast": True})
     assert r.status_code == 200
     assert r.json() == {"topic": topic, "subscribed": True, "fast": True, "filter": None}
@@ -252,7 +200,7 @@ async def test_fast_subscription_option_state_status_and_metrics(sc: Sidecar) ->
 
 
 async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     for i in range(3):
         r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"e{i}"})
         assert r.status_code == 200, r.text
@@ -274,12 +222,12 @@ async def test_records_are_served_by_page_as_written(sc: Sidecar) -> None:
     again = (await sc.api.get("/v1/records", params={"after": cursor})).json()
     assert again["records"] == [] or again["records"][0] == written[len(got)]
     far = await sc.api.get("/v1/records", params={"after": "1:99999999"})
-    msg = _error(far, 400, "bad_request")
+    msg = expect_error(far, 400, "bad_request")
     assert "past the end" in msg
-    _error(await sc.api.get("/v1/records", params={"after": "x"}), 400, "bad_request")
-    _error(await sc.api.get("/v1/records", params={"after": ""}), 400, "bad_request")
-    _error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
-    _error(await sc.api.get("/v1/records", params={"limit": "10001"}), 400, "bad_request")
+    expect_error(await sc.api.get("/v1/records", params={"after": "x"}), 400, "bad_request")
+    expect_error(await sc.api.get("/v1/records", params={"after": ""}), 400, "bad_request")
+    expect_error(await sc.api.get("/v1/records", params={"limit": "x"}), 400, "bad_request")
+    expect_error(await sc.api.get("/v1/records", params={"limit": "10001"}), 400, "bad_request")
 
 
 async def test_the_planted_loss_drops_exactly_the_nth_delivery(
@@ -289,9 +237,9 @@ async def test_the_planted_loss_drops_exactly_the_nth_delivery(
     delivery is missing from the log for good, although the event is published and
     in the history; the others are delivered."""
     monkeypatch.setenv("PULSARCAST_ALLOW_MISBEHAVE", "1")
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo, misbehave="lose=2") as sc:
-        topic = await _topic(sc)
+        topic = await create_topic(sc)
         for n in range(3):
             r = await sc.api.post(
                 f"/v1/topics/{topic}/publish", json={"text": f"m{n}", "ack": "local"}

@@ -1,5 +1,5 @@
-"""Attributes and filters through the HTTP API (issue 15), against a real
-:class:`sidecar.Driver` with the in-process fake Kubo of tests/test_api_fake.py."""
+"""Attributes and filters through the HTTP API, against a real
+:class:`sidecar.Driver` with the in-process fakes of :func:`pulsarcast_ipfs.testing.sidecar_at`."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ from typing import Any
 
 import anyio
 import pytest
-from test_api_fake import Sidecar, _error, _topic, sc, sidecar_at
 
-from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.bench._systems import parse_forward_counts
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import Scrape
-
-__all__ = ["sc"]  # the fixture, imported for the tests below
+from pulsarcast_ipfs.testing import (
+    FakeKubo,
+    Scrape,
+    Sidecar,
+    create_topic,
+    expect_error,
+    sidecar_at,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +35,7 @@ async def _publish(sc: Sidecar, topic: str, text: str, attrs: dict[str, Any] | N
 
 
 async def test_attributes_are_published_and_read_back(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     attrs = {"ups": 12, "downs": 0, "ratio": 0.25, "user": "alice"}
     cid = await _publish(sc, topic, "post", attrs)
     plain = await _publish(sc, topic, "plain", None)
@@ -64,22 +67,22 @@ async def test_attributes_are_published_and_read_back(sc: Sidecar) -> None:
     ],
 )
 async def test_bad_attributes_are_400_saying_why(sc: Sidecar, attrs: object, says: str) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     r = await sc.api.post(
         f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x", "attributes": attrs}
     )
-    assert says in _error(r, 400, "bad_request")
+    assert says in expect_error(r, 400, "bad_request")
     h = (await sc.api.get(f"/v1/topics/{topic}/history")).json()
     assert h["events"] == []  # nothing published
 
 
 async def test_nan_in_the_json_body_is_refused(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     body = b'{"text": "x", "attributes": {"ups": NaN}}'
     r = await sc.api.post(
         f"/v1/topics/{topic}/publish", content=body, headers={"content-type": "application/json"}
     )
-    assert "not finite" in _error(r, 400, "bad_request")
+    assert "not finite" in expect_error(r, 400, "bad_request")
 
 
 # -- filters on subscriptions ---------------------------------------------------------------
@@ -105,9 +108,9 @@ async def _deliveries(sc: Sidecar, after: int = 0) -> list[dict[str, Any]]:
 async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives_a_restart(
     tmp_path: Path,
 ) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as sc:
-        topic = await _topic(sc)
+        topic = await create_topic(sc)
         r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": WHERE})
         canonical = "controversiality = 1 and ups >= 10"
         assert r.json() == {
@@ -160,22 +163,22 @@ async def test_a_filtered_subscription_delivers_exactly_the_matches_and_survives
 async def test_a_malformed_filter_is_a_400_with_position_and_expected(
     sc: Sidecar, text: str, position: int, expected: str
 ) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": text})
-    message = _error(r, 400, "bad_request")
+    message = expect_error(r, 400, "bad_request")
     err = r.json()["error"]
     assert err["position"] == position and expected in err["expected"]
     assert f"at position {position}" in message
     r = await sc.api.get(f"/v1/topics/{topic}/history", params={"where": text})
-    assert _error(r, 400, "bad_request") == message
+    assert expect_error(r, 400, "bad_request") == message
     assert r.json()["error"]["position"] == position
     r = await sc.api.post(f"/v1/topics/{topic}/subscribe", json={"filter": 5})
-    assert "filter must be a string" in _error(r, 400, "bad_request")
+    assert "filter must be a string" in expect_error(r, 400, "bad_request")
     assert json.loads((sc.state_dir / "state.json").read_text()).get("filters", {}) == {}
 
 
 async def test_filtered_history_pages_skip_the_others(sc: Sidecar) -> None:
-    topic = await _topic(sc)
+    topic = await create_topic(sc)
     sent = [(await _publish(sc, topic, f"m{i}", a), ok) for i, (a, ok) in enumerate(REDDIT * 3)]
     wanted = [c for c, ok in sent if ok]
     for order, expect in (("oldest", wanted), ("newest", wanted[::-1])):

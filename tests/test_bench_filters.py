@@ -1,4 +1,4 @@
-"""Unit tests of the benchmark's subscription filters (issue 15 point 5): the seeded
+"""Unit tests of the benchmark's subscription filters: the seeded
 assignment on the real workload schedule, and the summary's matching-delivery accounting."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Who announces an event block (docs/sidecar.md "Providing", issue 6).
+"""Who announces an event block (docs/sidecar.md "Providing").
 
 The cluster's Kubo nodes run ``Provide.Strategy=pinned``: nothing is announced on
 ``block/put``; the block's publisher pins it and announces it with ``provide/once``

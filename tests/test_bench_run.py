@@ -99,7 +99,7 @@ async def test_gossipsub_run_writes_valid_records(tmp_path: Path) -> None:
 
 
 async def test_sweep_runs_every_combination(tmp_path: Path) -> None:
-    """Issue 13 item 5: two rates on one small cluster size, one run directory and
+    """Two rates on one small cluster size, one run directory and
     one run id per combination, progress per combination, the knee in bench.json."""
     cfg = BenchConfig(
         systems=("gossipsub",),
@@ -242,7 +242,7 @@ async def test_pulsarcast_run_collects_sidecar_records(tmp_path: Path) -> None:
     assert s.injected == 10
     assert s.rpc_sent_per_node is not None and s.rpc_sent_per_node > 0
     assert s.expected_published > 0 and s.coverage_published is not None
-    # issue 12: what each node keeps (pins) of each topic's history at the end
+    # what each node keeps (pins) of each topic's history at the end
     kept = json.loads((run_dir / "retention.json").read_text())
     assert kept and all(r["events"] > 0 and r["bytes"] > 0 for r in kept)
     print(

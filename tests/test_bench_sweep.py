@@ -1,4 +1,4 @@
-"""Benchmark sweeps (issue 13, item 5): ``--rate``/``--nodes`` lists, the run layout
+"""Benchmark sweeps: ``--rate``/``--nodes`` lists, the run layout
 of a sweep, each system's knee, the CPU cost per delivery, ``summary.md`` and
 ``bench.json``. No cluster: runs are planted as records or as :class:`RunSummary`."""
 

@@ -1,8 +1,7 @@
 """The checker on a real cluster (``pulsarcast check``, docs/faults.md "The checker").
 
 A 3-minute round on 5 nodes with relays (``flat_fanout`` 3) under the seeded
-nemesis, every fault kind but the known gaps (:data:`KNOWN_GAPS`) at least once,
-passes; a shorter round (partitions and
+nemesis, every fault kind at least once, passes; a shorter round (partitions and
 slow links only) whose last sidecar drops one delivery on purpose (``--misbehave
 lose=N``, test only) fails, and the checker names that very event, and only it, as
 lost at that node.
@@ -22,13 +21,10 @@ from pulsarcast_ipfs.cluster import RELAY_FANOUT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-KNOWN_GAPS = ("unwritable_state",)
+KNOWN_GAPS: tuple[str, ...] = ()
 """Fault kinds this code does not yet survive, left out of the 3-minute round until
-fixed (docs/faults.md "Known gaps": after a sidecar stopped on an unwritable state
-directory is restarted, a child of the event it could not log can be delivered
-before it — 1 of 2 rounds of this test with it in; and a publisher stopped that way
-right after a partition lost events it had acknowledged). ``pulsarcast check``
-runs every kind by default."""
+fixed (docs/faults.md "Known gaps"); none now. ``pulsarcast check`` runs every kind
+by default."""
 
 
 @pytest.mark.anyio

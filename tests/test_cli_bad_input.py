@@ -1,4 +1,4 @@
-"""Bad input files given to the CLI (issue 7, "the CLI and metric files"): one clear
+"""Bad input files given to the CLI ("the CLI and metric files"): one clear
 line on stderr, a non-zero exit code, no traceback, no output directory left
 behind. The sidecar's own configuration errors are in test_sidecar_units.py and
 damaged metric files in test_spark_report.py."""

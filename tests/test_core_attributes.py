@@ -1,4 +1,4 @@
-"""Attributes on events (issue 15 point 1): in the descriptor, signed and content-addressed.
+"""Attributes on events: in the descriptor, signed and content-addressed.
 
 protocolVersion 2.0.1 (unsigned) / 2.1.1 (signed) carry an ``attributes`` map; an
 event without attributes is written exactly as before (2.0.0 / 2.1.0, same bytes,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_core_signatures import World
 
 from pulsarcast_ipfs.core import (
     DELEGATED_VERSION,
@@ -32,22 +31,18 @@ from pulsarcast_ipfs.core import (
     verify_delegation,
 )
 from pulsarcast_ipfs.core.testing import CoreNet
-
-SEED_A = bytes(range(32))
-SEED_B = bytes(range(1, 33))
-
-
-def delegate(net: CoreNet, peer: str, *, seed: bytes = SEED_A, ttl: float = 3600) -> DelegateKey:
-    """``peer``'s Kubo key (its test signer) delegates to a key made from ``seed``."""
-    key = DelegateKey(seed)
-    expires = int(net.now + ttl)
-    sig = net.signers[peer].sign(key.statement(peer, expires))
-    return key.with_delegation(Delegation(key=key.public_key, expires=expires, signature=sig))
+from pulsarcast_ipfs.testing import (
+    DELEGATE_SEED_A,
+    DELEGATE_SEED_B,
+    SigningWorld,
+    delegate,
+    delegated_event,
+)
 
 
 @pytest.fixture
-def world() -> World:
-    return World()
+def world() -> SigningWorld:
+    return SigningWorld()
 
 
 class _Counting:
@@ -61,14 +56,14 @@ class _Counting:
         return self.inner.sign(data)
 
 
-def _sign_requests(w: World, peer: str) -> int:
+def _sign_requests(w: SigningWorld, peer: str) -> int:
     signer = w.net.signers[peer]
     if not isinstance(signer, _Counting):
         signer = w.net.signers[peer] = _Counting(signer)  # type: ignore[assignment]
     return signer.count
 
 
-def test_a_delegated_key_signs_at_once_and_every_hop_accepts(world: World) -> None:
+def test_a_delegated_key_signs_at_once_and_every_hop_accepts(world: SigningWorld) -> None:
     w = world
     node = w.net.nodes[w.allowed]
     node.use_delegate(w.net.now, delegate(w.net, w.allowed))
@@ -91,7 +86,7 @@ def test_a_delegated_key_signs_at_once_and_every_hop_accepts(world: World) -> No
 
 
 def test_without_a_delegate_or_near_expiry_the_node_signs_through_the_driver(
-    world: World,
+    world: SigningWorld,
 ) -> None:
     w = world
     node = w.net.nodes[w.allowed]
@@ -108,10 +103,12 @@ def test_without_a_delegate_or_near_expiry_the_node_signs_through_the_driver(
     assert _sign_requests(w, w.allowed) == before + 4
 
 
-def test_a_request_to_publish_keeps_the_requesters_own_signature(world: World) -> None:
+def test_a_request_to_publish_keeps_the_requesters_own_signature(world: SigningWorld) -> None:
     w = world
     w.net.nodes[w.allowed].use_delegate(w.net.now, delegate(w.net, w.allowed))
-    w.net.nodes[w.requester].use_delegate(w.net.now, delegate(w.net, w.requester, seed=SEED_B))
+    w.net.nodes[w.requester].use_delegate(
+        w.net.now, delegate(w.net, w.requester, seed=DELEGATE_SEED_B)
+    )
     w.net.call(w.requester, "publish", w.restricted, b"please")
     w.net.run_for(5)
     got = [
@@ -123,7 +120,7 @@ def test_a_request_to_publish_keeps_the_requesters_own_signature(world: World) -
     assert got[0].protocol_version == SIGNED_VERSION and got[0].delegation is None
 
 
-def test_use_delegate_refuses_another_peers_or_an_expired_delegation(world: World) -> None:
+def test_use_delegate_refuses_another_peers_or_an_expired_delegation(world: SigningWorld) -> None:
     w = world
     node = w.net.nodes[w.allowed]
     with pytest.raises(LocalProtocolError, match="not signed by"):
@@ -132,41 +129,23 @@ def test_use_delegate_refuses_another_peers_or_an_expired_delegation(world: Worl
         node.use_delegate(w.net.now, delegate(w.net, w.allowed, ttl=-5))
 
 
-def _delegated(
-    w: World, publisher: str, key: DelegateKey, *, payload: bytes, created: float | None = None
-) -> EventDescriptor:
-    draft = EventDescriptor(
-        topic=w.open,
-        author=publisher,
-        publisher=publisher,
-        payload=payload,
-        created=format_created(w.net.now if created is None else created),
-        protocol_version=DELEGATED_VERSION,
-    )
-    return draft.with_signatures(
-        author=key.sign(draft.author_statement(w.open)),
-        publisher=key.sign(draft.signing_bytes()),
-        delegation=key.delegation,
-    )
-
-
-def test_forgeries_with_delegations_are_refused(world: World) -> None:
+def test_forgeries_with_delegations_are_refused(world: SigningWorld) -> None:
     w = world
     mine = delegate(w.net, w.mallory)
     # Control: MALLORY's own delegated event in the open topic is accepted by all.
-    own = _delegated(w, w.mallory, mine, payload=b"own")
+    own = delegated_event(w, w.mallory, mine, payload=b"own")
     w.net.inject(w.mallory, w.sub, Event(topic=w.open, event=own.encode(), topic_block=None))
     w.net.run_for(3)
     assert all(own.cid in w.net.delivered(p, w.open) for p in (w.sub, w.other, w.allowed))
 
     # MALLORY's delegation presented as ALLOWED's: the delegation does not verify.
-    assert w.attack(w.open, _delegated(w, w.allowed, mine, payload=b"as allowed")) == [
+    assert w.attack(w.open, delegated_event(w, w.allowed, mine, payload=b"as allowed")) == [
         "bad_signature"
     ]
     # ALLOWED's real delegation, but signatures by another key.
     real = delegate(w.net, w.allowed)
-    other = DelegateKey(SEED_B)
-    ev = _delegated(w, w.allowed, real, payload=b"wrong key")
+    other = DelegateKey(DELEGATE_SEED_B)
+    ev = delegated_event(w, w.allowed, real, payload=b"wrong key")
     forged = dataclasses.replace(
         ev,
         publisher_signature=other.sign(ev.signing_bytes()),
@@ -174,12 +153,12 @@ def test_forgeries_with_delegations_are_refused(world: World) -> None:
     )
     assert w.attack(w.open, forged) == ["bad_signature"]
     # An event created after its delegation expired.
-    late = _delegated(w, w.mallory, mine, payload=b"late", created=w.net.now + 7200)
+    late = delegated_event(w, w.mallory, mine, payload=b"late", created=w.net.now + 7200)
     assert w.attack(w.open, late) == ["delegation_expired"]
 
 
 def test_delegation_shapes_on_the_wire() -> None:
-    key = DelegateKey(SEED_A)
+    key = DelegateKey(DELEGATE_SEED_A)
     d = Delegation(key=key.public_key, expires=2_000_000_000, signature=bytes(64))
     net = CoreNet(2, seed=3, signatures=True)
     author = net.peers[0]

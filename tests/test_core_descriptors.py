@@ -166,7 +166,7 @@ def test_event_strict_decoding(mutation: object, message: str) -> None:
 
 
 def test_protocol_1_events_get_a_clear_error() -> None:
-    """Protocol 1 events (one ``parent`` link) are refused, saying why (issue 12);
+    """Protocol 1 events (one ``parent`` link) are refused, saying why;
     protocol 1 topic descriptors have the same shape and are still read."""
     obj = dag_cbor.decode(event(topic()).encode())
     del obj["parents"], obj["clock"]

@@ -1,5 +1,5 @@
 """The first hop (MEMBERS, ``pushed`` events) and per-edge anti-entropy (HEADS deltas,
-DIGEST) of the pure core (issue 13; docs/protocol-notes.md "First hop",
+DIGEST) of the pure core (docs/protocol-notes.md "First hop",
 "Anti-entropy")."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fast groups (issue 15, FastDelivery; docs/protocol-notes.md "Fast groups") on
+"""Fast groups (FastDelivery; docs/protocol-notes.md "Fast groups") on
 in-memory networks: join, capacity, helpers, two hops at most, deduplication, leave,
 a helper's crash, expiry, and the wire checks of the new RPCs."""
 
@@ -143,7 +143,7 @@ def test_a_publisher_seen_in_events_is_joined() -> None:
 
 
 def test_a_subscribers_filter_applies_to_group_copies() -> None:
-    """Fast and filter combine (issue 15): events that came along a group pass the
+    """Fast and filter combine: events that came along a group pass the
     subscriber's filter like tree copies (the core's one delivery point)."""
     net, topic, author, members = fast_net()
     where = parse_filter("ups >= 10")

@@ -1,4 +1,4 @@
-"""Event attributes and content filters (core/_filters.py, issue 15).
+"""Event attributes and content filters (core/_filters.py).
 
 The rules of attributes, the filter language (parse, errors with a position, the
 canonical text), matching, and the summary operations: ``covers`` is sound and

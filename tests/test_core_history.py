@@ -1,4 +1,4 @@
-"""The topic history of issue 12: a multi-parent DAG, one total order, stable cursors,
+"""The topic history: a multi-parent DAG, one total order, stable cursors,
 retention, and gap repair on every branch (pure core, no Kubo)."""
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def _whole(net: CoreNet, peer: str, topic: CID, order: str = "newest") -> list[C
 
 
 def test_concurrent_publishers_one_history_everywhere() -> None:
-    """The bug of issue 12: three publishers at once make branches; every event is in
+    """A bug found once: three publishers at once make branches; every event is in
     the history of every node, once, in the same order, and the next event links
     every head (the DAG closes again)."""
     net, topic, peers = _net()

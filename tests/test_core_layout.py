@@ -44,3 +44,54 @@ def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
     for k in (PulsarcastNode, *_parts(), NodeBase):
         lines = len(Path(inspect.getfile(k)).read_text().splitlines())
         assert lines <= 600, (k.__name__, lines)
+
+
+def test_no_part_reaches_into_a_components_state() -> None:
+    """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``) own their state:
+    the node and its parts call them, and never read or write their private fields."""
+    import re
+
+    reach = re.compile(r"\._(signing|acks|gate|guard)\._[a-z]")
+    found = [
+        f"{path.name}:{i}"
+        for path in sorted(CORE.glob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if reach.search(line)
+    ]
+    assert found == []
+
+
+def test_spark_does_not_import_the_cli() -> None:
+    """The arrows run CLI -> library -> spark jobs' entry points, never back."""
+    import re
+
+    spark = CORE.parent.parent / "spark"
+    found = [
+        f"{p.name}:{i}"
+        for p in sorted(spark.glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.match(r"\s*(from|import) pulsarcast_ipfs\.cli\b", line)
+    ]
+    assert found == []
+
+
+def test_the_repository_cites_no_issue_numbers_and_no_file_outside_it() -> None:
+    """A reader of the repository cannot open an issue tracker's "issue 7" nor a file
+    beside the repository: code and documents say the thing itself or cite docs/
+    (docs/protocol.md is the specification). The history page keeps the journal of
+    its time as written."""
+    import re
+
+    root = CORE.parent.parent
+    bad = re.compile(r"(?i:\bissues? #?\d+\b)|\bPROTOCOL\.md|\bSTYLE\.md|\.\./shared/")
+    skip = {"benchmark-history.md", "test_core_layout.py"}
+    found = []
+    for pattern in ("*.py", "*.md", "*.toml", "Makefile"):
+        for path in root.rglob(pattern):
+            parts = set(path.relative_to(root).parts)
+            if parts & {".venv", ".tools", ".git", "node_modules", "runs"} or path.name in skip:
+                continue
+            for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if bad.search(line):
+                    found.append(f"{path.relative_to(root)}:{i}")
+    assert found == []

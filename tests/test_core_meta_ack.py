@@ -10,7 +10,6 @@ made only if nothing brought the block, at once if the JOIN_ACK came without it.
 from __future__ import annotations
 
 import pytest
-from test_core_pruning import FetchLog
 
 from pulsarcast_ipfs.core import (
     Join,
@@ -28,6 +27,7 @@ from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._topics import META_ACK_WAIT
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
+from pulsarcast_ipfs.testing import FetchLog
 
 
 def _topic(net: CoreNet, name: str = "news") -> tuple[CID, CID, str]:

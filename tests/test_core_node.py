@@ -34,39 +34,16 @@ from pulsarcast_ipfs.core import (
 )
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
-from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.records import RecordKind, validate_record
+from pulsarcast_ipfs.testing import below_a_relay, subscribed_tree, xor_distance
 
 ONLY_AUTHOR_RTP = TopicOptions(
     allowed_publishers=PeerPolicy(enabled=True), request_to_publish=PeerPolicy(enabled=True)
 )
 
 
-def dist(peer: str, author: str) -> int:
-    return peer_position(peer) ^ peer_position(author)
-
-
-def setup(
-    n: int = 12,
-    *,
-    seed: int = 1,
-    options: TopicOptions | None = None,
-    subs: int | None = None,
-    **kw: object,
-) -> tuple[CoreNet, CID, str, list[str]]:
-    net = CoreNet(n, seed=seed, **kw)  # type: ignore[arg-type]
-    author = net.peers[0]
-    topic = net.call(author, "create_topic", "news", options=options)
-    net.run_for(0.5)
-    members = net.peers[1 : (subs or n)]
-    for p in members:
-        net.call(p, "subscribe", topic)
-    net.run_for(3)
-    return net, topic, author, members
-
-
 def test_pair_publish_deliver_and_records() -> None:
-    net, topic, author, (sub,) = setup(2)
+    net, topic, author, (sub,) = subscribed_tree(2)
     res = net.call(sub, "publish", topic, b"hi", inject_id="inj-1")
     assert res.status == "published" and res.inject_id == "inj-1"
     net.run_for(1)
@@ -97,7 +74,7 @@ def test_pair_publish_deliver_and_records() -> None:
 
 def test_publish_never_waits_for_storage() -> None:
     """§8: dissemination is emitted in the same call as StoreBlock (fire-and-forget)."""
-    net, topic, author, _ = setup(4)
+    net, topic, author, _ = subscribed_tree(4)
     node = net.nodes[author]
     res = node.publish(net.now, topic, b"x")
     outs = node.take_outputs()
@@ -107,13 +84,15 @@ def test_publish_never_waits_for_storage() -> None:
 
 
 def test_greedy_join_strictly_closer_and_acyclic() -> None:
-    net, topic, author, members = setup(40, bucket_size=2)
+    net, topic, author, members = subscribed_tree(40, bucket_size=2)
     roles = Counter()
     for p in members:
         st = net.nodes[p].topic_state(topic)
         roles[st.role] += 1
         assert st.joined and st.parent is not None
-        assert dist(st.parent, author) < dist(p, author)  # strictly closer: joins terminate
+        assert xor_distance(st.parent, author) < xor_distance(
+            p, author
+        )  # strictly closer: joins terminate
         # walking parents reaches the author
         hops, cur = 0, p
         while cur != author:
@@ -122,7 +101,7 @@ def test_greedy_join_strictly_closer_and_acyclic() -> None:
             assert hops < 40
     assert roles["subscriber"] == len(members)
     # a smaller set of subscribers needs relays
-    net2, topic2, author2, members2 = setup(40, bucket_size=2, subs=8)
+    net2, topic2, author2, members2 = subscribed_tree(40, bucket_size=2, subs=8)
     relays = [
         p
         for p in net2.peers
@@ -151,11 +130,11 @@ def test_join_retried_through_next_closest_peer() -> None:
     net.run_for(3)
     st = net.nodes[sub].topic_state(topic)
     assert st.joined and st.parent not in (None, author)
-    assert dist(st.parent, author) < dist(sub, author)
+    assert xor_distance(st.parent, author) < xor_distance(sub, author)
 
 
 def test_s8_relays_prune_and_unsubscribe() -> None:
-    net, topic, author, members = setup(40, bucket_size=2, subs=6)
+    net, topic, author, members = subscribed_tree(40, bucket_size=2, subs=6)
     in_tree = [p for p in net.peers if topic in net.nodes[p]._version_of]
     # a subscriber with children stays as a relay
     with_children = [p for p in members if net.nodes[p].topic_state(topic).children]
@@ -176,7 +155,7 @@ def test_s8_relays_prune_and_unsubscribe() -> None:
 
 
 def test_subscriber_with_children_becomes_relay() -> None:
-    net, topic, author, members = setup(30, bucket_size=2)
+    net, topic, author, members = subscribed_tree(30, bucket_size=2)
     parent = next(p for p in members if net.nodes[p].topic_state(topic).children)
     kids = net.nodes[parent].topic_state(topic).children
     net.call(parent, "unsubscribe", topic)
@@ -191,7 +170,7 @@ def test_subscriber_with_children_becomes_relay() -> None:
 
 def test_allowed_publishers_and_not_allowed() -> None:
     opts = TopicOptions(allowed_publishers=PeerPolicy(enabled=True))
-    net, topic, author, members = setup(4, options=opts)
+    net, topic, author, members = subscribed_tree(4, options=opts)
     with pytest.raises(NotAllowedToPublish):
         net.call(members[0], "publish", topic, b"x")
     meta = net.nodes[author].topic_state(topic)
@@ -282,7 +261,7 @@ def _depth(net: CoreNet, topic: CID, p: str, author: str) -> int:
 
 
 def test_s8_request_retries_publish_once() -> None:
-    net, topic, _author, members = setup(3, options=ONLY_AUTHOR_RTP)
+    net, topic, _author, members = subscribed_tree(3, options=ONLY_AUTHOR_RTP)
     req = members[0]
     net.drop_if = lambda s, r, rpc: r == req and rpc.op == "REQUEST_ACK"
     net.call(req, "publish", topic, b"x")
@@ -315,7 +294,7 @@ def _forged(
 
 def test_s8_forwarders_check_publisher() -> None:
     opts = TopicOptions(allowed_publishers=PeerPolicy(enabled=True))
-    net, topic, _author, members = setup(20, options=opts, bucket_size=2)
+    net, topic, _author, members = subscribed_tree(20, options=opts, bucket_size=2)
     relay_like = next(p for p in members if net.nodes[p].topic_state(topic).children)
     child = net.nodes[relay_like].topic_state(topic).children[0]
     ev = _forged(net, topic, child)
@@ -332,7 +311,7 @@ def test_s8_forwarders_check_publisher() -> None:
 
 
 def test_s8_duplicate_suppression() -> None:
-    net, topic, author, members = setup(20, bucket_size=2)
+    net, topic, author, members = subscribed_tree(20, bucket_size=2)
     res = net.call(author, "publish", topic, b"once")
     net.run_for(1)
     node = next(p for p in members if net.nodes[p].topic_state(topic).children)
@@ -350,7 +329,7 @@ def test_s8_duplicate_suppression() -> None:
 
 
 def test_last_seen_linking() -> None:
-    net, topic, author, members = setup(3)
+    net, topic, author, members = subscribed_tree(3)
     r1 = net.call(author, "publish", topic, b"1")
     net.run_for(1)
     r2 = net.call(members[0], "publish", topic, b"2")
@@ -364,7 +343,7 @@ def test_last_seen_linking() -> None:
 def test_last_seen_keeps_the_newest_when_events_arrive_out_of_order() -> None:
     """An event that arrives after its own child (a HEADS fetch, another path) does
     not move LAST_SEEN back: history still starts at the newest event."""
-    net, topic, author, members = setup(3)
+    net, topic, author, members = subscribed_tree(3)
     sub = members[0]
     net.drop_if = lambda s, r, rpc: r == sub and isinstance(rpc, Event)
     e1, e2 = (net.call(author, "publish", topic, b"%d" % i).event_cid for i in (1, 2))
@@ -384,7 +363,7 @@ def test_only_blocks_this_node_made_are_marked_own() -> None:
     """The driver pins and announces ``own`` blocks only (docs/sidecar.md "Providing"):
     the author's topic and events, the publisher's event made for a requester; never
     a forwarded or delivered copy."""
-    net, topic, author, members = setup(6, options=ONLY_AUTHOR_RTP)
+    net, topic, author, members = subscribed_tree(6, options=ONLY_AUTHOR_RTP)
     direct = net.call(author, "publish", topic, b"by the author").event_cid
     asked = net.call(members[0], "publish", topic, b"requested")
     assert asked.status == "requested"
@@ -400,7 +379,7 @@ def test_only_blocks_this_node_made_are_marked_own() -> None:
 
 def test_s8_custom_linking_works() -> None:
     opts = TopicOptions(event_linking=EventLinking.CUSTOM)
-    net, topic, author, members = setup(3, options=opts)
+    net, topic, author, members = subscribed_tree(3, options=opts)
     r1 = net.call(author, "publish", topic, b"1")
     r2 = net.call(author, "publish", topic, b"2")
     r3 = net.call(author, "publish", topic, b"3", parent=r1.event_cid)
@@ -433,7 +412,7 @@ def _unknown() -> CID:
 
 
 def test_s8_history_walk_and_fetch() -> None:
-    net, topic, author, members = setup(3, subs=2)
+    net, topic, author, members = subscribed_tree(3, subs=2)
     cids = []
     for i in range(7):
         cids.append(net.call(author, "publish", topic, b"%d" % i).event_cid)
@@ -463,7 +442,9 @@ def test_s8_history_walk_and_fetch() -> None:
 
 def test_s8_keep_alive_detects_dead_parent_and_rejoins_keeping_subtree() -> None:
     cfg = NodeConfig(ping_interval=1.0, dead_after=3)
-    net, topic, author, members = setup(40, bucket_size=2, config=cfg, unreachable_after=None)
+    net, topic, author, members = subscribed_tree(
+        40, bucket_size=2, config=cfg, unreachable_after=None
+    )
     mid = next(
         p
         for p in members
@@ -485,33 +466,8 @@ def test_s8_keep_alive_detects_dead_parent_and_rejoins_keeping_subtree() -> None
             assert res.event_cid in net.delivered(p), p
 
 
-def _relay_below_author(net: CoreNet, topic: CID, author: str, members: list[str]) -> str:
-    """A member whose parent is a relay (not the author) that has a closer alternative."""
-    return next(
-        p
-        for p in members
-        if (parent := net.nodes[p].topic_state(topic).parent) not in (None, author)
-        and any(dist(q, author) < dist(p, author) for q in net.peers if q not in (p, parent))
-    )
-
-
-def _below_a_relay(*, ping_interval: float = 1.0) -> tuple[CoreNet, CID, str, list[str], str, str]:
-    """A 30-node tree, a member ``child`` and its relay parent ``slow`` (not the author;
-    ``child`` has another peer closer to the author). ``dead_after=10``: within the
-    few seconds these tests run, only lag (not silence) can move anyone. Flat trees
-    off (``flat_fanout=0``): the relay must stay between the child and the root."""
-    cfg = NodeConfig(
-        ping_interval=ping_interval, dead_after=10, slow_parent_after=0.5, flat_fanout=0
-    )
-    net, topic, author, members = setup(30, config=cfg, bucket_size=4)
-    child = _relay_below_author(net, topic, author, members)
-    slow = net.nodes[child].topic_state(topic).parent
-    assert slow is not None
-    return net, topic, author, members, child, slow
-
-
 def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
-    net, topic, author, members, child, slow = _below_a_relay()
+    net, topic, author, members, child, slow = below_a_relay()
     slow_kids = set(net.nodes[slow].topic_state(topic).children)
     before = len(net.delivered(child))
     # every message to and from the slow node now takes 1.5 s more: alive, but lagging
@@ -537,7 +493,7 @@ def test_lagging_parent_is_left_for_a_closer_peer_make_before_break() -> None:
 
 def test_a_late_event_from_the_parent_probes_it_at_once() -> None:
     # keep-alive PINGs are a minute apart: only the late events can reveal the lag
-    net, topic, author, _, child, slow = _below_a_relay(ping_interval=60.0)
+    net, topic, author, _, child, slow = below_a_relay(ping_interval=60.0)
     net.extra_delay = lambda a, b: 1.0 if slow in (a, b) else 0.0
     first = net.call(author, "publish", topic, b"one").event_cid
     net.run_for(4)  # late event (~1 s) -> probe, unanswered 0.5 s -> JOIN elsewhere
@@ -549,7 +505,7 @@ def test_a_late_event_from_the_parent_probes_it_at_once() -> None:
 
 def test_a_publisher_behind_a_lagging_parent_pushes_its_recent_events_to_the_new_one() -> None:
     # Block fetches are slow here (3 s), so only the push on the switch is fast.
-    net, topic, author, members, child, slow = _below_a_relay()
+    net, topic, author, members, child, slow = below_a_relay()
     net.fetch_latency = 3.0
     # (the slow node's other children switch too; one that moves after the event
     # passed its new parent recovers it through HEADS and a fetch, not checked here)
@@ -565,7 +521,7 @@ def test_a_publisher_behind_a_lagging_parent_pushes_its_recent_events_to_the_new
 
 
 def test_a_lost_ping_is_not_lag() -> None:
-    net, topic, _, _, child, parent = _below_a_relay()
+    net, topic, _, _, child, parent = below_a_relay()
     lost: list[str] = []
 
     def lose_first_ping(a: str, b: str, rpc: object) -> bool:
@@ -582,8 +538,8 @@ def test_a_lost_ping_is_not_lag() -> None:
 
 def test_lagging_parent_is_kept_when_nobody_is_closer() -> None:
     cfg = NodeConfig(ping_interval=1.0, dead_after=10, slow_parent_after=0.5)
-    net, topic, author, members = setup(12, config=cfg)
-    closest = min(members, key=lambda p: dist(p, author))
+    net, topic, author, members = subscribed_tree(12, config=cfg)
+    closest = min(members, key=lambda p: xor_distance(p, author))
     assert net.nodes[closest].topic_state(topic).parent == author
     net.extra_delay = lambda a, b: 1.5 if author in (a, b) else 0.0  # the root itself lags
     net.run_for(8)
@@ -610,7 +566,7 @@ def test_a_lag_move_is_one_try() -> None:
     # The peer a child of a lagging relay turns to never answers: the child stays with
     # its slow parent rather than trying peer after peer (a JOIN storm under overload),
     # and tries the same best peer again only after the next lag check.
-    net, topic, author, _, child, slow = _below_a_relay()
+    net, topic, author, _, child, slow = below_a_relay()
     joins: list[tuple[str, str]] = []
 
     def mute_joins_from_child(a: str, b: str, rpc: object) -> bool:
@@ -640,7 +596,7 @@ def test_a_lag_move_goes_on_when_the_parent_went_silent() -> None:
     # the parent has not been heard from since the move began, so it may be dead,
     # not slow, and the child tries the next peers at once instead of waiting for the
     # next lag check (which would pick the same silent peer) or ``dead_after``.
-    net, topic, author, _, child, slow = _below_a_relay()
+    net, topic, author, _, child, slow = below_a_relay()
     first: list[str] = []
 
     def silent_parent_and_first_candidate(a: str, b: str, rpc: object) -> bool:
@@ -664,11 +620,11 @@ def test_a_lag_move_goes_on_when_the_parent_went_silent() -> None:
 
 def test_s8_root_failover_and_reconvergence() -> None:
     cfg = NodeConfig(ping_interval=1.0, suspect_ttl=5.0, root_recheck_interval=2.0)
-    net, topic, author, members = setup(30, bucket_size=2, config=cfg)
+    net, topic, author, members = subscribed_tree(30, bucket_size=2, config=cfg)
     net.crash(author)
     net.run_for(10)
     live = [p for p in members]
-    closest = min(live, key=lambda p: dist(p, author))
+    closest = min(live, key=lambda p: xor_distance(p, author))
     roots = [p for p in live if net.nodes[p].topic_state(topic).acting_root]
     assert roots == [closest]  # one tree, rooted at the live node closest to the author
     res = net.call(members[7], "publish", topic, b"while the author is away")
@@ -682,7 +638,7 @@ def test_s8_root_failover_and_reconvergence() -> None:
 
 
 def test_gap_repair_fetches_missing_chain_in_order() -> None:
-    net, topic, author, members = setup(3)
+    net, topic, author, members = subscribed_tree(3)
     sub = members[0]
     net.drop_if = lambda s, r, rpc: r == sub and isinstance(rpc, Event)
     lost = [net.call(author, "publish", topic, b"%d" % i).event_cid for i in range(3)]
@@ -699,7 +655,7 @@ def test_gap_repair_fetches_missing_chain_in_order() -> None:
 
 def test_heads_repair_a_lost_leaf() -> None:
     """A lost event nobody links to (DAG leaf) is found through HEADS."""
-    net, topic, _author, members = setup(3)
+    net, topic, _author, members = subscribed_tree(3)
     sub = members[0]
     net.drop_if = lambda s, r, rpc: r == sub and isinstance(rpc, Event)
     leaf = net.call(members[1], "publish", topic, b"leaf").event_cid
@@ -712,7 +668,7 @@ def test_heads_repair_a_lost_leaf() -> None:
 
 def test_s8_bounded_memory() -> None:
     cfg = NodeConfig(seen_cache_size=50, delivered_cache_size=50, event_cache_size=20, heads_size=8)
-    net, topic, author, members = setup(3, config=cfg)
+    net, topic, author, members = subscribed_tree(3, config=cfg)
     for i in range(300):
         net.call(author, "publish", topic, b"%d" % i)
         net.run_for(0.05)
@@ -725,7 +681,7 @@ def test_s8_bounded_memory() -> None:
 
 
 def test_topic_update_and_sub_topic() -> None:
-    net, topic, author, members = setup(6)
+    net, topic, author, members = subscribed_tree(6)
     new = net.call(
         author,
         "update_topic",
@@ -777,14 +733,14 @@ def test_invalid_inputs_are_local_errors() -> None:
         PulsarcastNode(peer_id="nope", rng=random.Random(0), now=0.0)
     with pytest.raises(LocalProtocolError):
         NodeConfig(ping_interval=0)
-    net, topic, author, _ = setup(2)
+    net, topic, author, _ = subscribed_tree(2)
     with pytest.raises(LocalProtocolError):
         net.call(author, "publish", topic, "text")  # type: ignore[arg-type]
 
 
 def test_order_one_chain_same_order_everywhere() -> None:
     """Acceptance: only the author publishes (LAST_SEEN), others request to publish."""
-    net, topic, author, members = setup(
+    net, topic, author, members = subscribed_tree(
         30, seed=4, options=ONLY_AUTHOR_RTP, bucket_size=2, loss=0.05
     )
     rng = random.Random(1)
@@ -809,7 +765,7 @@ def test_order_one_chain_same_order_everywhere() -> None:
 
 @pytest.mark.slow
 def test_loss_and_crashes_including_root_every_live_subscriber_gets_everything() -> None:
-    net, topic, author, members = setup(150, seed=6, bucket_size=3, loss=0.05, subs=110)
+    net, topic, author, members = subscribed_tree(150, seed=6, bucket_size=3, loss=0.05, subs=110)
     rng = random.Random(2)
     for i in range(40):
         net.call(rng.choice(members), "publish", topic, b"a%d" % i)

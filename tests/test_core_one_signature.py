@@ -14,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_core_delegation import SEED_B, _delegated, delegate
-from test_core_signatures import World
 
 from pulsarcast_ipfs.core import (
     DELEGATED_ATTRIBUTES_VERSION,
@@ -38,6 +36,7 @@ from pulsarcast_ipfs.core import (
 )
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import make_peer_ids
+from pulsarcast_ipfs.testing import DELEGATE_SEED_B, SigningWorld, delegate, delegated_event
 
 P = make_peer_ids(3, seed=15)
 TOPIC = TopicDescriptor.new(name="t", author=P[0], now=1_767_225_600.0)
@@ -52,12 +51,12 @@ BASE = {
 
 
 @pytest.fixture
-def world() -> World:
-    return World()
+def world() -> SigningWorld:
+    return SigningWorld()
 
 
 def _one_signed(
-    w: World,
+    w: SigningWorld,
     publisher: str,
     key: DelegateKey,
     *,
@@ -97,7 +96,9 @@ def test_older_versions_keep_their_bytes_and_cids() -> None:
     assert set(_dagcbor.decode(e.encode())["signatures"]) == {"author", "publisher", "delegation"}
 
 
-def test_a_delegated_publish_carries_one_signature_and_every_hop_accepts(world: World) -> None:
+def test_a_delegated_publish_carries_one_signature_and_every_hop_accepts(
+    world: SigningWorld,
+) -> None:
     w = world
     node = w.net.nodes[w.allowed]
     node.use_delegate(w.net.now, delegate(w.net, w.allowed))
@@ -118,9 +119,9 @@ def test_a_delegated_publish_carries_one_signature_and_every_hop_accepts(world: 
         assert set(_dagcbor.decode(ev.encode())["signatures"]) == {"publisher", "delegation"}
 
 
-def test_2_2_0_events_are_still_accepted(world: World) -> None:
+def test_2_2_0_events_are_still_accepted(world: SigningWorld) -> None:
     w = world
-    old = _delegated(w, w.mallory, delegate(w.net, w.mallory), payload=b"from a 2.2 node")
+    old = delegated_event(w, w.mallory, delegate(w.net, w.mallory), payload=b"from a 2.2 node")
     assert old.protocol_version == DELEGATED_VERSION
     w.net.inject(w.mallory, w.sub, Event(topic=w.open, event=old.encode(), topic_block=None))
     w.net.run_for(3)
@@ -128,7 +129,7 @@ def test_2_2_0_events_are_still_accepted(world: World) -> None:
         assert old.cid in w.net.delivered(peer, w.open), peer
 
 
-def test_one_signature_forgeries_are_refused(world: World) -> None:
+def test_one_signature_forgeries_are_refused(world: SigningWorld) -> None:
     """Planted: with the ONE_SIGNATURE_VERSIONS branch of ``_event_refused`` returning
     None at once, every forgery below was delivered (the test failed); with the tree
     left out of ``one_statement``, the other tree's signature was accepted."""
@@ -147,7 +148,7 @@ def test_one_signature_forgeries_are_refused(world: World) -> None:
     real = delegate(w.net, w.allowed)
     ev = _one_signed(w, w.allowed, real, payload=b"wrong key")
     # ALLOWED's real delegation, the signature by another key.
-    other = DelegateKey(SEED_B)
+    other = DelegateKey(DELEGATE_SEED_B)
     forged = dataclasses.replace(ev, publisher_signature=other.sign(ev.one_statement(w.open)))
     assert w.attack(w.open, forged) == ["bad_signature"]
     # A signature made for another tree (the statement names the tree).

@@ -1,4 +1,4 @@
-"""Filters in the tree, second part (issue 15 point 3): pruning on the summaries.
+"""Filters in the tree, second part: pruning on the summaries.
 
 With ``NodeConfig.tree_filters`` an event goes down only into subtrees whose summary
 matches it (and a publisher's first hop only to the members whose summary matches).
@@ -37,10 +37,10 @@ from pulsarcast_ipfs.core import (
 from pulsarcast_ipfs.core._antientropy import AntiEntropy
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dissemination import Dissemination
-from pulsarcast_ipfs.core._io import FetchBlock
 from pulsarcast_ipfs.core._pruning import Pruning
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
+from pulsarcast_ipfs.testing import FetchLog
 
 ON = NodeConfig(tree_filters=True, summary_interval=1.0, summary_bound=4, flat_fanout=0)
 FLAT = NodeConfig(tree_filters=True, summary_interval=1.0)
@@ -51,18 +51,6 @@ FILTERS = [
     "ups between 3 and 5",
     "user in ['bob', 'carol'] and ups > 50",
 ]
-
-
-class FetchLog(CoreNet):
-    """CoreNet that remembers every block fetch: (peer, CID)."""
-
-    def __init__(self, *args: object, **kw: object) -> None:
-        self.fetched: list[tuple[str, CID]] = []
-        super().__init__(*args, **kw)  # type: ignore[arg-type]
-
-    def on_fetch_block(self, i: int, out: FetchBlock) -> None:
-        self.fetched.append((self.peers[i], out.cid))
-        super().on_fetch_block(i, out)
 
 
 def attrs(rng: random.Random) -> dict[str, int | str]:

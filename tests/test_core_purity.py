@@ -1,4 +1,4 @@
-"""The core stays pure (STYLE.md): no clocks, I/O, global randomness or async in core/."""
+"""The core stays pure (the sans-I/O rule): no clocks, I/O, global randomness or async in core/."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def import_closure(*entries: str, root: Path) -> dict[str, Path]:
 
 
 def impurities(path: Path, module: str) -> list[str]:
-    """What in the source of ``module`` breaks the core's purity (STYLE.md)."""
+    """What in the source of ``module`` breaks the core's purity."""
     tree = ast.parse(path.read_text(), filename=str(path))
     problems: list[str] = []
     for name in _imported_names(tree, module, path.name == "__init__.py"):

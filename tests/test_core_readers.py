@@ -6,38 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from pulsarcast_ipfs.core import Join, NodeConfig
+from pulsarcast_ipfs.core import Join
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.kademlia import peer_position
-
-EVENTS = 10
-
-
-def _orphaned(
-    seed: int, *, flat: bool = True
-) -> tuple[CoreNet, CID, list[str], list[str], list[CID]]:
-    """12 nodes with one peer per k-bucket (the cluster's ``routing_k=1``); the two
-    nodes farthest from the author subscribe, get 10 events, then the author crashes
-    for good and the tree re-forms without it. Returns the net, the topic, the holders,
-    the other live nodes (farthest from the author last) and the events. ``flat``
-    False: no flat trees (``flat_fanout=0``), relays stay between holders and root."""
-    config = NodeConfig() if flat else NodeConfig(flat_fanout=0)
-    net = CoreNet(12, seed=seed, bucket_size=1, config=config)
-    author = net.peers[0]
-    topic = net.call(author, "create_topic", "orphan")
-    net.run_for(0.5)
-    apos = peer_position(author)
-    others = sorted(net.peers[1:], key=lambda p: peer_position(p) ^ apos)
-    holders = others[-2:]
-    for h in holders:
-        net.call(h, "subscribe", topic)
-    net.run_for(3)
-    cids = [net.call(author, "publish", topic, b"%d" % i).event_cid for i in range(EVENTS)]
-    net.run_for(3)
-    net.crash(author)
-    net.run_for(30)
-    return net, topic, holders, others[:-2], cids
+from pulsarcast_ipfs.testing import orphaned_topic
 
 
 def _stranger(net: CoreNet, topic: CID, others: list[str]) -> str:
@@ -64,20 +37,20 @@ def test_a_reader_of_an_orphaned_topic_reads_it_whole_below_a_holder() -> None:
     root that holds nothing, and the reader's history is empty but looks complete."""
     failed_without = 0
     for seed in range(40):
-        net, topic, holders, others, cids = _orphaned(seed)
+        net, topic, holders, others, cids = orphaned_topic(seed)
         reader = _stranger(net, topic, others)
         got, complete = _read(net, reader, topic, holders)
         assert (got, complete) == (cids, True), seed
         st = net.nodes[reader].topic_state(topic)
         assert st.parent in holders and st.synced and not st.subscribed, seed
-        net2, topic2, _, others2, cids2 = _orphaned(seed)
+        net2, topic2, _, others2, cids2 = orphaned_topic(seed)
         got2, complete2 = _read(net2, _stranger(net2, topic2, others2), topic2, [])
         failed_without += (got2, complete2) != (cids2, True)
     assert failed_without >= 5  # the scenario does catch the bug the holders close
 
 
 def test_a_leaf_takes_no_children_and_a_relay_takes_no_leaf() -> None:
-    net, topic, holders, others, _ = _orphaned(3, flat=False)
+    net, topic, holders, others, _ = orphaned_topic(3, flat=False)
     reader = _stranger(net, topic, others)
     _read(net, reader, topic, holders)
     descriptor = net.nodes[reader]._trees[topic].root.encode()
@@ -89,7 +62,7 @@ def test_a_leaf_takes_no_children_and_a_relay_takes_no_leaf() -> None:
     assert farther[0] not in net.nodes[reader].topic_state(topic).children
     # Nor while its leaf JOIN is in flight (a holder that took it as parent meanwhile
     # would refuse the leaf JOIN, and one further down could close a cycle).
-    net2, topic2, holders2, others2, _ = _orphaned(3, flat=False)
+    net2, topic2, holders2, others2, _ = orphaned_topic(3, flat=False)
     reader2 = _stranger(net2, topic2, others2)
     net2.call(reader2, "read", topic2, holders=holders2)
     while topic2 not in net2.nodes[reader2]._trees:  # its descriptor is being fetched
@@ -113,7 +86,7 @@ def test_a_leaf_that_subscribes_stays_below_its_holder_and_gets_live_events() ->
     land it on an acting root of a tree fragment of its own: seen with seed 1) and
     still refuses children; live events from a holder reach it once."""
     for seed in range(10):
-        net, topic, holders, others, _ = _orphaned(seed)
+        net, topic, holders, others, _ = orphaned_topic(seed)
         reader = _stranger(net, topic, others)
         _read(net, reader, topic, holders)
         node = net.nodes[reader]

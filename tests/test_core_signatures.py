@@ -10,6 +10,8 @@ node with its own valid key: the subscriber must drop it with the right
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -36,104 +38,31 @@ from pulsarcast_ipfs.core import (
     TopicDescriptor,
     TopicOptions,
     author_statement,
-    cid_str,
     decode_descriptor,
     format_created,
     verify_signature,
 )
 from pulsarcast_ipfs.core._cid import CID
-from pulsarcast_ipfs.core.testing import CoreNet, make_signers
+from pulsarcast_ipfs.core._signqueue import SigningQueue
+from pulsarcast_ipfs.core.testing import make_signers
 from pulsarcast_ipfs.records import RecordKind
-
-
-class World:
-    """Six signing nodes: author, allowed publisher, requester, two subscribers, MALLORY."""
-
-    def __init__(self) -> None:
-        self.net = CoreNet(6, seed=21, signatures=True)
-        p = self.net.peers
-        self.author, self.allowed, self.requester, self.sub, self.other, self.mallory = p
-        self.open: CID = self.net.call(self.author, "create_topic", "open")
-        self.restricted: CID = self.net.call(
-            self.author,
-            "create_topic",
-            "restricted",
-            options=TopicOptions(
-                allowed_publishers=PeerPolicy(enabled=True, peers=(self.allowed,)),
-                request_to_publish=PeerPolicy(enabled=True, peers=(self.requester,)),
-            ),
-        )
-        for peer in (self.allowed, self.requester, self.sub, self.other):
-            self.net.call(peer, "subscribe", self.open)
-            self.net.call(peer, "subscribe", self.restricted)
-        self.net.run_for(5)
-        assert self.net.nodes[self.sub].topic_state(self.restricted).joined
-
-    def key(self, peer: str) -> Ed25519Signer:
-        return self.net.signers[peer]
-
-    def event(
-        self,
-        topic: CID,
-        *,
-        author: str,
-        publisher: str,
-        payload: bytes,
-        author_key: Ed25519Signer | None = None,
-        publisher_key: Ed25519Signer | None = None,
-        version: CID | None = None,
-    ) -> EventDescriptor:
-        draft = EventDescriptor(
-            topic=version if version is not None else topic,
-            author=author,
-            publisher=publisher,
-            payload=payload,
-            created=format_created(self.net.now),
-            protocol_version=SIGNED_VERSION,
-        )
-        akey = author_key or self.key(author)
-        pkey = publisher_key or self.key(publisher)
-        return draft.with_signatures(
-            author=akey.sign(draft.author_statement(topic)),
-            publisher=pkey.sign(draft.signing_bytes()),
-        )
-
-    def attack(self, topic: CID, ev: EventDescriptor, block: bytes | None = None) -> list[str]:
-        """MALLORY sends ``ev`` straight to SUB; the reasons SUB dropped it for."""
-        before = len(self.net.logs[self.sub].sent)
-        self.net.inject(
-            self.mallory, self.sub, Event(topic=topic, event=ev.encode(), topic_block=block)
-        )
-        self.net.run_for(3)
-        forwarded = [
-            s
-            for s in self.net.logs[self.sub].sent[before:]
-            if isinstance(s.rpc, Event) and s.rpc.event == ev.encode()
-        ]
-        assert forwarded == [], "a refused event was forwarded"
-        for peer in self.net.peers:
-            assert ev.cid not in self.net.delivered(peer), f"{peer} delivered a refused event"
-        return [
-            str(r.fields["reason"])
-            for r in self.net.records(self.sub, RecordKind.EVENT_DROPPED)
-            if r.fields.get("event") == cid_str(ev.cid)
-        ]
+from pulsarcast_ipfs.testing import SigningWorld
 
 
 @pytest.fixture
-def world() -> World:
-    return World()
+def world() -> SigningWorld:
+    return SigningWorld()
 
 
 SUBSCRIBERS = ("allowed", "requester", "sub", "other")
 
 
-def _everyone_got(w: World, topic: CID, cid: CID) -> None:
+def _everyone_got(w: SigningWorld, topic: CID, cid: CID) -> None:
     for name in SUBSCRIBERS:
         assert w.net.delivered(getattr(w, name), topic).count(cid) == 1, name
 
 
-def test_signed_delivery_over_a_tree(world: World) -> None:
+def test_signed_delivery_over_a_tree(world: SigningWorld) -> None:
     w = world
     res = w.net.call(w.allowed, "publish", w.restricted, b"hello")
     assert isinstance(res, PublishResult) and res.status == "published"
@@ -155,7 +84,7 @@ def test_signed_delivery_over_a_tree(world: World) -> None:
         assert not reasons & {"unsigned", "bad_signature", "not_allowed"}, (peer, reasons)
 
 
-def test_forged_author_refused(world: World) -> None:
+def test_forged_author_refused(world: SigningWorld) -> None:
     w = world
     ev = w.event(
         w.open,
@@ -167,7 +96,7 @@ def test_forged_author_refused(world: World) -> None:
     assert w.attack(w.open, ev) == ["bad_signature"]
 
 
-def test_forged_publisher_refused(world: World) -> None:
+def test_forged_publisher_refused(world: SigningWorld) -> None:
     w = world
     ev = w.event(
         w.restricted,
@@ -188,7 +117,7 @@ def test_forged_publisher_refused(world: World) -> None:
     assert w.attack(w.restricted, only_publisher) == ["bad_signature"]
 
 
-def test_tampered_payload_with_recomputed_cid_refused(world: World) -> None:
+def test_tampered_payload_with_recomputed_cid_refused(world: SigningWorld) -> None:
     w = world
     real = w.event(w.restricted, author=w.allowed, publisher=w.allowed, payload=b"pay 10")
     assert real.author_signature is not None and real.publisher_signature is not None
@@ -222,7 +151,7 @@ def test_tampered_payload_with_recomputed_cid_refused(world: World) -> None:
     assert w.attack(w.restricted, reparented) == ["bad_signature"]
 
 
-def test_unsigned_event_refused(world: World) -> None:
+def test_unsigned_event_refused(world: SigningWorld) -> None:
     w = world
     ev = EventDescriptor(
         topic=w.open,
@@ -234,7 +163,7 @@ def test_unsigned_event_refused(world: World) -> None:
     assert w.attack(w.open, ev) == ["unsigned"]
 
 
-def test_replayed_event_is_a_duplicate_and_delivered_once(world: World) -> None:
+def test_replayed_event_is_a_duplicate_and_delivered_once(world: SigningWorld) -> None:
     w = world
     res = w.net.call(w.allowed, "publish", w.restricted, b"once")
     w.net.run_for(5)
@@ -250,13 +179,13 @@ def test_replayed_event_is_a_duplicate_and_delivered_once(world: World) -> None:
     _everyone_got(w, w.restricted, res.event_cid)
 
 
-def test_correctly_signed_event_of_a_publisher_not_allowed_refused(world: World) -> None:
+def test_correctly_signed_event_of_a_publisher_not_allowed_refused(world: SigningWorld) -> None:
     w = world
     ev = w.event(w.restricted, author=w.mallory, publisher=w.mallory, payload=b"mine")
     assert w.attack(w.restricted, ev) == ["not_allowed"]
 
 
-def test_topic_version_with_a_bad_signature_refused(world: World) -> None:
+def test_topic_version_with_a_bad_signature_refused(world: SigningWorld) -> None:
     w = world
     root = decode_descriptor(w.net.store[w.restricted])
     assert isinstance(root, TopicDescriptor)
@@ -288,7 +217,7 @@ def test_topic_version_with_a_bad_signature_refused(world: World) -> None:
         w.net.nodes[w.sub].topic_state(fake.cid)
 
 
-def test_a_signed_update_is_learnt_and_applied(world: World) -> None:
+def test_a_signed_update_is_learnt_and_applied(world: SigningWorld) -> None:
     w = world
     new = w.net.call(
         w.author,
@@ -304,7 +233,7 @@ def test_a_signed_update_is_learnt_and_applied(world: World) -> None:
     _everyone_got(w, w.restricted, ev.cid)
 
 
-def test_request_to_publish_signature_chain(world: World) -> None:
+def test_request_to_publish_signature_chain(world: SigningWorld) -> None:
     w = world
     res = w.net.call(w.requester, "publish", w.restricted, b"please publish")
     assert res.status == "requested"
@@ -324,7 +253,7 @@ def test_request_to_publish_signature_chain(world: World) -> None:
     assert verify_signature(ev.publisher, ev.signing_bytes(), ev.publisher_signature)
 
 
-def _request(w: World, signature: bytes | None) -> RequestToPublish:
+def _request(w: SigningWorld, signature: bytes | None) -> RequestToPublish:
     created = format_created(w.net.now)
     return RequestToPublish(
         topic=w.restricted,
@@ -338,7 +267,9 @@ def _request(w: World, signature: bytes | None) -> RequestToPublish:
 
 
 @pytest.mark.parametrize("kind", ["forged", "unsigned"])
-def test_forged_or_unsigned_request_refused_by_the_publisher(world: World, kind: str) -> None:
+def test_forged_or_unsigned_request_refused_by_the_publisher(
+    world: SigningWorld, kind: str
+) -> None:
     w = world
     created = format_created(w.net.now)
     sig = None
@@ -576,3 +507,29 @@ def test_descriptor_shapes_per_version() -> None:
         TopicDescriptor.new(name="t", author=key.peer_id, now=T0).with_signature(b"\0" * 64)
     with pytest.raises(LocalProtocolError):
         draft.with_signature(b"short")
+
+
+def test_a_checked_event_is_checked_again_for_another_tree(world: SigningWorld) -> None:
+    """The process-wide memo of events whose signatures checked out is keyed by the
+    event's CID *and* the tree: the author's statement names the tree, so the same
+    bytes offered for another tree are checked afresh and refused (with the memo
+    keyed by the CID alone, the second answer would be ``None``)."""
+    w = world
+    queue = SigningQueue(
+        peer_id=w.sub, require_signatures=True, delegate_margin=60.0, emit=lambda _: None, now=0.0
+    )
+    ev = w.event(w.open, author=w.author, publisher=w.author, payload=b"checked once per tree")
+    home = cast(Any, SimpleNamespace(key=w.open))
+    other = cast(Any, SimpleNamespace(key=w.restricted))
+    assert queue.event_refused(home, ev) is None
+    assert queue.event_refused(home, ev) is None  # from the memo
+    assert queue.event_refused(other, ev) == "bad_signature"
+    forged = w.event(
+        w.open,
+        author=w.author,
+        publisher=w.author,
+        payload=b"checked once per tree",
+        author_key=w.key(w.mallory),
+    )
+    assert forged.cid != ev.cid
+    assert queue.event_refused(home, forged) == "bad_signature"

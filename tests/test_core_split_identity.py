@@ -1,4 +1,4 @@
-"""Moving code between the core's modules changes no behaviour (issue 14).
+"""Moving code between the core's modules changes no behaviour.
 
 A few seeded CoreNet scenarios exercise every kind of input (topics, sub-topics,
 updates, subscribe/unsubscribe, publish and request to publish, readers, loss,
@@ -22,16 +22,16 @@ the order they were last armed rather than first: that changed ``busy`` and
 (``make_peer_ids`` / ``make_signers``, the simulator's Ed25519 identities): new
 peer IDs are new keyspace positions, so new trees, and all three digests changed
 (with the earlier generators injected, this code still gives the earlier three).
-Then (issue 13) a parent's lag limit became relative to its link's shortest round
+Then a parent's lag limit became relative to its link's shortest round
 trip: ``busy``, whose links are slowed, changed once more; and flat trees (a
 node below a child of the root moves up; JOIN's new ``up`` field is in every JOIN
 frame) changed all three; and a parent's LEAVE to a child it drops as
-unreachable (crashes) changed ``busy``. Then (issue 15) tree filters went on by
+unreachable (crashes) changed ``busy``. Then tree filters went on by
 default: every JOIN carries its summary, MEMBERS the members' summaries, so all
 three changed; with ``tree_filters`` off the code of that commit still gives the
 previous three. Then the MEMBERS list a node passes to a new child of its own
 carried the members' summaries too: ``busy`` and ``orphan`` changed (with that
-one change taken out, the code gave the previous two). Then (issue 13) a move away
+one change taken out, the code gave the previous two). Then a move away
 from a lagging parent became one try, and a stale edge gets one LEAVE per
 ``ping_interval``: ``busy`` changed. Then (wire 2.6) a root sends a child that holds
 its previous MEMBERS list only what changed: ``busy`` and ``orphan`` changed (with
@@ -57,14 +57,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_core_readers import _orphaned
 
-from pulsarcast_ipfs.core import NodeConfig, PeerPolicy, TopicOptions
 from pulsarcast_ipfs.core.testing import CoreNet
+from pulsarcast_ipfs.testing import GOLDEN_SCENARIOS
 
 
 def _digest(net: CoreNet) -> str:
@@ -86,105 +84,6 @@ def _digest(net: CoreNet) -> str:
     return h.hexdigest()
 
 
-def _busy() -> CoreNet:
-    """Two topics with subscribers, a sub-topic, updates, requests to publish, loss, a
-    lagging link, crashes (a relay, then the author) and restarts, a reader."""
-    net = CoreNet(24, seed=11, loss=0.02, bucket_size=3)
-    author, other = net.peers[0], net.peers[1]
-    opts = TopicOptions(
-        allowed_publishers=PeerPolicy(enabled=True), request_to_publish=PeerPolicy(enabled=True)
-    )
-    open_topic = net.call(author, "create_topic", "open")
-    closed = net.call(other, "create_topic", "closed", options=opts)
-    sub = net.call(author, "create_topic", "open-sub", parent=open_topic)
-    net.run_for(1)
-    closed_subs = []
-    for i, p in enumerate(net.peers[2:]):
-        net.call(p, "subscribe", open_topic)
-        if i % 2:
-            net.call(p, "subscribe", closed)
-            closed_subs.append(p)
-        if i % 5 == 0:
-            net.call(p, "subscribe", sub)
-    net.run_for(5)
-    slow = net.peers[5]
-    net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
-    for i in range(30):
-        p = net.peers[2 + (i * 7) % 22]
-        net.call(p, "publish", open_topic, b"open %d" % i)
-        if i % 3 == 0:
-            q = closed_subs[i % len(closed_subs)]
-            net.call(q, "publish", closed, b"closed %d" % i)
-        net.run_for(0.3)
-    net.call(author, "update_topic", open_topic, options=TopicOptions())
-    net.call(author, "publish", sub, b"sub")
-    net.run_for(5)
-    net.extra_delay = None
-    net.crash(net.peers[7])
-    for i in range(10):
-        net.call(net.peers[3 + i], "publish", open_topic, b"after crash %d" % i)
-        net.run_for(0.5)
-    net.run_for(10)
-    net.revive(net.peers[7])
-    net.call(net.peers[4], "unsubscribe", open_topic)
-    net.call(closed_subs[3], "unsubscribe", closed)
-    net.crash(author)
-    net.run_for(40)
-    net.call(net.peers[12], "publish", open_topic, b"orphaned")
-    net.run_for(5)
-    holders = [p for p in net.peers[2:] if p != net.peers[4]][:3]
-    reader = net.peers[4]
-    net.call(reader, "read", open_topic, holders=holders)
-    net.run_for(20)
-    net.revive(author)
-    net.call(author, "publish", open_topic, b"back")
-    net.run_for(40)
-    return net
-
-
-def _signed() -> CoreNet:
-    """Signatures on: topics, publish, a request to publish, an update."""
-    net = CoreNet(8, seed=4, signatures=True)
-    author = net.peers[0]
-    opts = TopicOptions(
-        allowed_publishers=PeerPolicy(enabled=True), request_to_publish=PeerPolicy(enabled=True)
-    )
-    topic = net.call(author, "create_topic", "signed", options=opts)
-    net.run_for(1)
-    for p in net.peers[1:]:
-        net.call(p, "subscribe", topic)
-    net.run_for(3)
-    for i in range(6):
-        net.call(net.peers[i % 8], "publish", topic, b"s %d" % i)
-        net.run_for(0.5)
-    net.call(author, "update_topic", topic, options=TopicOptions())
-    net.run_for(2)
-    net.call(net.peers[3], "publish", topic, b"after update")
-    net.run_for(10)
-    return net
-
-
-def _orphan() -> CoreNet:
-    """One peer per k-bucket, the author gone for good, a stranger reads below a
-    holder then subscribes (tests/test_core_readers.py)."""
-    net, topic, holders, rest, _ = _orphaned(3)
-    others = rest + holders  # the live nodes, farthest from the author last
-    stranger = others[len(others) // 2 - 2]
-    net.call(stranger, "read", topic, holders=holders)
-    net.run_for(10)
-    net.call(stranger, "subscribe", topic)
-    net.run_for(NodeConfig().root_recheck_interval + 5)
-    net.call(holders[0], "publish", topic, b"live")
-    net.run_for(5)
-    return net
-
-
-SCENARIOS: dict[str, Callable[[], CoreNet]] = {
-    "busy": _busy,
-    "signed": _signed,
-    "orphan": _orphan,
-}
-
 # Made on the commit before the split, then (busy, orphan) once more when the
 # hash-seed-dependent orders were fixed, then (busy, signed) when CoreNet took the
 # driver's timer arming, then all three with the one peer-ID generator, then busy
@@ -201,7 +100,7 @@ GOLDEN = {
 
 
 def _digests() -> dict[str, str]:
-    return {name: _digest(run()) for name, run in sorted(SCENARIOS.items())}
+    return {name: _digest(run()) for name, run in sorted(GOLDEN_SCENARIOS.items())}
 
 
 def _digests_with_hash_seed(seed: str) -> dict[str, str]:
@@ -220,7 +119,7 @@ def digests() -> tuple[dict[str, str], dict[str, str]]:
     return _digests_with_hash_seed("0"), _digests_with_hash_seed("1")
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", sorted(GOLDEN_SCENARIOS))
 def test_scenario_records_are_byte_identical(
     digests: tuple[dict[str, str], dict[str, str]], name: str
 ) -> None:

@@ -1,4 +1,4 @@
-"""Filters on subscriptions, at the subscriber (issue 15 point 2), in the pure core.
+"""Filters on subscriptions, at the subscriber, in the pure core.
 
 The core delivers to the application exactly the events a subscription's filter
 matches — live, recovered by gap repair, after a resume — while it still relays,

@@ -1,4 +1,4 @@
-"""Filters in the tree, first part (issue 15 point 3): subtree summaries.
+"""Filters in the tree, first part: subtree summaries.
 
 With ``NodeConfig.tree_filters`` a child tells its parent what its subtree wants
 (JOIN's ``summary``, SUMMARY when it changes, rate-limited and coalesced), relays

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_core_node import _below_a_relay
-from test_core_split_identity import SCENARIOS
 
 from pulsarcast_ipfs.core import PulsarcastNode
+from pulsarcast_ipfs.core._errors import LocalProtocolError
+from pulsarcast_ipfs.core._moves import ENTRY_POINTS, Labels
 from pulsarcast_ipfs.core._tree import Tree
 from pulsarcast_ipfs.core._treestate import (
     TRANSITIONS,
@@ -23,66 +23,11 @@ from pulsarcast_ipfs.core._treestate import (
     tree_state,
 )
 from pulsarcast_ipfs.core.testing import CoreNet
+from pulsarcast_ipfs.testing import GOLDEN_SCENARIOS, below_a_relay
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol-notes.md"
 BEGIN = "<!-- tree state table: generated from core/_treestate.py, do not edit -->\n"
 END = "<!-- end of tree state table -->\n"
-
-Labels = dict[Any, TreeInput]
-"""Tree key -> the input a call is, for that tree."""
-
-
-def _one(node: PulsarcastNode, tree: Tree, inp: TreeInput) -> Labels:
-    return {tree.key: inp}
-
-
-def _by_peer(node: PulsarcastNode, peer: str, *, child_first: bool) -> Labels:
-    """Per tree: what losing ``peer`` is there (parent, JOIN's peer, child), in the
-    order the code looks (a LEAVE: child first; a failure: child last)."""
-    out: Labels = {}
-    for key, tree in node._trees.items():
-        if child_first and peer in tree.children:
-            out[key] = TreeInput.CHILD_LOST
-        elif tree.parent == peer:
-            out[key] = TreeInput.PARENT_LOST
-        elif tree.join is not None and tree.join.peer == peer:
-            out[key] = TreeInput.JOIN_PEER_LOST
-        elif peer in tree.children:
-            out[key] = TreeInput.CHILD_LOST
-    return out
-
-
-def _join_ack(node: PulsarcastNode, peer: str, rpc: Any) -> Labels:
-    tree = node._trees.get(rpc.topic)
-    if tree is None or tree.join is None or tree.join.peer != peer:
-        return {rpc.topic: TreeInput.JOIN_ACK_LATE}
-    return {rpc.topic: TreeInput.JOIN_ACK_OK if rpc.ok else TreeInput.JOIN_ACK_REFUSED}
-
-
-def _lagging(node: PulsarcastNode, peer: str) -> Labels:
-    return {k: TreeInput.PARENT_LAGGING for k, t in node._trees.items() if t.parent == peer}
-
-
-# The membership entry points (core/_membership.py) and what each is, per tree.
-ENTRY_POINTS: dict[str, Callable[..., Labels]] = {
-    "_new_tree": lambda n, now, root: {root.cid: TreeInput.NEW_TREE},
-    "_ensure_joined": lambda n, now, tree: _one(n, tree, TreeInput.WANTED),
-    "_read_tree": lambda n, now, tree, holders=(): _one(n, tree, TreeInput.READ),
-    "_on_join": lambda n, now, peer, rpc: {rpc.topic: TreeInput.JOIN},
-    "_on_join_ack": lambda n, now, peer, rpc: _join_ack(n, peer, rpc),
-    "_join_timed_out": lambda n, now, tree: _one(n, tree, TreeInput.JOIN_TIMEOUT),
-    "_on_leave": lambda n, now, peer, rpc: {
-        k: v for k, v in _by_peer(n, peer, child_first=True).items() if k == rpc.topic
-    },
-    "_peer_failed": lambda n, now, peer: _by_peer(n, peer, child_first=False),
-    "_parent_lagging": lambda n, now, peer: _lagging(n, peer),
-    "_maybe_leave": lambda n, now, tree: _one(n, tree, TreeInput.UNWANTED),
-    "_recheck_root": lambda n, now, tree: _one(n, tree, TreeInput.RECHECK),
-    "_room_at_root": lambda n, now, tree: _one(n, tree, TreeInput.ROOM_AT_ROOT),
-    # relays that lie (core/_guard.py): a withholding parent left, a silent child dropped
-    "_leave_bad_parent": lambda n, now, tree, blame: _one(n, tree, TreeInput.PARENT_LOST),
-    "_evict_silent": lambda n, now, tree, child: _one(n, tree, TreeInput.CHILD_LOST),
-}
 
 
 def _states(node: PulsarcastNode) -> dict[Any, TreeState]:
@@ -165,7 +110,7 @@ def _lone_joiner() -> CoreNet:
 def _lagging_relay() -> CoreNet:
     """A member below a relay (flat trees off) whose links slow down: it moves to a
     closer peer (made sure of here, whatever the split-identity scenarios do)."""
-    net, topic, _, _, child, slow = _below_a_relay()
+    net, topic, _, _, child, slow = below_a_relay()
     net.extra_delay = lambda a, b: 1.5 if slow in (a, b) else 0.0
     net.run_for(8)
     assert net.nodes[child].topic_state(topic).parent not in (None, slow)
@@ -173,7 +118,7 @@ def _lagging_relay() -> CoreNet:
 
 
 def test_every_transition_the_node_makes_is_in_the_table(observer: Observer) -> None:
-    for run in [*SCENARIOS.values(), _lone_joiner, _lagging_relay]:
+    for run in [*GOLDEN_SCENARIOS.values(), _lone_joiner, _lagging_relay]:
         run()
     assert sorted(set(observer.bad)) == []
     S, I = TreeState, TreeInput  # noqa: E741
@@ -194,6 +139,54 @@ def test_every_transition_the_node_makes_is_in_the_table(observer: Observer) -> 
         (S.JOINED, I.UNWANTED, S.NONE),
     ]:
         assert triple in observer.seen, triple
+
+
+def test_every_entry_point_is_checked_at_run_time() -> None:
+    for name in ENTRY_POINTS:
+        assert getattr(getattr(PulsarcastNode, name), "tree_input", None) is ENTRY_POINTS[name], (
+            name
+        )
+
+
+def test_an_illegal_move_is_a_local_protocol_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: a JOIN that fails makes the node a leaf of the peer that did not
+    take it (joining -> leaf on the JOIN's peer lost is in no row of the table)."""
+    from pulsarcast_ipfs.core._membership import Membership
+
+    join_next = Membership._join_next
+
+    def bad_join_next(self: PulsarcastNode, now: float, tree: Tree, tried: set[str]) -> None:
+        if tree.join is None:
+            return join_next(self, now, tree, tried)
+        tree.parent, tree.joined, tree.leaf, tree.join = tree.join.peer, True, True, None
+
+    monkeypatch.setattr(Membership, "_join_next", bad_join_next)
+    net = CoreNet(2, seed=1)
+    author, member = net.peers
+    topic = net.call(author, "create_topic", "alone")
+    net.run_for(0.5)
+    net.crash(author)
+    net.call(member, "subscribe", topic)
+    with pytest.raises(Exception, match="'joining' -> 'leaf' on \"LEAVE from / failure of") as err:
+        net.run_for(30)
+    assert isinstance(err.value.__cause__, LocalProtocolError)
+
+
+def test_tree_fields_are_written_by_membership_only() -> None:
+    """The state fields change in core/_membership.py alone (the checked entry points
+    reach them there), never in another part of the node."""
+    import re
+
+    core = Path(__file__).resolve().parent.parent / "pulsarcast_ipfs" / "core"
+    write = re.compile(r"\.(joined|parent|join|leaf)\s*(=|\+=)[^=]")
+    found = [
+        f"{path.name}:{i}"
+        for path in sorted(core.glob("*.py"))
+        if path.name not in ("_membership.py", "_tree.py", "testing.py")
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if write.search(line.split("#")[0]) and "tree" in line
+    ]
+    assert found == []
 
 
 def test_tree_state_reads_the_fields() -> None:

@@ -1,4 +1,4 @@
-"""A long link is not a lagging parent (issue 13, run set "s8f").
+"""A long link is not a lagging parent (run set "s8f").
 
 With 500 ± 300 ms each way (the benchmark's ``latency`` condition) every PONG came
 back later than ``slow_parent_after`` (1 s), every parent looked "lagging", and

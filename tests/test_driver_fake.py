@@ -1,4 +1,4 @@
-"""The sidecar driver against in-process fakes of Kubo and of its peers (issue 13).
+"""The sidecar driver against in-process fakes of Kubo and of its peers.
 
 ``benchmarks/driver_bench.py`` at a tiny size: a real :class:`sidecar.Driver` (core,
 block store, Kubo client, state, API) with a fake Kubo behind ``httpx.MockTransport``
@@ -18,6 +18,7 @@ import pytest
 from benchmarks import driver_bench as bench
 from pulsarcast_ipfs.core import compute_cid
 from pulsarcast_ipfs.core.testing import make_signers
+from pulsarcast_ipfs.testing import FakeKubo
 
 EVENTS = 50
 CHILDREN = 3
@@ -73,7 +74,7 @@ async def test_a_publisher_signs_sends_stores_and_delivers_each_event(
 @pytest.mark.anyio
 async def test_the_fake_kubo_answers_a_multipart_block_put_line_by_line() -> None:
     """One ``{"Key","Size"}`` line per multipart file, as Kubo does for ``block/put``."""
-    kubo = bench.FakeKubo(make_signers(1)[0])
+    kubo = FakeKubo(make_signers(1)[0])
     blocks = [dag_cbor.encode({"n": i}) for i in range(3)]
     async with kubo.client() as client:
         cids = await client.block_put_many(blocks)

@@ -1,4 +1,4 @@
-"""Fast groups on a real cluster (issue 15): Kubo daemons and sidecars, subscribers
+"""Fast groups on a real cluster: Kubo daemons and sidecars, subscribers
 with ``"fast": true``, a group capacity of 1 so that a helper carries the group.
 
 Checks: the publisher's group holds every fast subscriber, with one helper; every

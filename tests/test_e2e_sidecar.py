@@ -1,4 +1,4 @@
-"""End-to-end acceptance of the sidecar (issue 4) on a real local cluster.
+"""End-to-end acceptance of the sidecar on a real local cluster.
 
 Nine Kubo daemons; sidecars on nodes 0-7 (``routing_k=1``: one known peer per
 k-bucket, so that trees have relays and depth in a small cluster; no flat trees,
@@ -398,7 +398,7 @@ async def history_of(
 
 
 async def test_concurrent_publishers_one_history_everywhere(sc: LocalSidecarCluster) -> None:
-    """Issue 12: 3 concurrent publishers, 60 events; every node's history lists all of
+    """History: 3 concurrent publishers, 60 events; every node's history lists all of
     them once, in the same causal order, newest first and oldest first."""
     topic = await create(sc, 0, "dag")
     subs = [1, 2, 3, 4]
@@ -590,7 +590,7 @@ async def test_relay_killed_mid_stream(sc: LocalSidecarCluster) -> None:
 
 
 async def test_history_after_publisher_offline(sc: LocalSidecarCluster) -> None:
-    """Issue 12 durability: the publisher's node gone for good and ``repo gc`` run on
+    """History durability: the publisher's node gone for good and ``repo gc`` run on
     every remaining node; a node that never subscribed finds the topic's holders (one
     provider record per announcing subscriber, both here; announcing never holds up
     anything, so the test waits until the DHT lists them), joins as a reader and pages

@@ -1,4 +1,4 @@
-"""Fault tolerance on a real cluster (issue 7): 10 Kubo daemons, a sidecar beside
+"""Fault tolerance on a real cluster: 10 Kubo daemons, a sidecar beside
 each, Toxiproxy in front of every node, ``routing_k=1`` (relays and depth).
 
 Every scenario (``pulsarcast_ipfs.cluster._faults``) publishes from several nodes

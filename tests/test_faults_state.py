@@ -1,4 +1,4 @@
-"""A full disk or an unwritable state directory (issue 7): a clear ``StateError``,
+"""A full disk or an unwritable state directory: a clear ``StateError``,
 the previous state left intact. Real OS errors: ``/dev/full`` gives ENOSPC on every
 write, ``chattr +i`` gives EPERM even to root (skipped where the file system or the
 user cannot set it)."""

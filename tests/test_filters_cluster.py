@@ -1,4 +1,4 @@
-"""Issue 15 on a real cluster: attributes on events and filtered subscriptions.
+"""On a real cluster: attributes on events and filtered subscriptions.
 
 Four Kubo daemons, a sidecar on each. Node 0 creates the topic; node 1 subscribes
 with a filter, node 2 without, node 3 with another filter. Nodes 0 and 2 publish

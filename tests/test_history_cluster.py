@@ -1,4 +1,4 @@
-"""Issue 12 on a real cluster: complete, identical and durable history.
+"""History on a real cluster: complete, identical and durable history.
 
 Six Kubo daemons. Sidecars on nodes 0-4: node 0 creates the topic, nodes 1-3
 subscribe, node 4 never subscribes (the fresh non-member of the durability check).

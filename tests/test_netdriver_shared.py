@@ -1,4 +1,4 @@
-"""One in-process network driver of the core and one peer-ID generator (issue 14):
+"""One in-process network driver of the core and one peer-ID generator:
 CoreNet (core/testing.py) and the simulator (sim/) are both built on
 core/_netdriver.py, and neither keeps mechanics or an ID generator of its own."""
 

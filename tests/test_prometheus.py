@@ -1,8 +1,9 @@
 """``GET /metrics`` through prometheus_client (sidecar/_prometheus.py), read back with
 prometheus_client's own parser: on a real driver beside the in-process fake Kubo
-(tests/test_api_fake.py), the family catalogue, the histograms' arithmetic, the bound
-on topic labels, and the documents that name the families (docs/metrics.md, the
-Grafana dashboard in compose/). tests/test_prometheus_kubo.py does it on real Kubo."""
+(:func:`pulsarcast_ipfs.testing.sidecar_at`), the family catalogue, the histograms'
+arithmetic, the bound on topic labels, and the documents that name the families
+(docs/metrics.md, the Grafana dashboard in compose/). tests/test_prometheus_kubo.py does it
+on real Kubo."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_api_fake import Sidecar, _topic, bench, make_signers, sidecar_at
 
 from pulsarcast_ipfs.core import Deliver, FetchBlock, cid_from_str, compute_cid
+from pulsarcast_ipfs.core.testing import make_signers
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
-from pulsarcast_ipfs.testing import Scrape
+from pulsarcast_ipfs.testing import FakeKubo, Scrape, Sidecar, create_topic, sidecar_at
 from sidecar._prometheus import (
     DELIVERY_BUCKETS,
     FAMILIES,
@@ -45,8 +46,8 @@ def _parser_name(name: str, type_: str) -> str:
 async def test_every_family_is_typed_and_helped_and_counts_known_traffic(
     tmp_path: Path,
 ) -> None:
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sc:
-        topic = await _topic(sc, "news")
+    async with sidecar_at(tmp_path, FakeKubo(make_signers(1, seed=3)[0])) as sc:
+        topic = await create_topic(sc, "news")
         for n in range(3):
             r = await sc.api.post(
                 f"/v1/topics/{topic}/publish", json={"ack": "local", "text": f"m{n}"}
@@ -98,11 +99,11 @@ async def test_every_family_is_typed_and_helped_and_counts_known_traffic(
 
 @pytest.mark.anyio
 async def test_topic_labels_are_bounded_with_an_other_bucket(tmp_path: Path) -> None:
-    kubo = bench.FakeKubo(make_signers(1, seed=3)[0])
+    kubo = FakeKubo(make_signers(1, seed=3)[0])
     async with sidecar_at(tmp_path, kubo) as sc:
         sc.driver.prom.topics.limit = 2  # the first two label sets: "t0" and "meta-t0"
         for i in range(4):
-            topic = await _topic(sc, f"t{i}")
+            topic = await create_topic(sc, f"t{i}")
             r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "x"})
             assert r.status_code == 200, r.text
         m = await _scrape(sc)
@@ -176,8 +177,8 @@ async def test_the_driver_times_a_recovered_delivery(tmp_path: Path) -> None:
     """The driver's wiring: the core's ``FetchBlock`` starts the clock, its ``Deliver``
     with ``recovered`` stops it (the topic's repair histogram gets one), a live
     ``Deliver`` does not."""
-    async with sidecar_at(tmp_path, bench.FakeKubo(make_signers(1, seed=3)[0])) as sc:
-        topic = await _topic(sc, "news")
+    async with sidecar_at(tmp_path, FakeKubo(make_signers(1, seed=3)[0])) as sc:
+        topic = await create_topic(sc, "news")
         r = await sc.api.post(f"/v1/topics/{topic}/publish", json={"ack": "local", "text": "m"})
         d = sc.driver
         known = d.node._known_event(cid_from_str(r.json()["event"]))

@@ -1,4 +1,4 @@
-"""The sidecar's HTTP API and p2p listener against bad input and strangers (issue 7):
+"""The sidecar's HTTP API and p2p listener against bad input and strangers:
 schemathesis on the OpenAPI description, 413 before the body is read, 400 for
 malformed CIDs and peer IDs, the bearer token, loopback binding by default, and a
 p2p listener that accepts only the Pulsarcast protocol. Real Kubo daemons."""

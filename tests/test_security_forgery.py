@@ -1,5 +1,5 @@
 """Forged, tampered, unauthorised and replayed events are refused at the first hop
-(issue 7), with the reason counted in ``event_dropped`` records, and never stored,
+with the reason counted in ``event_dropped`` records, and never stored,
 forwarded or delivered. Pure core; the real-network version of the unauthorised
 case is ``tests/test_e2e_sidecar.py::test_allowed_publishers_and_request_to_publish``.
 

@@ -1,4 +1,4 @@
-"""Bounded fuzzing of network input (issue 7, "bad input"): the RPC codec, the
+"""Bounded fuzzing of network input ("bad input"): the RPC codec, the
 descriptor decoder and a node's handling of RPCs from any peer. The long runs
 (≥ 1,000,000 inputs each) are ``fuzz/fuzz_codec.py`` and ``fuzz/fuzz_node.py``."""
 

@@ -1,4 +1,4 @@
-"""Flood protection in the pure core (issue 7): per-peer token buckets for JOIN,
+"""Flood protection in the pure core: per-peer token buckets for JOIN,
 EVENT/HEADS and REQUEST_TO_PUBLISH, disconnection of a persistent flooder, bounded
 topics; other peers unharmed; legitimate rates never limited. Time stepped by hand."""
 

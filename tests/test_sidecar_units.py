@@ -19,7 +19,7 @@ from pulsarcast_ipfs.core import RetentionPolicy, compute_cid
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import bucket_index, peer_position
 from pulsarcast_ipfs.kubo import KuboClient, KuboConfig
-from pulsarcast_ipfs.kubo._car import decode_car
+from pulsarcast_ipfs.testing import StrictKubo
 from sidecar import (
     ConfigError,
     SidecarConfig,
@@ -30,7 +30,7 @@ from sidecar import (
     openapi_document,
 )
 from sidecar.__main__ import _loop_options, build_parser, config_from_args
-from sidecar._retainindex import EMPTY_ROOT, INDEX_PIN_NAME, decode_bucket, decode_root
+from sidecar._retainindex import EMPTY_ROOT, INDEX_PIN_NAME
 from sidecar._routing import RoutingView
 from sidecar._store import BlockStore, kubo_announces_pins
 
@@ -330,7 +330,7 @@ async def test_routing_view_gives_the_colocation_keys_of_connected_peers() -> No
 async def test_routing_view_reads_the_table_every_30_s_and_swarm_peers_every_time(
     k: int | None,
 ) -> None:
-    """Issue 13: stats/dht every TABLE_INTERVAL, swarm/peers on every refresh (a new
+    """stats/dht every TABLE_INTERVAL, swarm/peers on every refresh (a new
     peer is known at the next one), the per-bucket limit the same as over the union
     of the last table read and the connected peers, computed again only on a change."""
     me, *others = PEERS
@@ -493,175 +493,6 @@ async def test_peer_id_line_and_first_frames_may_arrive_in_one_read() -> None:
 # -- block store: batched puts, own and retained events pinned in batches, topics announced --
 
 
-class FakeKubo:
-    """An in-process Kubo for :class:`BlockStore`: the RPCs it makes, answered as Kubo
-    0.43 does over an ``httpx.MockTransport`` and recorded (no daemon)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self.blocks: dict[CID, bytes] = {}
-        self.pinned: set[CID] = set()
-        """Direct pins."""
-        self.recursive: dict[CID, str] = {}
-        """Recursive pins (the retention index) -> their names."""
-        self.down = 0
-        """Refuse this many ``pin/add`` connections first (Kubo down)."""
-        self.ls_down = 0
-        """Refuse this many ``pin/ls`` connections first."""
-        self.put_down = 0
-        """Refuse this many ``block/put`` connections first."""
-        self.refuse: set[bytes] = set()
-        """Blocks ``block/put`` refuses (as Kubo does one over 2 MiB)."""
-
-    def client(self) -> KuboClient:
-        return KuboClient(config=KuboConfig(), transport=httpx.MockTransport(self.handle))
-
-    def of(self, kind: str) -> list[Any]:
-        return [arg for k, arg in self.calls if k == kind]
-
-    def indexed(self) -> set[CID]:
-        """The blocks the recursive pins keep, as Kubo's GC finds them: every raw link
-        of every bucket of every pinned index, matched by multihash."""
-        by_hash = {bytes(c)[2:]: c for c in self.blocks}
-        out: set[CID] = set()
-        for root in self.recursive:
-            for bucket in decode_root(self.blocks[root]):
-                out.update(by_hash[mh] for mh in decode_bucket(self.blocks[bucket]))
-        return out
-
-    def protected(self) -> set[CID]:
-        """What a ``repo gc`` keeps of the events: direct pins and indexed blocks."""
-        return self.pinned | self.indexed()
-
-    def unindexed(self, root: CID) -> set[bytes]:
-        """The multihashes index ``root`` links whose blocks are not here."""
-        here = {bytes(c)[2:] for c in self.blocks}
-        links = [mh for b in decode_root(self.blocks[root]) for mh in decode_bucket(self.blocks[b])]
-        return set(links) - here
-
-    def collect(self) -> set[CID]:
-        """``repo gc``: drop every block no pin keeps (the index's own blocks stay);
-        what it dropped."""
-        keep = self.protected() | set(self.recursive)
-        keep |= {b for root in self.recursive for b in decode_root(self.blocks[root])}
-        gone = set(self.blocks) - keep
-        for cid in gone:
-            del self.blocks[cid]
-        return gone
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        endpoint = request.url.path.removeprefix("/api/v0/")
-        params = request.url.params
-        args = [CID.decode(a) for a in params.get_list("arg")]
-        if endpoint == "dag/import":
-            assert params["pin-roots"] == "false"  # pins nothing
-            if self.put_down:
-                self.put_down -= 1
-                raise httpx.ConnectError("connection refused", request=request)
-            (archive,) = _multipart_files(request)
-            roots, blocks = decode_car(archive)  # refuses a block that is not its CID's
-            assert roots == []
-            return self._import(blocks)
-        if endpoint == "pin/add" and params["recursive"] == "true":  # the retention index
-            if self.down:
-                self.down -= 1
-                raise httpx.ConnectError("connection refused", request=request)
-            (root,) = args
-            assert params["fast-provide-root"] == "false"  # never announced
-            self.recursive[root] = params["name"]
-            self.calls.append(("pin_index", root))
-            self.indexed()  # every block of it is here
-            return httpx.Response(200, json={"Pins": [str(root)]})
-        if endpoint == "pin/update":
-            old, new = args
-            assert params["fast-provide-root"] == "false"  # Kubo would announce the new root
-            if old not in self.recursive:
-                return _kubo_error("'from' cid was not recursively pinned already")
-            if self.unindexed(new):  # Kubo 0.43 waits for the network, even offline
-                self.calls.append(("pin_update_waits", new))
-                raise httpx.ReadTimeout("timed out", request=request)
-            self.recursive[new] = self.recursive.pop(old)
-            self.calls.append(("pin_update", (old, new)))
-            self.indexed()
-            return httpx.Response(200, json={"Pins": [str(old), str(new)]})
-        if endpoint == "pin/ls":
-            assert params["type"] == "recursive" and params["names"] == "true"
-            if self.ls_down:
-                self.ls_down -= 1
-                raise httpx.ConnectError("connection refused", request=request)
-            keys = {str(c): {"Type": "recursive", "Name": n} for c, n in self.recursive.items()}
-            return httpx.Response(200, json={"Keys": keys})
-        if endpoint == "block/get":
-            (cid,) = args
-            if cid not in self.blocks:
-                return _kubo_error("block was not found locally (offline)")
-            return httpx.Response(200, content=self.blocks[cid])
-        if endpoint == "pin/rm" and params["recursive"] == "true":
-            self.calls.append(("unpin_index", args))
-            for c in args:
-                if self.recursive.pop(c, None) is None:
-                    return _kubo_error(f"{c} is not pinned or pinned indirectly")
-            return httpx.Response(200, json={"Pins": [str(c) for c in args]})
-        if endpoint == "pin/add":
-            assert params["recursive"] == "false"  # direct pins only
-            if self.down:
-                self.down -= 1
-                raise httpx.ConnectError("connection refused", request=request)
-            assert params["offline"] == "true"  # never waits for the network
-            for c in args:  # Kubo stops at the first one missing
-                if c not in self.blocks:
-                    self.calls.append(("pin_missing", c))
-                    return _kubo_error(
-                        f"pin: block was not found locally (offline): ipld: could not find {c}"
-                    )
-            if params["fast-provide-root"] == "true":  # announced at once
-                (cid,) = args
-                self.calls.append(("pin_own", cid))
-            else:
-                self.calls.append(("pin", args))
-            self.pinned.update(args)
-            return httpx.Response(200, json={"Pins": [str(c) for c in args]})
-        if endpoint == "pin/rm":
-            assert params["recursive"] == "false"
-            self.calls.append(("unpin", args))
-            for c in args:  # like Kubo: stops at the first that is not pinned
-                if c not in self.pinned:
-                    return _kubo_error(f"{c} is not pinned or pinned indirectly")
-                self.pinned.discard(c)
-            return httpx.Response(200, json={"Pins": [str(c) for c in args]})
-        if endpoint == "provide/once":
-            (cid,) = args
-            self.calls.append(("provide", cid))
-            return httpx.Response(200)
-        raise AssertionError(f"unexpected call {endpoint}")
-
-    def _import(self, blocks: list[tuple[CID, bytes]]) -> httpx.Response:
-        index = all(_is_index(data) for _, data in blocks)
-        self.calls.append(("put_index_call" if index else "put_call", len(blocks)))
-        for cid, data in blocks:
-            if data in self.refuse:  # Kubo stores none of the archive then
-                return _kubo_error(f'import failed at block "{cid}": produced block is over 2MiB')
-        for cid, data in blocks:
-            self.calls.append(("put_index" if index else "put", data))
-            self.blocks[cid] = data
-        return httpx.Response(200)
-
-
-def _is_index(data: bytes) -> bool:
-    doc = dag_cbor.decode(data)
-    return isinstance(doc, dict) and ("pulsarcast-retained" in doc or set(doc) == {"events"})
-
-
-def _kubo_error(message: str) -> httpx.Response:
-    return httpx.Response(500, json={"Message": message, "Code": 0, "Type": "error"})
-
-
-def _multipart_files(request: httpx.Request) -> list[bytes]:
-    boundary = request.headers["content-type"].split("boundary=")[1].encode()
-    parts = request.read().split(b"--" + boundary)[1:-1]
-    return [part.partition(b"\r\n\r\n")[2].removesuffix(b"\r\n") for part in parts]
-
-
 def _blocks(n: int, tag: str = "e", size: int = 0) -> list[tuple[CID, bytes]]:
     out = []
     for i in range(n):
@@ -671,16 +502,16 @@ def _blocks(n: int, tag: str = "e", size: int = 0) -> list[tuple[CID, bytes]]:
 
 
 async def _with_store(
-    steps: Callable[[BlockStore, FakeKubo], Awaitable[None]],
+    steps: Callable[[BlockStore, StrictKubo], Awaitable[None]],
     *,
     provide_once: bool = True,
     put_linger: float = 0.0,
     pin_linger: float = 0.0,
     index_linger: float = 0.0,
-    kubo: FakeKubo | None = None,
+    kubo: StrictKubo | None = None,
     **options: Any,
-) -> tuple[FakeKubo, BlockStore]:
-    kubo = kubo or FakeKubo()
+) -> tuple[StrictKubo, BlockStore]:
+    kubo = kubo or StrictKubo()
     async with kubo.client() as client:
         store = BlockStore(
             kubo=client,
@@ -705,7 +536,7 @@ async def test_queued_blocks_are_put_with_one_request_per_batch() -> None:
     blocks = _blocks(250)
     big = _blocks(7, "big", size=300_000)  # 3 of them fit in 1 MiB
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         for cid, data in blocks:
             store.store(cid, data, own=False)
         await anyio.wait_all_tasks_blocked()
@@ -730,7 +561,7 @@ async def test_the_writer_waits_a_little_for_more_blocks_unless_the_batch_is_ful
     trickle = _blocks(20, "trickle")
     bursts = {False: _blocks(100, "idle"), True: _blocks(100, "late")}
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         for cid, data in trickle:
             store.store(cid, data, own=False)
             await anyio.sleep(0.05)
@@ -761,7 +592,7 @@ async def test_pins_wait_up_to_a_second_for_a_batch_but_own_topics_do_not() -> N
     events, retained = _blocks(40, "own"), _blocks(100, "kept")
     (topic, topic_data), (update, update_data) = _blocks(2, "topic")
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         for i, (cid, data) in enumerate(events):
             store.store(cid, data, own=True)
             if i == 10:
@@ -797,7 +628,7 @@ async def test_pins_wait_up_to_a_second_for_a_batch_but_own_topics_do_not() -> N
 async def test_a_stopping_store_puts_and_pins_what_it_still_holds() -> None:
     """Cancelled (the sidecar stops) while it waits for fuller batches: nothing lost."""
     own, kept = _blocks(5, "own"), _blocks(5, "kept")
-    kubo = FakeKubo()
+    kubo = StrictKubo()
     async with kubo.client() as client:
         store = BlockStore(kubo=client, fetch_timeout=1.0, put_linger=0.1, pin_linger=1.0)
         async with anyio.create_task_group() as tg:
@@ -820,7 +651,7 @@ async def test_retained_events_are_kept_by_one_index_pin_and_never_announced() -
     pin of the retention index, named, linking all 250, replaced when it changes."""
     blocks, more = _blocks(250), _blocks(3, "more")
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         for cid, data in blocks:
             store.store(cid, data, own=False, retain=True)
         store.store(*blocks[0], own=False, retain=True)  # again: nothing new
@@ -852,7 +683,7 @@ async def test_without_retain_pin_retained_events_are_kept_unpinned() -> None:
     ((topic, topic_data),) = _blocks(1, "topic")
     pinned_before_release: set[Any] = set()
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.pin_topic(topic, topic_data)
         for cid, data in kept:
             store.store(cid, data, own=False, retain=True)
@@ -875,13 +706,13 @@ async def test_without_retain_pin_retained_events_are_kept_unpinned() -> None:
 async def test_own_events_are_pinned_in_batches_and_only_own_topics_announced(
     provide_once: bool,
 ) -> None:
-    """Issue 13: an own event is pinned directly with fast-provide-root=false, in
+    """An own event is pinned directly with fast-provide-root=false, in
     batches, and never provided; an own topic version is pinned with Kubo's
     fast-provide-root (announced at once) and provide/once'd if Kubo would not."""
     events = _blocks(150, "own")
     (topic, topic_data), (update, update_data) = _blocks(2, "topic")
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.store(topic, topic_data, own=True, announce=True, retain=True)
         for i, (cid, data) in enumerate(events):
             store.store(cid, data, own=True, retain=i % 2 == 0)
@@ -905,7 +736,7 @@ async def test_own_events_are_pinned_in_batches_and_only_own_topics_announced(
 async def test_a_batch_stays_queued_in_order_while_kubo_is_down() -> None:
     first, later = _blocks(3, "first"), _blocks(2, "later")
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         kubo.put_down = 2
         for cid, data in first:
             store.store(cid, data, own=True)
@@ -929,7 +760,7 @@ async def test_a_refused_block_is_put_alone_and_the_others_are_stored() -> None:
     blocks = _blocks(10, "own")
     bad = blocks[4]
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         kubo.refuse.add(bad[1])
         for cid, data in blocks:
             store.store(cid, data, own=True)
@@ -947,7 +778,7 @@ async def test_released_events_leave_the_index_and_own_ones_stay() -> None:
     blocks = _blocks(600)
     own_cid, own_data = _blocks(1, "own")[0]
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         for cid, data in blocks:
             store.store(cid, data, own=False, retain=True)
         store.store(own_cid, own_data, own=True, retain=True)
@@ -979,7 +810,7 @@ async def test_a_store_started_again_goes_on_from_the_pinned_index(ls_down: int)
     is pinned: pinning a new one first would leave the old one pinned for good)."""
     before, after = _blocks(300, "before"), _blocks(5, "after")
 
-    async def first(store: BlockStore, kubo: FakeKubo) -> None:
+    async def first(store: BlockStore, kubo: StrictKubo) -> None:
         for cid, data in before:
             store.store(cid, data, own=False, retain=True)
 
@@ -987,7 +818,7 @@ async def test_a_store_started_again_goes_on_from_the_pinned_index(ls_down: int)
     old_root = next(iter(kubo.recursive))
     kubo.ls_down = ls_down
 
-    async def again(store: BlockStore, kubo: FakeKubo) -> None:
+    async def again(store: BlockStore, kubo: StrictKubo) -> None:
         await anyio.wait_all_tasks_blocked()  # the store has looked at Kubo's pins
         assert store.retained_pinned == (0 if ls_down else 300)
         for cid, data in after:
@@ -1006,7 +837,7 @@ async def test_a_store_started_again_goes_on_from_the_pinned_index(ls_down: int)
 async def test_a_block_stored_unretained_is_pinned_when_it_comes_back_retained() -> None:
     (cid, data), (gone, gone_data) = _blocks(2)
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.store(cid, data, own=False)
         store.store(gone, gone_data, own=False, retain=True)
         store.release([gone])  # released before its pin ran: neither pinned nor unpinned
@@ -1029,7 +860,7 @@ async def test_blocks_a_gc_collects_before_their_pin_are_put_again() -> None:
     own, kept, (topic, topic_data) = _blocks(3, "own"), _blocks(4, "kept"), _blocks(1, "t")[0]
     (first, first_data), (later, later_data) = _blocks(2, "first")
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.store(first, first_data, own=False, retain=True)
         while store.pending:  # noqa: ASYNC110 (virtual time)
             await anyio.sleep(0.1)  # an index pinned before, which keeps `first`
@@ -1064,7 +895,7 @@ async def test_blocks_a_gc_collects_before_their_pin_are_put_again() -> None:
 async def test_pins_wait_for_kubo_to_come_back() -> None:
     blocks = _blocks(3)
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         kubo.down = 2
         for cid, data in blocks:
             store.store(cid, data, own=False, retain=True)
@@ -1086,7 +917,7 @@ async def test_a_topic_its_author_subscribes_to_is_announced_once(settled: bool)
     (topic, data), (other, other_data) = _blocks(2, "topic")
     told: list[tuple[CID, bool]] = []
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.on_topic_announced = lambda cid, ok: told.append((cid, ok))
         store.store(topic, data, own=True, announce=True)
         if settled:
@@ -1106,7 +937,7 @@ async def test_a_topic_its_author_subscribes_to_is_announced_once(settled: bool)
 async def test_a_topic_is_pinned_and_announced_once() -> None:
     (topic, data), (event, event_data) = _blocks(2, "topic")
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.store(event, event_data, own=False, retain=True)
         store.pin_topic(topic, data)
         await anyio.wait_all_tasks_blocked()
@@ -1176,7 +1007,7 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
     assert [(c, kind) for c, _, kind in driver.store._puts] == [
         (first.cid, "retain"),
         (second.cid, "plain"),
-        (own.cid, "own"),  # pinned, not announced (issue 13)
+        (own.cid, "own"),  # pinned, not announced
         (topic, "announce"),
     ]
     retained = driver.store._retained
@@ -1187,7 +1018,7 @@ def test_the_driver_carries_out_retain_and_release(tmp_path: Path) -> None:
 async def test_frames_queued_together_go_out_in_one_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 13: the frames queued for a neighbour while its connection task was not
+    """The frames queued for a neighbour while its connection task was not
     running leave in one socket write (one syscall, one read by Kubo), in order; one
     write per frame made the sender and Kubo pay per frame under load."""
     from anyio.abc import SocketAttribute
@@ -1241,7 +1072,7 @@ async def test_frames_queued_together_go_out_in_one_write(
 
 
 def test_a_multipart_body_is_one_buffer_that_a_standard_parser_splits() -> None:
-    """Issue 13: the Kubo client sends ``block/put``'s files as one body (one write),
+    """The Kubo client sends ``block/put``'s files as one body (one write),
     not httpx's streamed ``files=`` (three writes per file); the standard library's
     MIME parser finds exactly the parts, byte for byte, CRLFs inside them included."""
     from email.parser import BytesParser
@@ -1315,7 +1146,7 @@ async def test_an_event_a_publisher_waits_for_is_reported_held_once_pinned() -> 
     waited, plain = _blocks(1, "waited"), _blocks(1, "plain")
     held: list[list[CID]] = []
 
-    async def steps(store: BlockStore, kubo: FakeKubo) -> None:
+    async def steps(store: BlockStore, kubo: StrictKubo) -> None:
         store.on_held = held.append
         store.store(*plain[0], own=False, retain=True)  # lingers (index_linger 30 s)
         t0 = anyio.current_time()
@@ -1331,7 +1162,7 @@ async def test_an_event_a_publisher_waits_for_is_reported_held_once_pinned() -> 
     assert waited[0][0] in [c for batch in held for c in batch]
     again: list[list[CID]] = []
 
-    async def restarted(store: BlockStore, kubo: FakeKubo) -> None:
+    async def restarted(store: BlockStore, kubo: StrictKubo) -> None:
         store.on_held = again.append
         await anyio.wait_all_tasks_blocked()  # the index pinned before is loaded
         store.store(*waited[0], own=False, retain=True, urgent=True)

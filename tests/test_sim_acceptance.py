@@ -1,4 +1,4 @@
-"""Acceptance runs of issue 3 part 5, on the real ``PulsarcastNode`` (slow).
+"""Acceptance runs of the simulator (docs/simulator.md), on the real ``PulsarcastNode`` (slow).
 
 1,000 simulated nodes, the 23 topics of ``reddit-2007-25k.jsonl`` with its
 subscription and event distribution scaled to the node count, and a scaled-down
@@ -10,7 +10,7 @@ number of publish calls (``EVENTS``) to keep each run within the test budget.
   published event, and no application sees a duplicate;
 - order: only topic creators publish (``LAST_SEEN``), everyone else requests to
   publish: every subscriber sees one chain, in the same order;
-- history (issue 12): with the workload's concurrent publishers, every live node that
+- history: with the workload's concurrent publishers, every live node that
   keeps a topic's history lists the same events in the same order, each once, in the
   history order (newest first), and (fault-free) exactly the published events.
 """

@@ -107,3 +107,24 @@ def test_communities_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         if '"event_delivered"' in line
     }
     assert topics == {"reddit.com/0", "reddit.com/1", "politics/0", "politics/1"}
+
+
+def test_rpc_records_are_opt_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Per-RPC records only with ``--rpc-records``; the summary's results do not change."""
+    base = ["sim", "--nodes", "12", "--topics", "2", "--events", "10", "--grace", "10s"]
+    summaries = {}
+    kinds = {}
+    for flag in ("", "--rpc-records", "--no-rpc-records"):
+        out = tmp_path / (flag or "default")
+        assert main([*base, *([flag] if flag else []), "--no-progress", "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["config"].pop("rpc_records") == (flag == "--rpc-records")
+        summary.pop("wall_seconds")
+        summaries[flag] = summary
+        kinds[flag] = {
+            json.loads(line)["kind"] for line in (out / "records.jsonl").read_text().splitlines()
+        }
+    capsys.readouterr()
+    assert "rpc_sent" in kinds["--rpc-records"] and "rpc_received" in kinds["--rpc-records"]
+    assert not {"rpc_sent", "rpc_received"} & (kinds[""] | kinds["--no-rpc-records"])
+    assert summaries[""] == summaries["--rpc-records"] == summaries["--no-rpc-records"]

@@ -1,4 +1,4 @@
-"""Fast groups in the simulator (issue 15): a few hundred nodes, crashes and loss,
+"""Fast groups in the simulator: a few hundred nodes, crashes and loss,
 every subscription with ``fast``, the group capacity far below the group sizes."""
 
 from __future__ import annotations

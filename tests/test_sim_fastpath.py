@@ -161,3 +161,40 @@ def test_decode_memo_never_remembers_invalid_bytes() -> None:
     for _ in range(2):
         with pytest.raises(DescriptorError):
             decode_cached(TopicDescriptor, bad)
+
+
+def test_decode_memo_bound_is_the_processes_to_set() -> None:
+    """A sidecar (one node per process) keeps a small memo: the bound holds, 0 keeps
+    nothing (and still decodes right), and shrinking drops the oldest at once."""
+    from pulsarcast_ipfs.core import _descriptors as d
+
+    events = [
+        EventDescriptor(
+            topic=C, author=PEER, publisher=PEER, payload=bytes([i]), created=format_created(2e9)
+        ).encode()
+        for i in range(8)
+    ]
+    before = d._DECODE_CACHE_SIZE
+    try:
+        d.set_decode_cache_size(3)
+        for data in events:
+            decode_cached(EventDescriptor, data)
+        assert list(d._decoded)[-3:] == events[-3:] and len(d._decoded) == 3
+        d.set_decode_cache_size(1)
+        assert list(d._decoded) == events[-1:]
+        d.set_decode_cache_size(0)
+        assert not d._decoded
+        first = decode_cached(EventDescriptor, events[0])
+        assert not d._decoded and first == EventDescriptor.decode(events[0])
+        with pytest.raises(ValueError, match=">= 0"):
+            d.set_decode_cache_size(-1)
+    finally:
+        d.set_decode_cache_size(before)
+
+
+def test_a_sidecar_keeps_a_small_decode_memo() -> None:
+    from sidecar._config import ConfigError, SidecarConfig
+
+    assert SidecarConfig().decode_cache == 256
+    with pytest.raises(ConfigError, match="decode_cache"):
+        SidecarConfig(decode_cache=-1)

@@ -1,4 +1,4 @@
-"""Filters in the simulator (issue 15): per-subscription filters from the spec; the
+"""Filters in the simulator: per-subscription filters from the spec; the
 checks expect of a filtered subscriber only the events its filter matches, and count
 any other delivery as ``unwanted``."""
 

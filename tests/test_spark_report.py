@@ -1,7 +1,8 @@
 """The metrics pipeline in PySpark local mode, on small hand-made record sets.
 
 Every expected value below is computed by hand in the comments from the records
-listed in ``_run1``/``_run2`` (see docs/metrics.md for the definitions).
+listed in ``records_r1`` (:mod:`pulsarcast_ipfs.testing`) and ``_run2`` (see
+docs/metrics.md for the definitions).
 """
 
 from __future__ import annotations
@@ -20,141 +21,13 @@ from pyspark.sql import SparkSession
 import spark as job
 from pulsarcast_ipfs.cli import main as cli_main
 from pulsarcast_ipfs.records import validate_record
+from pulsarcast_ipfs.testing import ReportRecord, records_r1, report_record
 from spark._render import plotted_topics
 
 pytestmark = pytest.mark.spark
 
-Rec = dict[str, Any]
 
-
-def _r(run: str, system: str, kind: str, ts: float, node: str, **f: Any) -> Rec:
-    return {"v": 1, "ts": ts, "run": run, "system": system, "node": node, "kind": kind, **f}
-
-
-def _run1() -> list[Rec]:
-    """Run r1 (pulsarcast), nodes A B C D, topics t1 t2 t3 (t3: no subscriber)."""
-
-    def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
-        return _r("r1", "pulsarcast", kind, ts, node, **f)
-
-    def dl(ts: float, node: str, topic: str, ev: str, lat: float, rec: bool = False) -> Rec:
-        return r("event_delivered", ts, node, topic=topic, event=ev, latency=lat, recovered=rec)
-
-    return [
-        # subscriptions: t1 A [0,∞) B [0,50) C [30,∞) (late); t2 D [0,∞) (twice), A [0,20) [40,∞)
-        r("subscribed", 0, "A", topic="t1"),
-        r("subscribed", 0, "B", topic="t1"),
-        r("unsubscribed", 50, "B", topic="t1"),
-        r("subscribed", 30, "C", topic="t1"),
-        r("subscribed", 0, "D", topic="t2"),
-        r("subscribed", 5, "D", topic="t2"),
-        r("subscribed", 0, "A", topic="t2"),
-        r("unsubscribed", 20, "A", topic="t2"),
-        r("subscribed", 40, "A", topic="t2"),
-        # t1 events: i1/e1 by A (10/11), i2/e2 by D (20/35, request to publish), i3 never published
-        r("event_injected", 10, "A", topic="t1", inject_id="i1", size=10),
-        r("event_published", 11, "A", topic="t1", event="e1", inject_id="i1"),
-        r("event_injected", 20, "D", topic="t1", inject_id="i2"),
-        r("event_published", 35, "D", topic="t1", event="e2", inject_id="i2"),
-        r("event_injected", 60, "B", topic="t1", inject_id="i3"),
-        dl(11, "A", "t1", "e1", 0.0),
-        dl(11.5, "B", "t1", "e1", 0.5),
-        dl(12, "B", "t1", "e1", 1.0),  # duplicate
-        dl(31, "C", "t1", "e1", 20.0, True),  # late subscriber, recovered
-        dl(35.2, "A", "t1", "e2", 0.2),
-        dl(35.4, "B", "t1", "e2", 0.4),
-        dl(35.3, "C", "t1", "e2", 0.3),
-        dl(36, "A", "t1", "e2", 1.0, True),  # duplicate (first copy was live)
-        dl(80, "A", "t1", "e9", 0.05),  # event with no publish record
-        # t2 events by C
-        r("event_injected", 10, "C", topic="t2", inject_id="i5"),
-        r("event_published", 10, "C", topic="t2", event="e5", inject_id="i5"),
-        r("event_injected", 30, "C", topic="t2", inject_id="i6"),
-        r("event_published", 30, "C", topic="t2", event="e6", inject_id="i6"),
-        dl(10.1, "D", "t2", "e5", 0.1),
-        dl(10.2, "A", "t2", "e5", 0.2),
-        dl(30.3, "D", "t2", "e6", 0.3),
-        dl(45, "A", "t2", "e6", 15.0, True),  # A was not subscribed at 30
-        # t3: no subscriber
-        r("event_injected", 5, "A", topic="t3", inject_id="i7"),
-        r("event_published", 5, "A", topic="t3", event="e7", inject_id="i7"),
-        dl(6, "B", "t3", "e7", 0.7),
-        # RPCs
-        r("rpc_sent", 11, "A", op="event", bytes=100, peer="C", topic="t1"),
-        r("rpc_sent", 12, "A", op="event", bytes=50, peer="A", topic="t1"),
-        r("rpc_sent", 13, "A", op="ping", bytes=10, peer="B"),
-        r("rpc_sent", 14, "B", op="event", bytes=200, peer="C", topic="t2"),
-        r("rpc_received", 11, "C", op="event", bytes=100, peer="A", topic="t1"),
-        r("rpc_received", 14, "C", op="event", bytes=200, peer="B", topic="t2"),
-        r("rpc_received", 12, "A", op="event", bytes=50, peer="A", topic="t1"),
-        # resources
-        r(
-            "resource_sample",
-            0,
-            "A",
-            process="sidecar",
-            cpu_seconds=0.0,
-            rss_bytes=100,
-            bw_total_in=0,
-            bw_total_out=0,
-        ),
-        r(
-            "resource_sample",
-            10,
-            "A",
-            process="sidecar",
-            cpu_seconds=5.0,
-            rss_bytes=200,
-            bw_total_in=1000,
-            bw_total_out=3000,
-        ),
-        r(
-            "resource_sample",
-            20,
-            "A",
-            process="sidecar",
-            cpu_seconds=7.0,
-            rss_bytes=300,
-            bw_total_in=1000,
-            bw_total_out=5000,
-        ),
-        r("resource_sample", 0, "A", process="kubo", cpu_seconds=10.0, rss_bytes=1000),
-        r("resource_sample", 10, "A", process="kubo", cpu_seconds=20.0, rss_bytes=1000),
-        r(
-            "resource_sample",
-            5,
-            "B",
-            process="sidecar",
-            cpu_seconds=0.0,
-            rss_bytes=500,
-            bw_total_in=0,
-            bw_total_out=0,
-        ),
-        r(
-            "resource_sample",
-            15,
-            "B",
-            process="sidecar",
-            cpu_seconds=1.0,
-            rss_bytes=500,
-            bw_total_in=500,
-            bw_total_out=500,
-        ),
-        r(
-            "resource_sample",
-            16,
-            "B",
-            process="sidecar",
-            cpu_seconds=0.5,
-            rss_bytes=600,
-            bw_total_in=600,
-            bw_total_out=600,
-        ),  # restart: CPU counter went back
-        r("tree_changed", 1, "A", topic="t1", role="root", children=["B"]),
-    ]
-
-
-def _run2() -> list[Rec]:
+def _run2() -> list[ReportRecord]:
     """Run r2 (floodsub): X publishes f1 to t1, Y receives it, X does not deliver to itself.
 
     Plus: t1's descriptor m1 on meta-t1 (a meta topic: t1 exists), delivered to
@@ -162,8 +35,8 @@ def _run2() -> list[Rec]:
     with a subscriber and no event.
     """
 
-    def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
-        return _r("r2", "floodsub", kind, ts, node, **f)
+    def r(kind: str, ts: float, node: str, **f: Any) -> ReportRecord:
+        return report_record("r2", "floodsub", kind, ts, node, **f)
 
     return [
         r("subscribed", 0, "X", topic="t1"),
@@ -181,11 +54,11 @@ def _run2() -> list[Rec]:
     ]
 
 
-def _run3() -> list[Rec]:
+def _run3() -> list[ReportRecord]:
     """Run r3 (sim) died early: P created t5 (descriptor m5 on meta-t5) and nothing else."""
 
-    def r(kind: str, ts: float, node: str, **f: Any) -> Rec:
-        return _r("r3", "sim", kind, ts, node, **f)
+    def r(kind: str, ts: float, node: str, **f: Any) -> ReportRecord:
+        return report_record("r3", "sim", kind, ts, node, **f)
 
     return [
         r("subscribed", 0, "P", topic="t5"),
@@ -198,14 +71,18 @@ def _run3() -> list[Rec]:
 BAD_LINES = {
     "not json{": "malformed",
     '[{"v": 1}]': "malformed",
-    json.dumps(_r("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"v": 2}): (
+    json.dumps(report_record("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"v": 2}): (
         "unsupported_version"
     ),
     json.dumps(
-        _r("r1", "pulsarcast", "event_delivered", 1, "A", topic="t1", event="e1", recovered=False)
+        report_record(
+            "r1", "pulsarcast", "event_delivered", 1, "A", topic="t1", event="e1", recovered=False
+        )
     ): "missing_field:latency",
-    json.dumps(_r("r1", "pulsarcast", "gossip_heartbeat", 1, "A")): "unknown_kind",
-    json.dumps(_r("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"ts": "x"}): "bad_type",
+    json.dumps(report_record("r1", "pulsarcast", "gossip_heartbeat", 1, "A")): "unknown_kind",
+    json.dumps(
+        report_record("r1", "pulsarcast", "subscribed", 1, "A", topic="t1") | {"ts": "x"}
+    ): "bad_type",
 }
 
 
@@ -233,7 +110,7 @@ def run_dirs(
     plus the bad lines; r2 and r3 in their own directories."""
     base = tmp_path_factory.mktemp("runs")
     rng = random.Random(7)
-    recs = _run1()
+    recs = records_r1()
     for rec in recs:
         validate_record(rec)  # the hand-made set itself follows the schema
     by_node: dict[str, list[str]] = {}
@@ -257,7 +134,7 @@ def run_dirs(
     names = [c.split()[0] for c in cols.split(", ")]
     floats = {"ts", "latency"}
 
-    def cell(row: Rec, n: str) -> Any:
+    def cell(row: ReportRecord, n: str) -> Any:
         v = row.get(n)
         return float(v) if n in floats and v is not None else v
 
@@ -297,7 +174,7 @@ def test_rejected_counted_by_reason(result: job.ReportResult) -> None:
         "unknown_kind": 1,
         "bad_type": 1,
     }
-    assert result.valid_records == len(_run1()) + len(_run2()) + len(_run3())
+    assert result.valid_records == len(records_r1()) + len(_run2()) + len(_run3())
 
 
 def test_topic_t1_late_subscriber_duplicates_unpublished(result: job.ReportResult) -> None:
@@ -338,7 +215,7 @@ def test_run_totals_and_comparison(result: job.ReportResult) -> None:
     assert (r1["expected_injected"], r1["expected_published"]) == (9, 8)
     assert r1["coverage_injected"] == pytest.approx(8 / 9)
     assert r1["coverage_published"] == pytest.approx(1.0)
-    assert r1["nodes"] == 4 and r1["records"] == len(_run1())
+    assert r1["nodes"] == 4 and r1["records"] == len(records_r1())
     # r2: f1@1 expected at X and Y, received by Y only
     assert (r2["system"], r2["expected_published"], r2["received"]) == ("floodsub", 2, 1)
     assert r2["coverage_injected"] == pytest.approx(0.5)

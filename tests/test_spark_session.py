@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pulsarcast_ipfs._report_job import out_of_memory
 from pulsarcast_ipfs.cli import main as cli_main
-from pulsarcast_ipfs.cli._report import _out_of_memory
 from spark._session import default_driver_memory
 
 
@@ -30,11 +30,11 @@ def test_out_of_memory_is_recognised_in_a_py4j_message() -> None:
     class Py4JJavaError(Exception):
         pass
 
-    assert _out_of_memory(
+    assert out_of_memory(
         Py4JJavaError("An error occurred: java.lang.OutOfMemoryError: Java heap space")
     )
-    assert _out_of_memory(RuntimeError("Java heap space"))
-    assert not _out_of_memory(RuntimeError("Path does not exist: file:/nowhere"))
+    assert out_of_memory(RuntimeError("Java heap space"))
+    assert not out_of_memory(RuntimeError("Path does not exist: file:/nowhere"))
 
 
 def test_report_refuses_a_malformed_driver_memory(

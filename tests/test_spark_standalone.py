@@ -18,11 +18,10 @@ from typing import Any
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from test_spark_report import _run1
 
 from pulsarcast_ipfs.cluster._ports import free_port
 from pulsarcast_ipfs.collect import Collector
-from pulsarcast_ipfs.testing import RecordSources
+from pulsarcast_ipfs.testing import RecordSources, records_r1
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -128,7 +127,7 @@ def _rows(out: Path, name: str) -> list[str]:
 def test_standalone_cluster_report_equals_local_mode(
     master: str, conf_dir: Path, tmp_path: Path
 ) -> None:
-    recs = _run1()
+    recs = records_r1()
     jsonl = tmp_path / "jsonl" / "r1"
     src = RecordSources()
     for i, node in enumerate(sorted({r["node"] for r in recs})):

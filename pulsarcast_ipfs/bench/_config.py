@@ -2,8 +2,8 @@
 
 The issue (docs/benchmark.md) names four systems and two network conditions;
 every (system, condition) pair runs on a fresh local cluster, back to back. A
-*sweep* gives several node counts and/or rates: every :class:`Combination`
-(node count × rate) then runs every (system, condition) pair, and the run
+*sweep* gives several node counts, rates and/or payload sizes: every :class:`Combination`
+(node count × rate × payload size) then runs every (system, condition) pair, and the run
 directories and run ids name the combination (``<system>-<condition>-n20-r50``).
 """
 
@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE
+
 __all__ = [
     "CONDITIONS",
     "DEFAULT_NODES",
     "DEFAULT_RATE",
     "DEFAULT_SELECTIVITY",
+    "MAX_BENCH_PAYLOAD",
+    "MIN_BENCH_PAYLOAD",
     "SYSTEMS",
     "BenchConfig",
     "BenchError",
@@ -27,7 +31,9 @@ __all__ = [
     "Latency",
     "parse_latency",
     "parse_node_counts",
+    "parse_payload_sizes",
     "parse_rates",
+    "payload_label",
     "rate_label",
 ]
 
@@ -57,6 +63,13 @@ CONDITIONS: Final = ("normal", "latency")
 500 ms ± 300 ms) on every node's inbound connections."""
 
 MAX_NODES: Final = 200
+
+MIN_BENCH_PAYLOAD: Final = 1024
+"""The smallest ``--payload``: room for the JSON header and the workload record."""
+
+MAX_BENCH_PAYLOAD: Final = MAX_PAYLOAD_SIZE
+"""The largest ``--payload``: Pulsarcast's payload limit (512 KiB), below Kubo's
+pubsub message limit (1 MiB) so that every system carries the same bytes."""
 
 DEFAULT_GROUP_CAPACITY: Final = 4
 """``pulsarcast-fast``'s group capacity: the largest topics of the 20-node cluster
@@ -152,6 +165,47 @@ def parse_node_counts(text: str) -> tuple[int, ...]:
     return tuple(counts)
 
 
+_SIZE_RE: Final = re.compile(r"^(\d+)\s*(k|kib|m|mib|b)?$", re.IGNORECASE)
+
+
+def parse_payload_sizes(text: str) -> tuple[int, ...]:
+    """``"16k"`` → ``(16384,)``; ``"1k,16k,64k,256k"`` → bytes each, in the order given.
+    A size is a whole number of bytes with an optional binary suffix (``k``/``KiB``,
+    ``m``/``MiB``, ``b``), from :data:`MIN_BENCH_PAYLOAD` to :data:`MAX_BENCH_PAYLOAD`,
+    each once."""
+    sizes: list[int] = []
+    for item in _items(text):
+        m = _SIZE_RE.match(item)
+        if m is None:
+            raise BenchError(
+                f"payload size must be bytes with an optional k or m suffix (e.g. 16k), "
+                f"got {_where(item, text)}"
+            )
+        unit = (m.group(2) or "b").lower()[0]
+        size = int(m.group(1)) * {"b": 1, "k": 1024, "m": 1024 * 1024}[unit]
+        if not MIN_BENCH_PAYLOAD <= size <= MAX_BENCH_PAYLOAD:
+            raise BenchError(
+                f"payload size must be from {payload_label(MIN_BENCH_PAYLOAD)} to "
+                f"{payload_label(MAX_BENCH_PAYLOAD)} (Pulsarcast's payload limit), "
+                f"got {_where(item, text)}"
+            )
+        if size in sizes:
+            raise BenchError(f"payload size {_where(item, text)} is listed twice")
+        sizes.append(size)
+    if not sizes:
+        raise BenchError(f"give at least one payload size, got {text!r}")
+    return tuple(sizes)
+
+
+def payload_label(size: int) -> str:
+    """``16384`` → ``"16k"``, ``1048576`` → ``"1m"``, ``1000`` → ``"1000b"``."""
+    if size % (1024 * 1024) == 0:
+        return f"{size // (1024 * 1024)}m"
+    if size % 1024 == 0:
+        return f"{size // 1024}k"
+    return f"{size}b"
+
+
 def rate_label(rate: float) -> str:
     """``50.0`` → ``"50"``, ``2.5`` → ``"2.5"`` (run directories, run ids, tables)."""
     return str(int(rate)) if rate.is_integer() else repr(rate)
@@ -159,15 +213,19 @@ def rate_label(rate: float) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Combination:
-    """One point of a sweep: a cluster of ``nodes`` nodes publishing ``rate`` events/s."""
+    """One point of a sweep: a cluster of ``nodes`` nodes publishing ``rate`` events/s,
+    each of ``payload`` bytes (``None``: the workload's own 200-600 byte records)."""
 
     nodes: int
     rate: float
+    payload: int | None = None
 
     @property
     def label(self) -> str:
-        """``n20-r50``: the suffix of a sweep's run directories and run ids."""
-        return f"n{self.nodes}-r{rate_label(self.rate)}"
+        """``n20-r50`` (``n20-r50-p16k`` with a payload size): the suffix of a sweep's
+        run directories and run ids."""
+        size = "" if self.payload is None else f"-p{payload_label(self.payload)}"
+        return f"n{self.nodes}-r{rate_label(self.rate)}{size}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,6 +270,10 @@ class BenchConfig:
     """Pulsarcast systems: the acknowledgement level of every publish (0: ``local``,
     answered once the event is in the publisher's node; N: once N other nodes hold
     it). Always sent explicitly: the sidecar's own default is 1."""
+    payloads: tuple[int | None, ...] = (None,)
+    """Synthetic payload sizes in bytes (``--payload``): every event published is
+    exactly this long (the workload's record padded, same timing and topics);
+    ``None``: the workload's own records. Several make a sweep."""
     join_timeout: float = 120.0
     """Seconds the runner waits, after subscribing, for every subscriber and publisher
     to join its topics' trees before the first publication (``_ready.py``); past it
@@ -258,6 +320,14 @@ class BenchConfig:
             raise BenchError(f"join timeout must be positive, got {self.join_timeout}")
         if isinstance(self.ack, bool) or not isinstance(self.ack, int) or not 0 <= self.ack <= 64:
             raise BenchError(f"ack must be local (0) or 1..64 other nodes, got {self.ack!r}")
+        if not self.payloads or len(set(self.payloads)) != len(self.payloads):
+            raise BenchError("give each payload size once")
+        for size in self.payloads:
+            if size is not None and not MIN_BENCH_PAYLOAD <= size <= MAX_BENCH_PAYLOAD:
+                raise BenchError(
+                    f"payload size must be {MIN_BENCH_PAYLOAD}..{MAX_BENCH_PAYLOAD} bytes, "
+                    f"got {size}"
+                )
         if self.group_capacity < 1:
             raise BenchError(f"group capacity must be at least 1, got {self.group_capacity}")
         if not (math.isfinite(self.selectivity) and 0 < self.selectivity < 1):
@@ -278,12 +348,19 @@ class BenchConfig:
 
     @property
     def sweep(self) -> bool:
-        """More than one node count or rate: run directories and ids name the combination."""
-        return len(self.nodes) > 1 or len(self.rates) > 1
+        """More than one node count, rate or payload size: run directories and ids name
+        the combination."""
+        return len(self.nodes) > 1 or len(self.rates) > 1 or len(self.payloads) > 1
 
     def combinations(self) -> tuple[Combination, ...]:
-        """Every (node count, rate), node counts outer, each in the order given."""
-        return tuple(Combination(nodes=n, rate=r) for n in self.nodes for r in self.rates)
+        """Every (node count, rate, payload size), node counts outer, each in the order
+        given."""
+        return tuple(
+            Combination(nodes=n, rate=r, payload=p)
+            for n in self.nodes
+            for r in self.rates
+            for p in self.payloads
+        )
 
     def _combination(self, combination: Combination | None) -> Combination | None:
         if combination is not None:

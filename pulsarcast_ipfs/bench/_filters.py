@@ -1,4 +1,4 @@
-"""Subscription filters for the benchmark (issue 15): about ``selectivity`` of each
+"""Subscription filters for the benchmark: about ``selectivity`` of each
 topic's events match each subscription, the same filters for every system of a run set.
 
 Every (node, topic) subscription of a :class:`Schedule` gets one filter over the

@@ -239,6 +239,7 @@ async def _run_one(
         "nodes": combination.nodes,
         "workload": cfg.workload,
         "rate": combination.rate,
+        "payload": combination.payload,
         "events": len(schedule.events),
         "topics": [t.name for t in schedule.topics],
         "subscriptions": sum(len(s) for s in schedule.subscriptions),
@@ -423,6 +424,7 @@ async def run_bench(cfg: BenchConfig, *, progress: BenchProgress | None = None) 
             events=cfg.events,
             topics=cfg.topics,
             seed=cfg.seed,
+            payload=combination.payload,
         )
         if not schedule.events:
             raise BenchError("the schedule has no events")

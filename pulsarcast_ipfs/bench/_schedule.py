@@ -14,14 +14,18 @@ Payloads: every system gets the very same bytes for an event — a one-line JSON
 header ``{"i": inject_id, "t": created}`` (the Kubo baselines carry no
 descriptor, so this is how a subscriber learns which event it got and when it
 was created) followed by the workload's deterministic 200-600 byte record.
+With a payload size (``--payload``) the record is padded with seeded random bytes
+so that every published payload, header included, is exactly that long; the
+timing, topics and attributes stay the workload's.
 Pulsarcast's publishes also carry the record's ``ups``, ``downs``,
-``controversiality`` and ``user`` as event attributes (issue 15), which filters
+``controversiality`` and ``user`` as event attributes, which filters
 select on (``_filters.py``).
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +62,13 @@ class ScheduledEvent:
     inject_id: str
     at: float
     body: bytes
-    """The workload record (200-600 bytes); :func:`frame_payload` adds the header."""
+    """The workload record (200-600 bytes); :func:`frame_payload` adds the header
+    (and the padding up to :attr:`size`)."""
+    size: int | None = None
+    """The exact length of the published payload (``--payload``); ``None``: header
+    plus record, whatever their length."""
     attributes: Mapping[str, int | str] = field(default_factory=dict)
-    """The event's attributes (issue 15): ``ups``, ``downs``, ``controversiality`` and
+    """The event's attributes: ``ups``, ``downs``, ``controversiality`` and
     ``user`` of the workload record. Pulsarcast publishes carry them; the Kubo
     baselines' payloads hold the same fields in the record."""
 
@@ -122,8 +130,10 @@ def build_schedule(
     events: int | None = None,
     topics: int | None = None,
     seed: int = 0,
+    payload: int | None = None,
 ) -> Schedule:
-    """Scale ``workload`` onto ``nodes`` nodes and time its events at ``rate`` per second."""
+    """Scale ``workload`` onto ``nodes`` nodes and time its events at ``rate`` per second;
+    with ``payload``, every event's published bytes are exactly that long."""
     if not rate > 0:
         raise BenchError(f"rate must be positive, got {rate}")
     try:
@@ -138,6 +148,7 @@ def build_schedule(
             inject_id=p.inject_id,
             at=p.seq / rate,
             body=p.payload(seed),
+            size=payload,
             attributes=p.attributes(),
         )
         for p in scaled.publications
@@ -151,10 +162,18 @@ def build_schedule(
     )
 
 
-def frame_payload(inject_id: str, created: float, body: bytes) -> bytes:
-    """The bytes published: a JSON header line, then the workload record."""
+def frame_payload(inject_id: str, created: float, body: bytes, size: int | None = None) -> bytes:
+    """The bytes published: a JSON header line, then the workload record; with
+    ``size``, the record padded with random bytes seeded by ``inject_id`` (made here,
+    at publication, so that a schedule of large payloads does not hold them all) to
+    exactly ``size`` bytes."""
     head = json.dumps({"i": inject_id, "t": created}, separators=(",", ":")).encode()
-    return head + b"\n" + body
+    if size is None:
+        return head + b"\n" + body
+    room = size - len(head) - 1 - len(body)
+    if room < 0:
+        raise BenchError(f"a payload of {size} bytes has no room for event {inject_id!r}")
+    return head + b"\n" + body + random.Random(inject_id).randbytes(room)
 
 
 def unframe_payload(data: bytes) -> tuple[str, float]:

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from pulsarcast_ipfs.bench._config import rate_label
+from pulsarcast_ipfs.bench._config import payload_label, rate_label
 from pulsarcast_ipfs.core import Filter, FilterSyntaxError, matches, parse_filter
 from pulsarcast_ipfs.records import RecordError, validate_record
 from pulsarcast_ipfs.stats import percentile
@@ -168,6 +168,9 @@ class RunSummary:
     coverage cannot see."""
     rate: float | None = None
     """The aggregate rate the run was scheduled at (``run.json``), events/s."""
+    payload: int | None = None
+    """The synthetic payload size of every event, bytes (``run.json``, ``--payload``);
+    ``None``: the workload's own records."""
     max_publish_delay: float | None = None
     """The largest delay of a publication's completion behind its schedule
     (``run.json``), seconds: how far the publishers fell behind ``rate``."""
@@ -485,6 +488,7 @@ def summarise_run(run_dir: Path) -> RunSummary:
             int(meta["expected_deliveries"]) if "expected_deliveries" in meta else None
         ),
         rate=float(meta["rate"]) if meta.get("rate") is not None else None,
+        payload=int(meta["payload"]) if meta.get("payload") is not None else None,
         max_publish_delay=(
             float(meta["max_publish_delay"]) if meta.get("max_publish_delay") is not None else None
         ),
@@ -845,6 +849,8 @@ class Knee:
     nodes: int
     rates: tuple[RateOutcome, ...]
     """Every rate tested, ascending."""
+    payload: int | None = None
+    """The runs' payload size (``--payload``); ``None``: the workload's records."""
 
     @property
     def knee(self) -> float | None:
@@ -907,20 +913,22 @@ def _system_order(name: str) -> tuple[int, str]:
 def knees(summaries: Sequence[RunSummary]) -> list[Knee]:
     """Each system's :class:`Knee` at each node count, from the runs of the
     :data:`KNEE_CONDITION` condition that know their rate (``run.json``)."""
-    runs: dict[tuple[str, int], dict[float, list[RunSummary]]] = defaultdict(
+    runs: dict[tuple[str, int, int | None], dict[float, list[RunSummary]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for s in summaries:
         if s.condition == KNEE_CONDITION and s.rate is not None:
-            runs[(s.system, s.nodes)][s.rate].append(s)
+            runs[(s.system, s.nodes, s.payload)][s.rate].append(s)
     return [
         Knee(
             system=system,
             nodes=nodes,
+            payload=payload,
             rates=tuple(_rate_outcome(r, by_rate[r]) for r in sorted(by_rate)),
         )
-        for (system, nodes), by_rate in sorted(
-            runs.items(), key=lambda kv: (_system_order(kv[0][0]), kv[0][1])
+        for (system, nodes, payload), by_rate in sorted(
+            runs.items(),
+            key=lambda kv: (_system_order(kv[0][0]), kv[0][1], kv[0][2] or 0),
         )
     ]
 
@@ -945,8 +953,9 @@ def knee_table(found: Sequence[Knee]) -> str:
             f"{rate_label(r.rate)} ✓" if r.sustained else f"{rate_label(r.rate)} ✗ {r.shortfall}"
             for r in k.rates
         )
+        nodes = str(k.nodes) if k.payload is None else f"{k.nodes} ({payload_label(k.payload)})"
         rows.append(
-            f"| {k.system} | {k.nodes} | {k.label()} | {tested} "
+            f"| {k.system} | {nodes} | {k.label()} | {tested} "
             f"| {'—' if k.knee is None else _num(k.knee_publish_delay, '{:.2f}')} |"
         )
         if k.sustained_above:
@@ -961,18 +970,69 @@ def knee_table(found: Sequence[Knee]) -> str:
     return text
 
 
-def _combination_key(s: RunSummary) -> tuple[int, float]:
-    return (s.nodes, -1.0 if s.rate is None else s.rate)
+def _combination_key(s: RunSummary) -> tuple[int, float, int]:
+    return (s.nodes, -1.0 if s.rate is None else s.rate, -1 if s.payload is None else s.payload)
+
+
+def _ratio_cell(v: float | None, base: float | None) -> str:
+    """``v / base`` as ``0.35×`` (two significant digits below 0.01: ``0.0011×``)."""
+    if v is None or not base:
+        return "n/a"
+    r = v / base
+    return f"{r:.2f}×" if r >= 0.01 or r == 0 else f"{r:.2g}×"
+
+
+def payload_table(summaries: Sequence[RunSummary]) -> str:
+    """Runs with a payload size (``--payload``): per payload size and condition, each
+    system's coverage, latency and wire bytes per delivery, and their ratios to
+    gossipsub's run of the same combination; empty without payload sizes."""
+    sized = [s for s in summaries if s.payload is not None]
+    if not sized:
+        return ""
+    rows = []
+    for s in sorted(
+        sized,
+        key=lambda s: (*_combination_key(s), s.condition, _system_order(s.system)),
+    ):
+        base = next(
+            (
+                g
+                for g in sized
+                if g.system == "gossipsub"
+                and g.condition == s.condition
+                and _combination_key(g) == _combination_key(s)
+            ),
+            None,
+        )
+        b_bytes = None if base is None else base.bytes_per_delivery
+        b_p50 = None if base is None else base.latency_p50
+        b_p99 = None if base is None else base.latency_p99
+        assert s.payload is not None
+        rows.append(
+            f"| {payload_label(s.payload)} | {s.nodes} | {_num(s.rate, '{:g}')} | {s.system} "
+            f"| {s.condition} | {_p(s.coverage_published)} "
+            f"| {_ms(s.latency_p50)} / {_ms(s.latency_p99)} "
+            f"| {_num(s.bytes_per_delivery)} "
+            f"| {_ratio_cell(s.bytes_per_delivery, b_bytes)} "
+            f"| {_ratio_cell(s.latency_p50, b_p50)} / {_ratio_cell(s.latency_p99, b_p99)} |"
+        )
+    return (
+        "| payload | nodes | rate | system | condition | coverage (published) "
+        "| latency p50 / p99 (ms) | wire bytes per delivery | bytes × gossipsub "
+        "| p50 / p99 × gossipsub |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
 
 
 def set_report(summaries: Sequence[RunSummary]) -> str:
     """``summary.md``: the runs' table and their bytes by Kubo protocol — one of each
     per combination (node count, rate) when the set holds several — then the knees."""
-    groups: dict[tuple[int, float], list[RunSummary]] = defaultdict(list)
+    groups: dict[tuple[int, float, int], list[RunSummary]] = defaultdict(list)
     for s in summaries:
         groups[_combination_key(s)].append(s)
     parts: list[str] = []
-    for (nodes, rate), group in sorted(groups.items()):
+    for (nodes, rate, payload), group in sorted(groups.items()):
         text = markdown_table(group)
         filtered = filter_table(group)
         if filtered:
@@ -986,8 +1046,17 @@ def set_report(summaries: Sequence[RunSummary]) -> str:
             text += "\nWire bytes by Kubo protocol (MB, whole cluster):\n\n" + by_protocol
         if len(groups) > 1:
             what = "rate unknown" if rate < 0 else f"{rate_label(rate)} events/s"
+            if payload >= 0:
+                what += f", payload {payload_label(payload)}"
             text = f"### {nodes} nodes, {what}\n\n" + text
         parts.append(text)
+    sized = payload_table(summaries)
+    if sized:
+        parts.append(
+            "### Payload sizes\n\nEvery event's payload is exactly the size given (the "
+            "workload's timing and topics); ratios are to gossipsub's run of the same "
+            "combination and condition.\n\n" + sized
+        )
     found = knees(summaries)
     if found:
         parts.append("### Knee\n\n" + knee_table(found) if len(groups) > 1 else knee_table(found))
@@ -1017,6 +1086,7 @@ def _knee_doc(k: Knee) -> dict[str, Any]:
     return {
         "system": k.system,
         "nodes": k.nodes,
+        "payload": k.payload,
         "condition": KNEE_CONDITION,
         "knee": k.knee,
         "at_max": k.at_max,

@@ -383,7 +383,7 @@ class KuboPubsubSystem(System):
     async def _publish(self, ev: ScheduledEvent) -> None:
         w = self.writers[ev.node]
         created = time.time()
-        data = frame_payload(ev.inject_id, created, ev.body)
+        data = frame_payload(ev.inject_id, created, ev.body, ev.size)
         w.write(
             RecordKind.EVENT_INJECTED,
             {"topic": ev.topic, "topic_cid": None, "inject_id": ev.inject_id, "size": len(data)},
@@ -508,7 +508,7 @@ class PulsarcastSystem(System):
             await self.sc.stop()
 
     async def _retention_report(self) -> None:
-        """What each node keeps of each topic at the end (issue 12: the retention
+        """What each node keeps of each topic at the end (the retention
         policy's pinned bytes per topic), into ``retention.json``."""
         rows: list[dict[str, Any]] = []
         for i, http in enumerate(self._http):
@@ -535,7 +535,7 @@ class PulsarcastSystem(System):
             )
 
     async def _forwards_report(self) -> None:
-        """Filters in the tree (issue 15): EVENTs sent down, sends pruned and false
+        """Filters in the tree: EVENTs sent down, sends pruned and false
         positives, summed over the nodes' ``/metrics``, into ``forwards.json``, with
         the tree RPC bytes sent by message (``sent_bytes``: where the bytes go)."""
         totals = dict.fromkeys(FORWARD_COUNTS, 0)
@@ -687,7 +687,7 @@ class PulsarcastSystem(System):
         sidecar (connection reset by an overloaded sidecar) still counts as injected.
         """
         created = time.time()
-        data = frame_payload(ev.inject_id, created, ev.body)
+        data = frame_payload(ev.inject_id, created, ev.body, ev.size)
         self.writers[ev.node].write(
             RecordKind.EVENT_INJECTED,
             {"topic": ev.topic, "inject_id": ev.inject_id, "size": len(data)},
@@ -732,7 +732,7 @@ def _error_code(resp: httpx.Response) -> str:
 
 
 FORWARD_COUNTS: Final = ("down", "pruned", "false_positive")
-"""The sidecar's ``pulsarcast_forwards_<name>_total`` counters (issue 15)."""
+"""The sidecar's ``pulsarcast_forwards_<name>_total`` counters."""
 
 
 def parse_forward_counts(metrics: str) -> dict[str, int] | None:

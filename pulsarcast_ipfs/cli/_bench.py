@@ -22,6 +22,8 @@ examples:
   pulsarcast bench --rate 5,20,50,100 --nodes 20,50 --events 2000 --out runs/sweep1
   pulsarcast bench --systems pulsarcast-fast,pulsarcast,gossipsub --conditions latency \
       --nodes 20 --rate 20 --events 1000 --group-capacity 4 --out runs/fast1
+  pulsarcast bench --systems gossipsub,floodsub,pulsarcast --conditions normal \
+      --nodes 20 --rate 5 --events 100 --payload 16k,64k,256k --out runs/pay1
   pulsarcast bench --systems pulsarcast-filtered,pulsarcast,gossipsub --conditions normal \
       --nodes 20 --rate 5 --events 1000 --selectivity 0.1 --out runs/filtered1
 
@@ -30,6 +32,10 @@ OUT/summary.md; --report also runs the Spark report into OUT/report/.
 
 A sweep (several --rate and/or --nodes values) runs every combination of node
 count × rate × system × condition, each under OUT/<system>-<condition>-n<N>-r<R>/.
+--payload pads every event to exactly the size given (a sweep over sizes when
+several): summary.md then has a table per size and a "Payload sizes" table of
+bytes per delivery and latency with their ratios to gossipsub.
+
 summary.md then has a table per combination and each system's knee per node
 count: the highest rate such that it and every lower rate tested were sustained
 under normal conditions (run completed, every expected delivery made, p99
@@ -82,6 +88,14 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--events", type=int, default=None, help="publish this many events (default all)"
+    )
+    p.add_argument(
+        "--payload",
+        default=None,
+        metavar="SIZES",
+        help="synthetic payload size of every event, bytes with an optional k or m suffix; "
+        "comma-separated for a sweep, e.g. 1k,16k,64k,256k (from 1k to 512k, Pulsarcast's "
+        "payload limit; default: the workload's own 200-600 byte records)",
     )
     p.add_argument("--topics", type=int, default=None, help="keep the T largest topics")
     p.add_argument("--grace", type=float, default=30.0, help="seconds after the last publish (30)")
@@ -176,7 +190,9 @@ def run(args: argparse.Namespace) -> int:
         RunOutcome,
         parse_latency,
         parse_node_counts,
+        parse_payload_sizes,
         parse_rates,
+        payload_label,
         rate_label,
         run_bench,
         write_summary,
@@ -191,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
             nodes=parse_node_counts(args.nodes),
             workload=args.workload,
             rates=parse_rates(args.rate),
+            payloads=(None,) if args.payload is None else parse_payload_sizes(args.payload),
             events=args.events,
             topics=args.topics,
             grace=args.grace,
@@ -223,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
         def combination_started(self, combination: Combination, index: int, total: int) -> None:
             if total > 1:
                 what = f"{combination.nodes} nodes, {rate_label(combination.rate)} events/s"
+                if combination.payload is not None:
+                    what += f", payload {payload_label(combination.payload)}"
                 self.combination = f", {what}, combination {index + 1}/{total}"
                 console.log(f"combination {index + 1} of {total}: {what}")
 
@@ -323,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     assert result is not None
     status = 0 if result.ok else 1
     if args.report:
-        from pulsarcast_ipfs.cli import _report
+        from pulsarcast_ipfs import _report_job
 
         rep = argparse.Namespace(
             run_dirs=[str(r.run_dir) for r in result.runs],
@@ -336,5 +355,5 @@ def run(args: argparse.Namespace) -> int:
             report_dir=None,
             no_plots=False,
         )
-        status = max(status, _report.run(rep))
+        status = max(status, _report_job.run(rep))
     return status

@@ -134,11 +134,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--run", default=None, help="run identifier written in every record")
     p.add_argument("--gzip", action="store_true", help="write records.jsonl.gz")
     p.add_argument(
-        "--no-rpc-records",
-        dest="rpc_records",
-        action="store_false",
-        help="nodes emit no rpc_sent/rpc_received records (smaller, faster runs; "
-        "the summary counts RPCs itself)",
+        "--rpc-records",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="nodes emit an rpc_sent/rpc_received record per RPC (default: off; the "
+        "summary counts RPCs itself, and at thousands of nodes these records run to GB)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="output directory")

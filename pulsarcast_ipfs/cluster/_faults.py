@@ -1,4 +1,4 @@
-"""Fault scenarios on a real cluster (issue 7): crashes, restarts, partitions, slow
+"""Fault scenarios on a real cluster: crashes, restarts, partitions, slow
 peers, an unwritable state directory.
 
 Each scenario runs on a :class:`LocalSidecarCluster` (Kubo + sidecar per node,

@@ -50,7 +50,7 @@ def kubo_settings(
         "Provide.DHT.SweepEnabled": False,
         "Provide.Strategy": "pinned",
         # No periodic reprovide: its first round, a minute after start, re-announced
-        # every pinned block, i.e. every subscriber's retained events (issue 12):
+        # every pinned block, i.e. every subscriber's retained events:
         # 130 MB of LAN DHT and a p50 of 1.3 s in a 20-node bench at 5 events/s.
         # Pins are still announced when pinned (fast-provide-root), `provide once` works.
         "Provide.Enabled": True,

@@ -1,4 +1,4 @@
-"""Anti-entropy between tree neighbours: HEADS deltas and DIGESTs (issue 13).
+"""Anti-entropy between tree neighbours: HEADS deltas and DIGESTs.
 
 Theory of operation
 -------------------
@@ -210,10 +210,18 @@ class AntiEntropy(NodeBase):
             for c in [c for c in fetching if c in self._seen or c not in self._fetches]:
                 del fetching[c]
         skipped = tree.edge(peer).skipped
+        # A quarter of the fetch table stays free for the parents that deliveries
+        # wait on: a full table releases an event's waiters as if the parent were
+        # unavailable (a child delivered before it). A head not fetched here stays
+        # unknown, not given up: the walk back from what is fetched, or a later
+        # HEADS or DIGEST, brings it.
+        room = self.config.max_pending_fetches - self.config.max_pending_fetches // 4
         for cid, created in entries:
             known.add(cid)
             skipped.discard(cid)
             if cid in self._seen or cid in self._fetches or created < bound:
+                continue
+            if len(self._fetches) >= room:
                 continue
             self._fetch(now, cid, "event", tree.key, peer)
             if cid in self._fetches:

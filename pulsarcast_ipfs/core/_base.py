@@ -12,7 +12,6 @@ the one definition). mypy checks every definition against its declaration here.
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,7 +40,6 @@ from ._codec import (
     encode_frame,
 )
 from ._config import NodeConfig
-from ._delegation import DelegateKey
 from ._descriptors import EventDescriptor, TopicDescriptor
 from ._errors import LocalProtocolError, UnknownTopic
 from ._filters import Filter
@@ -49,7 +47,6 @@ from ._guard import RelayGuard
 from ._history import RetainedEvent
 from ._io import (
     Output,
-    Pending,
     Role,
     SendRpc,
 )
@@ -61,7 +58,7 @@ if TYPE_CHECKING:
     from ._liveness import _PingWait
     from ._repair import _Fetch
     from ._requests import _Request
-    from ._signqueue import _R, _Op, _Steps
+    from ._signqueue import SigningQueue
 
 __all__ = ["NodeBase"]
 
@@ -115,18 +112,14 @@ class NodeBase:
     _srtt: dict[str, float]
     _rtt_min: dict[str, float]
     _lag_at: float | None
+    _in_tree_input: bool = False  # inside a checked tree input (._moves)
     _buckets: LRU
     _strikes: LRU
     _stale_told: LRU
     _banned: dict[str, float]
     _limits: dict[str, tuple[float, float]]
-    _verified: LRU
-    _ops: deque[_Op]
-    _sign_waits: dict[str, _Op]
-    _delegate: DelegateKey | None
     _signing_requests: set[str]
-    _op_now: float
-    _op_seq: int
+    _signing: SigningQueue
     _seq: int
     _ping_at: float
     _heads_at: float
@@ -240,6 +233,8 @@ class NodeBase:
         # _repair
         def _fetch_now(self, now: float, cid: CID) -> None: ...
 
+        def _refetch_evicted(self, now: float, key: CID, cid: CID) -> None: ...
+
         def _checked_topic(self, data: bytes, cid: CID) -> TopicDescriptor | str: ...
 
         def _retain_version(self, tree: Tree, desc: TopicDescriptor) -> None: ...
@@ -285,24 +280,6 @@ class NodeBase:
         def _is_banned(self, now: float, peer: str) -> bool: ...
 
         def _admit(self, now: float, peer: str, rpc: Rpc) -> bool: ...
-
-        # _signqueue
-        @property
-        def _version(self) -> str: ...
-
-        def _run(self, now: float, steps: _Steps[_R], *, public: bool = True) -> _R | Pending: ...
-
-        def _advance(self, now: float, value: dict[str, bytes] | None = None) -> None: ...
-
-        def _signed_topic(self, draft: TopicDescriptor) -> _Steps[TopicDescriptor]: ...
-
-        def _signed_event(
-            self, draft: EventDescriptor, tree: CID, author_signature: bytes | None = None
-        ) -> _Steps[EventDescriptor]: ...
-
-        def _topic_refused(self, desc: TopicDescriptor) -> str | None: ...
-
-        def _event_refused(self, tree: Tree, ev: EventDescriptor) -> str | None: ...
 
         # _publish
         def _publish_event(

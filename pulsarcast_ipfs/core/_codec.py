@@ -32,7 +32,7 @@ the dissemination tree across updates)::
                         that asked (EVENT ack): the event is stored and pinned here
     REQUEST_TO_PUBLISH {op, topic, descriptor, requestId, author, payload, parent, created,
                         injectId, signature[, attributes]}   signature: the author's
-                        (1.1.0) or null; attributes: the event's (issue 15), a key
+                        (1.1.0) or null; attributes: the event's, a key
                         present only when the event has them (older nodes' shape else)
     REQUEST_ACK        {op, topic, requestId, ok, event}
     PING / PONG        {op, nonce}
@@ -225,7 +225,7 @@ class Join(_Message):
     it has fewer than ``flat_fanout - 1`` children (the fan-out bound holds however
     many move up on one MEMBERS list)."""
     summary: tuple[str, ...] | None = None
-    """(issue 15, ``NodeConfig.tree_filters``) What the sender's subtree wants, as in
+    """(``NodeConfig.tree_filters``) What the sender's subtree wants, as in
     SUMMARY; left out (None) by a node that does not send summaries: it wants all."""
     want_meta: bool | None = None
     """(wire 2.7) True: the sender does not hold the topic's meta-topic descriptor yet
@@ -425,7 +425,7 @@ def _summary(value: object, where: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Summary(_Message):
-    """SUMMARY (issue 15): a child tells its parent what its subtree wants — a
+    """SUMMARY: a child tells its parent what its subtree wants — a
     disjunction of filters (an empty list: nothing; ``"*"``: everything). Sent when it
     changes, at most every ``NodeConfig.summary_interval``; only with ``tree_filters``."""
 

@@ -133,7 +133,7 @@ class NodeConfig:
     receiver whose clock is a little ahead still accepts it; nearer the end the node
     signs through the driver until the driver renews the delegation."""
     tree_filters: bool = True
-    """(issue 15 point 3; docs/protocol-notes.md "Filters in the tree", wire 2.5)
+    """(docs/protocol-notes.md "Filters in the tree", wire 2.5)
     Tell the parent what this node's subtree wants — JOIN's ``summary`` and SUMMARY —
     and prune by the children's summaries: an event goes down only into subtrees
     that want it (:mod:`._pruning`). Off: every event goes to every tree neighbour,

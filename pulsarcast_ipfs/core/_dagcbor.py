@@ -270,7 +270,7 @@ def _long_arg(data: bytes, pos: int, info: int) -> tuple[int, int]:
 def _dec(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
     """The item at ``pos`` and the position after it. One function with the buffer
     and position in locals: a reader object's method per byte read was 20 % of a
-    received event's CPU in the sidecar's micro-benchmark (issue 13)."""
+    received event's CPU in the sidecar's micro-benchmark."""
     if depth > MAX_DEPTH:
         raise CborError("data nested too deeply")
     if pos >= len(data):

@@ -47,7 +47,7 @@ delegation to ``signatures``; ``"2.3.0"`` ("One signature") has one signature,
 
 ``protocolVersion`` ``"2.0.1"`` (unsigned), ``"2.1.1"`` (signed), ``"2.2.1"`` and
 ``"2.3.1"`` (delegated key) are 2.0.0, 2.1.0, 2.2.0 and 2.3.0 with an
-``"attributes"`` map (issue 15; rules in core/_filters.py): the patch digit 1 says
+``"attributes"`` map (rules in core/_filters.py): the patch digit 1 says
 "carries attributes", the minor digit keeps its meaning. The map is non-empty, at
 most 16 names to strings or finite numbers, covered by the CID, the publisher's
 signature and the author's statement. An event without attributes is
@@ -963,8 +963,25 @@ def decode_descriptor(
     return TopicDescriptor.decode(data, expected_cid=expected_cid)
 
 
-_DECODE_CACHE_SIZE: Final = 8192
+_DECODE_CACHE_SIZE = 8192
+"""How many decoded descriptors :func:`decode_cached` keeps (the process's bound)."""
 _decoded: dict[bytes, TopicDescriptor | EventDescriptor] = {}
+
+
+def set_decode_cache_size(size: int) -> None:
+    """Bound :func:`decode_cached`'s memo to ``size`` descriptors (0: none kept).
+
+    The memo pays where one process runs many nodes (the simulator, ``CoreNet``: the
+    same event arrives at each), and the default suits that. A sidecar runs one node:
+    a block reaches it once or a few times, and 8,192 decoded events (their bytes and
+    their objects, ~4.5 KB each with a 1 KB payload) are ~35 MiB held for little; it
+    sets a small bound (``decode_cache`` in its configuration)."""
+    global _DECODE_CACHE_SIZE
+    if not isinstance(size, int) or size < 0:
+        raise ValueError("the decode cache size must be an int >= 0")
+    _DECODE_CACHE_SIZE = size
+    while len(_decoded) > size:
+        del _decoded[next(iter(_decoded))]
 
 
 def decode_cached(cls: type[_D], data: bytes, *, expected_cid: CID | None = None) -> _D:
@@ -982,9 +999,10 @@ def decode_cached(cls: type[_D], data: bytes, *, expected_cid: CID | None = None
     desc = _decoded.get(data)
     if type(desc) is not cls:
         desc = cls.decode(data)
-        if len(_decoded) >= _DECODE_CACHE_SIZE:
-            del _decoded[next(iter(_decoded))]
-        _decoded[data] = desc
+        if _DECODE_CACHE_SIZE:
+            if len(_decoded) >= _DECODE_CACHE_SIZE:
+                del _decoded[next(iter(_decoded))]
+            _decoded[data] = desc
     if expected_cid is not None and desc.cid != expected_cid:
         raise DescriptorError(f"descriptor CID {desc.cid} does not match expected {expected_cid}")
     return desc

@@ -12,7 +12,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -29,7 +29,7 @@ from ._descriptors import (
     decode_cached,
     sort_parents,
 )
-from ._errors import DescriptorError
+from ._errors import DescriptorError, LocalProtocolError
 from ._filters import Filter, matches_any
 from ._history import RetainedEvent
 from ._io import Deliver, StoreBlock, TopicUpdated
@@ -62,7 +62,7 @@ class Dissemination(NodeBase):
             return None
         if desc.name != tree.name or desc.author != tree.author:
             return None
-        refused = self._topic_refused(desc)
+        refused = self._signing.topic_refused(desc)
         if refused is not None:
             return refused
         self._learn_version(now, tree, desc)
@@ -157,7 +157,7 @@ class Dissemination(NodeBase):
             # §8: forwarders check that the publisher is allowed by that topic version.
             self._drop(now, "not_allowed", topic=tree.name, event=cid_str(cid), peer=sender)
             return False
-        refused = self._event_refused(tree, ev)
+        refused = self._signing.event_refused(tree, ev)
         if refused is not None:
             # docs/security.md: unsigned, forged or tampered events stop at the first hop.
             self._drop(now, refused, topic=tree.name, event=cid_str(cid), peer=sender)
@@ -339,6 +339,7 @@ class Dissemination(NodeBase):
                 continue
             entry = self._events.get(cur)
             if entry is None:
+                self._refetch_evicted(now, key, cur)  # (._repair) it waited too long
                 continue
             ev: EventDescriptor = entry[1]
             if ev.created_ts < t.since:
@@ -390,6 +391,18 @@ class Dissemination(NodeBase):
                 self._waiting_count -= 1
                 stack.append(item)
 
+    def restore_delivered(self, now: float, cids: Iterable[CID]) -> None:
+        """The driver, at start: these events were delivered before a restart (its
+        delivery log, oldest first). Gap repair's walk back stops at them, so the
+        events a restart missed are delivered in causal order without first
+        fetching the whole history again; they are not delivered a second time."""
+        if self._trees:
+            raise LocalProtocolError("restore_delivered comes before any subscription")
+        for cid in cids:
+            if not isinstance(cid, CID):
+                raise LocalProtocolError("restore_delivered takes CIDs")
+            self._delivered.put(cid)
+
     def _release(self, now: float, cid: CID) -> None:
         """Gap repair gave up on ``cid``: deliver what waited for it."""
         self._gave_up.put(cid)
@@ -429,7 +442,7 @@ class Dissemination(NodeBase):
         except DescriptorError:
             self._drop(now, "invalid", topic=meta.name, event=cid_str(ev.cid))
             return
-        refused = self._topic_refused(desc) if ev.author != self.peer_id else None
+        refused = self._signing.topic_refused(desc) if ev.author != self.peer_id else None
         if refused is not None:
             self._drop(now, refused, topic=meta.name, event=cid_str(ev.cid))
             return

@@ -3,7 +3,7 @@
 Why not ``cryptography`` (OpenSSL 3.0), which makes the signatures: on this project's
 2-core machine one check cost 117 µs there and 61 µs in libsodium, and a received
 event's check was ~28 % of the sidecar's CPU for it in the micro-benchmark
-(``benchmarks/driver_bench.py``, issue 13). Signing stays with ``cryptography``.
+(``benchmarks/driver_bench.py``). Signing stays with ``cryptography``.
 
 The two agree on every signature an honest signer makes and on every alteration of
 one (``tests/test_core_ed25519.py``). libsodium is stricter in two places, both

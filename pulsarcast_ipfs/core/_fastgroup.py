@@ -1,4 +1,4 @@
-"""Fast groups (FastDelivery, issue 15): a publisher sends its events straight to the
+"""Fast groups (FastDelivery): a publisher sends its events straight to the
 subscribers that asked for them, in two hops at most (docs/protocol-notes.md
 "Fast groups").
 

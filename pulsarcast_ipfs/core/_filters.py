@@ -1,4 +1,4 @@
-"""Event attributes and content filters (issue 15; ScoutSubs' predicates on our trees).
+"""Event attributes and content filters (ScoutSubs' predicates on our trees).
 
 Theory of operation
 -------------------
@@ -48,7 +48,7 @@ values), removes duplicates, and sorts and deduplicates ``in`` lists;
 :func:`render_filter` writes the canonical text (double quotes, lowercase
 keywords, single spaces), so ``parse_filter(render_filter(f)) == f``.
 
-Summaries (issue 15 point 3): a relay keeps, per neighbour, a bounded disjunction
+Summaries: a relay keeps, per neighbour, a bounded disjunction
 of filters. :func:`covers` says whether every event one filter matches is matched
 by another (sound: ``True`` is always right; it may say ``False`` in rare corner
 cases where covering holds). :func:`merge` reduces any number of filters to at most

@@ -191,6 +191,15 @@ class RelayGuard:
 
     # ------------------------------------------------------------ state
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """Parents left as withholding, silent children dropped, silent witnesses."""
+        return {
+            "detections": self.detections,
+            "evictions": self.evictions,
+            "witness_drops": self.witness_drops,
+        }
+
     def _tg(self, key: CID) -> _TreeGuard:
         tg = self._trees.get(key)
         if tg is None:

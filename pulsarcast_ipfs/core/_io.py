@@ -59,7 +59,7 @@ class StoreBlock:
     made (a topic version it authored, an event it published, also for a
     requester): the driver pins it; other blocks (forwarded, delivered, recovered)
     are kept without pinning them (docs/sidecar.md "Providing"). Only ``announce``
-    blocks are announced in the DHT one by one: never an event (issue 13: the topic
+    blocks are announced in the DHT one by one: never an event (the topic
     is announced once per subscriber, a missed event is fetched from neighbours).
     """
 

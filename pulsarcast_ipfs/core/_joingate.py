@@ -114,6 +114,11 @@ class JoinGate:
 
     # ------------------------------------------------------------------ inputs
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """JOINs refused as colocated, and dropped as a subnet's flood."""
+        return {"colocated": self.refused_colocated, "join_flood": self.refused_flood}
+
     def set_subnets(self, subnets: Mapping[str, str]) -> None:
         """The driver's peer -> colocation key mapping (replaces the previous one)."""
         self._subnets = subnets

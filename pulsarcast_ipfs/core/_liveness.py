@@ -7,7 +7,7 @@ seen on that link (or whose events come late and whose probe PING is not answere
 in a few round trips) is lagging: the node joins a closer peer and keeps the slow
 one until then (make before break). The link's own delay is not lag: with 500 ±
 300 ms each way every parent answered "late", and children hopped from parent to
-parent into chains eight deep (issue 13, run set "s8f").
+parent into chains eight deep (run set "s8f").
 
 (:class:`Liveness` is a part of :class:`~._node.PulsarcastNode`: a mixin
 over :class:`~._base.NodeBase`, which declares the state and methods they share.)
@@ -21,6 +21,7 @@ from typing import Final
 
 from ._base import NodeBase, _in_force
 from ._codec import Ping, Pong
+from ._moves import entry_point
 
 __all__ = ["Liveness"]
 
@@ -124,6 +125,7 @@ class Liveness(NodeBase):
             (w.due(self._lag_limit(p)) for p, w in self._pings.items()), default=None
         )
 
+    @entry_point
     def _parent_lagging(self, now: float, peer: str) -> None:
         """§6 repair for a parent that answers too late: join a closer peer if there is
         one; the laggard stays the parent until the new one accepts (then LEAVE), and

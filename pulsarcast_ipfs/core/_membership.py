@@ -26,8 +26,9 @@ from ._codec import MAX_MEMBERS, Join, JoinAck, Leave
 from ._descriptors import TopicDescriptor, cid_str, decode_cached
 from ._errors import DescriptorError, LocalProtocolError
 from ._io import Role
+from ._moves import entry_point
 from ._tree import JoinAttempt, Tree
-from ._treestate import ACTING_ROOT_STATES, ROOT_STATES, tree_state
+from ._treestate import ACTING_ROOT_STATES, ROOT_STATES, TreeState, tree_state
 
 __all__ = ["Membership"]
 
@@ -59,6 +60,7 @@ class Membership(NodeBase):
             children=list(tree.children),
         )
 
+    @entry_point
     def _new_tree(self, now: float, root: TopicDescriptor) -> Tree:
         tree = self._trees.get(root.cid)
         if tree is not None:
@@ -122,6 +124,7 @@ class Membership(NodeBase):
                 best = (d, peer)
         return None if best is None else best[1]
 
+    @entry_point
     def _ensure_joined(self, now: float, tree: Tree) -> None:
         """Algorithm 2: join towards the author unless already in the tree or joining."""
         if tree.author == self.peer_id:
@@ -216,6 +219,7 @@ class Membership(NodeBase):
         )
         self._send(now, hop, rpc, tree.name)
 
+    @entry_point
     def _room_at_root(self, now: float, tree: Tree) -> None:
         """MEMBERS from the parent (flat trees, :mod:`._push`): below a child of the
         root, with room in the root's list (fewer than ``flat_fanout`` names), JOIN
@@ -238,14 +242,18 @@ class Membership(NodeBase):
         tree.flattened_at = tree.members_epoch
         self._send_join(now, tree, root, {root}, single=True, up=True)
 
+    @entry_point
     def _join_timed_out(self, now: float, tree: Tree) -> None:
         assert tree.join is not None
         self._join_next(now, tree, tree.join.tried)  # retry via the next closest
 
+    @entry_point
     def _recheck_root(self, now: float, tree: Tree) -> None:
-        """An acting root looks for a live peer closer to the author (§6)."""
+        """An acting root looks for a live peer closer to the author (§6). One with a
+        JOIN in flight leaves it alone: the JOIN's timeout decides (the next peer, or
+        acting root again with a recheck)."""
         tree.recheck_at = None
-        if tree_state(tree, self.peer_id) in ACTING_ROOT_STATES:
+        if tree_state(tree, self.peer_id) is TreeState.ACTING_ROOT:
             hop = self._next_hop(now, tree) or self._next_hop(now, tree, suspects=True)
             if hop is None:
                 tree.recheck_at = now + self.config.root_recheck_interval
@@ -277,6 +285,7 @@ class Membership(NodeBase):
         self._stale_told.put((peer, topic), now)
         self._send(now, peer, Leave(topic=topic), name)
 
+    @entry_point
     def _maybe_leave(self, now: float, tree: Tree) -> None:
         """§5 Unsubscribe: an empty relay leaves its parent, which may leave in turn."""
         if self._wanted(tree) or tree.key not in self._trees:
@@ -290,6 +299,7 @@ class Membership(NodeBase):
         self._tree_changed(now, tree)
         self._drop_tree(tree)
 
+    @entry_point
     def _peer_failed(self, now: float, peer: str) -> None:
         """A neighbour is gone: drop it from every tree, re-join where it was the parent."""
         self._suspect[peer] = now + self.config.suspect_ttl
@@ -343,6 +353,7 @@ class Membership(NodeBase):
         if peer != self.peer_id:
             self._peer_failed(now, peer)
 
+    @entry_point
     def _on_join(self, now: float, peer: str, rpc: Join) -> None:
         """Algorithm 2, receiving side: adopt the sender as a child, join upward if needed."""
         try:
@@ -359,7 +370,7 @@ class Membership(NodeBase):
                 if why == "colocated":
                     self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
                 return  # join_flood: dropped unanswered (the joiner times out, goes on)
-        refused = self._topic_refused(root) if tree is None else None
+        refused = self._signing.topic_refused(root) if tree is None else None
         if refused is not None:
             self._drop(now, refused, topic=root.name, peer=peer)
             self._send(now, peer, JoinAck(topic=rpc.topic, ok=False), root.name)
@@ -417,6 +428,7 @@ class Membership(NodeBase):
             self._members_to_new_child(now, tree, peer)
         self._ensure_joined(now, tree)
 
+    @entry_point
     def _on_join_ack(self, now: float, peer: str, rpc: JoinAck) -> None:
         tree = self._trees.get(rpc.topic)
         if tree is None or tree.join is None or tree.join.peer != peer:
@@ -452,6 +464,7 @@ class Membership(NodeBase):
         tree.unsent.clear()
         self._send_history(now, tree, peer)
 
+    @entry_point
     def _on_leave(self, now: float, peer: str, rpc: Leave) -> None:
         tree = self._trees.get(rpc.topic)
         if tree is None:

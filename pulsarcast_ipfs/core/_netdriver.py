@@ -1,4 +1,4 @@
-"""One in-process network of protocol nodes, for CoreNet and the simulator (issue 14).
+"""One in-process network of protocol nodes, for CoreNet and the simulator.
 
 Theory of operation
 -------------------

@@ -11,44 +11,31 @@ outputs (``SendRpc``, ``StoreBlock``, ``FetchBlock``, ``Deliver``,
 random state (the ``rng`` is injected); every timer is a deadline reported by
 :meth:`get_timer` and served by :meth:`handle_timer`.
 
-Per topic the node keeps one :class:`Tree`, keyed by the CID of the topic's
-*first version* (so a dissemination tree survives topic updates). Its state:
+Per topic the node keeps one :class:`~._tree.Tree` (its fields are documented
+there), keyed by the CID of the topic's *first version* (so a dissemination tree
+survives topic updates).
 
-==============  ==============================================================
-``parent``      the neighbour towards the author (``None``: root or not joined)
-``children``    neighbours that joined through this node
-``joined``      in the tree: acknowledged by ``parent``, or (acting) root
-``join``        a JOIN in flight: peer, deadline, peers already tried
-``subscribed``  the local app is subscribed (deliver events to it)
-``followers``   (meta topics) topic trees that follow this meta topic
-``since``       events created before this are history, not delivered
-``recent``      the newest event CIDs seen (bounded; HEADS deltas, DIGESTs)
-==============  ==============================================================
+A tree's place in the dissemination tree is a :class:`~._treestate.TreeState`, read
+from those fields by :func:`~._treestate.tree_state`; the transition table is data in
+:mod:`._treestate` (docs/protocol-notes.md renders it, with the roles reported).
 
-A tree's place in the dissemination tree (none, joining, joined, leaf, switching,
-acting root, root) is a :class:`~._treestate.TreeState`, read from those fields by
-:func:`~._treestate.tree_state`; the transition table is data in
-:mod:`._treestate` (docs/protocol-notes.md renders it). The role reported in
-``tree_changed`` records and ``TopicState.role``: ``root`` in the root states
-(author, acting root), else ``subscriber`` if subscribed, ``relay`` if in the tree,
-joining or with children, else ``none`` (the tree state is dropped).
-
-Events (§5 "Forward"): verify (CID recomputed, topic version belongs to the
-tree, publisher allowed by that version), drop duplicates (bounded seen-set),
-store, forward to every neighbour but the sender, deliver in causal order
-(an event waits until its parent is delivered; an unknown parent is fetched,
-walking back until a known event or one created before ``since``; what is
-found that way is delivered with ``recovered=True``). Anti-entropy between tree
-neighbours (HEADS deltas and DIGESTs, :mod:`._antientropy`) closes the gaps that a
-lost leaf event leaves in the DAG; a publisher's first hop goes straight to the
-root and its children (MEMBERS, :mod:`._push`). Tree state: :mod:`._tree`.
+Events (§5 "Forward") are verified, deduplicated, stored, forwarded and delivered
+in causal order by :mod:`._dissemination` (an unknown parent is fetched: gap repair,
+:mod:`._repair`, delivered with ``recovered=True``); anti-entropy between tree
+neighbours (:mod:`._antientropy`) closes the gaps a lost leaf event leaves, and a
+publisher's first hop goes straight to the root and its children (:mod:`._push`).
 
 Layout
 ------
 This module is the coordinator: :class:`PulsarcastNode` builds the state, routes
-each input to the part that handles it and reports the next deadline. The parts
-are mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
-signatures one part calls in another, checked by mypy):
+each input to the part that handles it and reports the next deadline. Some parts
+are components, objects that own their state and touch no other part's (the node
+holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
+:class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
+:class:`~._guard.RelayGuard`); the others are still mixins over
+:class:`~._base.NodeBase` (the shared state and helpers, and the signatures one part
+calls in another, checked by mypy). :mod:`._moves` checks each tree input against
+the transition table.
 
 =====================  =========================================================
 :mod:`._membership`    JOIN / JOIN_ACK / LEAVE, parent lost, acting root recheck
@@ -58,6 +45,7 @@ signatures one part calls in another, checked by mypy):
 :mod:`._liveness`      PING/PONG, lag detection, suspects
 :mod:`._admission`     token buckets and bans (flood protection)
 :mod:`._signqueue`     operations waiting for signatures; signature checks
+                       (a component)
 :mod:`._publish`       publish (Algorithm 3)
 :mod:`._requests`      request to publish (Algorithm 4)
 :mod:`._topics`        create / update topic, subscribe, unsubscribe, read
@@ -69,6 +57,7 @@ signatures one part calls in another, checked by mypy):
 :mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
 :mod:`._pruning`       pruning on the summaries (forward, ``parents``, what is wanted)
 :mod:`._acks`          acknowledgement levels: the outbox, STORED from holders
+                       (a component)
 =====================  =========================================================
 """
 
@@ -76,7 +65,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
 from collections.abc import Mapping
 
 from pulsarcast_ipfs.core._cid import CID
@@ -111,6 +99,7 @@ from ._codec import (
     encode_frame,
 )
 from ._config import NodeConfig
+from ._delegation import DelegateKey
 from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
 from ._errors import LocalProtocolError
@@ -122,6 +111,7 @@ from ._io import Output
 from ._joingate import JoinGate
 from ._liveness import Liveness
 from ._membership import Membership
+from ._moves import entry_point
 from ._pruning import Pruning
 from ._publish import Publishing
 from ._push import FirstHopPush
@@ -145,7 +135,6 @@ class PulsarcastNode(
     Membership,
     Liveness,
     Admission,
-    SigningQueue,
     AntiEntropy,
     FirstHopPush,
     FastGroups,
@@ -215,13 +204,14 @@ class PulsarcastNode(
             "event": (c.event_rate, c.event_burst),
             "request": (c.request_rate, c.request_burst),
         }
-        self._verified = LRU(4096)  # CIDs of topic versions whose signature checked out
-        self._ops = deque()
-        self._sign_waits = {}
-        self._delegate = None
+        self._signing = SigningQueue(
+            peer_id=peer_id,
+            require_signatures=c.require_signatures,
+            delegate_margin=c.delegate_margin,
+            emit=self._emit,
+            now=now,
+        )
         self._signing_requests = set()  # requests to publish being signed
-        self._op_now = now
-        self._op_seq = 0
         self._seq = 0
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
@@ -257,6 +247,23 @@ class PulsarcastNode(
             established_after=c.established_after,
             buckets=c.rate_limit_peers,
         )
+
+    def signed(self, now: float, request_id: str, signature: bytes) -> None:
+        """The answer to a :class:`SignRequest` (:meth:`SigningQueue.signed`)."""
+        self._signing.signed(now, request_id, signature)
+
+    def sign_failed(self, now: float, request_id: str, reason: str) -> None:
+        """The driver could not sign: the operation fails (:meth:`SigningQueue.sign_failed`)."""
+        self._signing.sign_failed(now, request_id, reason)
+
+    def use_delegate(self, now: float, key: DelegateKey | None) -> None:
+        """Sign own events with ``key`` from now on (:meth:`SigningQueue.use_delegate`)."""
+        self._signing.use_delegate(now, key)
+
+    @property
+    def pending_signatures(self) -> int:
+        """Operations waiting for (or queued behind) signatures."""
+        return self._signing.pending
 
     def receive_rpc(self, now: float, peer: str, rpc: Rpc, *, size: int | None = None) -> None:
         """An RPC from the authenticated ``peer`` (§6)."""
@@ -456,9 +463,9 @@ class PulsarcastNode(
                 for child in guard.silent_children(tree.key, tree.children):
                     self._evict_silent(now, tree, child)
 
+    @entry_point
     def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
-        """A child that takes events and joins no anti-entropy: dropped, refused a while
-        (and its network's share of the children shrinks: :mod:`._joingate`)."""
+        """A child taking events but no anti-entropy: dropped, refused a while (._joingate)."""
         self._guard.penalise(now, child)
         self._gate.struck(now, child, now + self.config.penalty_ttl)
         self._record(
@@ -529,6 +536,7 @@ class PulsarcastNode(
             if tree is not None and tree.parent == blame.parent:
                 self._leave_bad_parent(now, tree, blame)
 
+    @entry_point
     def _leave_bad_parent(self, now: float, tree: Tree, blame: Blame) -> None:
         """A parent that withheld what witnesses announced: LEAVE it, avoid it a while,
         re-join through another peer (children kept)."""
@@ -562,20 +570,12 @@ class PulsarcastNode(
     @property
     def join_gate_counts(self) -> dict[str, int]:
         """JOINs refused as colocated, and dropped as a subnet's flood."""
-        return {
-            "colocated": self._gate.refused_colocated,
-            "join_flood": self._gate.refused_flood,
-        }
+        return self._gate.counts
 
     @property
     def guard_counts(self) -> dict[str, int]:
         """Parents left as withholding, silent children dropped, silent witnesses."""
-        g = self._guard
-        return {
-            "detections": g.detections,
-            "evictions": g.evictions,
-            "witness_drops": g.witness_drops,
-        }
+        return self._guard.counts
 
     # ----------------------------------------------------------------- outputs
 

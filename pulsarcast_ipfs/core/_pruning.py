@@ -1,4 +1,4 @@
-"""Filters in the tree, second part (issue 15 point 3): pruning on the summaries.
+"""Filters in the tree, second part: pruning on the summaries.
 
 Theory of operation
 -------------------

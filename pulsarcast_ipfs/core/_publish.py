@@ -96,7 +96,9 @@ class Publishing(NodeBase):
             inject_id=inject_id,
             size=len(payload),
         )
-        return self._run(now, self._publish(tree.key, payload, parent, inject_id, attrs, ack))
+        return self._signing.run(
+            now, self._publish(tree.key, payload, parent, inject_id, attrs, ack)
+        )
 
     def _publish(
         self,
@@ -111,7 +113,7 @@ class Publishing(NodeBase):
         if tree is None:
             raise UnknownTopic(f"unknown topic {key}")
         version = tree.latest
-        created = format_created(self._op_now)
+        created = format_created(self._signing.now)
         if version.may_publish(self.peer_id):
             links: tuple[tuple[CID, ...], int]
             if version.event_linking == EventLinking.CUSTOM:
@@ -132,11 +134,11 @@ class Publishing(NodeBase):
                 ),
                 attributes=attributes,
             )
-            ev = yield from self._signed_event(draft, key)
+            ev = yield from self._signing.signed_event(draft, key)
             if key not in self._trees:
                 raise UnknownTopic(f"topic {tree.name!r} was left while signing")
             cid = self._publish_event(
-                self._op_now, tree, ev, via="direct", inject_id=inject_id, ack=ack
+                self._signing.now, tree, ev, via="direct", inject_id=inject_id, ack=ack
             )
             return PublishResult(
                 status="published", event_cid=cid, request_id=None, inject_id=inject_id
@@ -170,11 +172,11 @@ class Publishing(NodeBase):
             author=tree.author,
             rpc=rpc,
             attempts=0,
-            due=self._op_now,
+            due=self._signing.now,
             via=None,
         )
         self._requests[request_id] = req
-        self._send_request(self._op_now, req)
+        self._send_request(self._signing.now, req)
         return PublishResult(
             status="requested", event_cid=None, request_id=request_id, inject_id=inject_id
         )

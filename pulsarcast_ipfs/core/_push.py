@@ -1,5 +1,5 @@
 """The first hop of an event: a publisher sends it straight to the root and its children
-(issue 13, "Hops"; docs/protocol-notes.md "First hop").
+(docs/protocol-notes.md "First hop").
 
 Theory of operation
 -------------------

@@ -177,6 +177,18 @@ class Repair(NodeBase):
         if not grace:
             self._emit(FetchBlock(cid=cid))
 
+    def _refetch_evicted(self, now: float, key: CID, cid: CID) -> None:
+        """An event held back for causal order left the event cache before its turn
+        came (a long gap repair: a restarted sidecar walks its history back to the
+        subscription's start, thousands of events through a cache of
+        ``event_cache_size``). Being seen, it would never be taken again (a duplicate)
+        and what waits for it never delivered: it is forgotten as seen and fetched
+        again (its block is held here), then delivered with ``recovered``."""
+        if cid in self._delivered or cid in self._gave_up:
+            return
+        self._seen.pop(cid)
+        self._fetch(now, cid, "event", key, None)
+
     def _fetch_now(self, now: float, cid: CID) -> None:
         """A fetch of ``cid`` still in its grace: start it now (what it waited for
         will not come by itself)."""
@@ -289,7 +301,7 @@ class Repair(NodeBase):
             desc = TopicDescriptor.decode(data, expected_cid=cid)
         except DescriptorError:
             return "invalid"
-        refused = self._topic_refused(desc)
+        refused = self._signing.topic_refused(desc)
         return refused if refused is not None else desc
 
     def _continue_resolutions(self, now: float) -> None:

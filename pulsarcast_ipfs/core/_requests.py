@@ -27,7 +27,7 @@ from ._descriptors import (
 )
 from ._errors import DescriptorError
 from ._signing import verify_signature
-from ._signqueue import _Op, _Steps
+from ._signqueue import _Steps
 from ._tree import Tree
 
 __all__ = ["Requests"]
@@ -130,7 +130,7 @@ class Requests(NodeBase):
         if not version.may_request(rpc.author):
             self._refuse_request(now, rpc, root.name, "not_allowed")
             return
-        refused = self._topic_refused(root) if tree is None else None
+        refused = self._signing.topic_refused(root) if tree is None else None
         if refused is None:
             refused = self._request_refused(rpc)
         if refused is not None:
@@ -170,11 +170,9 @@ class Requests(NodeBase):
         relink = version.event_linking != EventLinking.CUSTOM
         steps = self._publish_for(tree.key, rpc, root.name, draft, relink=relink)
         if not self.config.require_signatures:
-            self._run(now, steps)
+            self._signing.run(now, steps)
             return
-        self._op_seq += 1
-        self._ops.append(_Op(id=f"op-{self._op_seq}", steps=steps, public=False, on_fail=failed))
-        self._advance(now)
+        self._signing.run(now, steps, public=False, on_fail=failed)
 
     def _request_refused(self, rpc: RequestToPublish) -> str | None:
         """``unsigned`` / ``bad_signature`` for the requester's author signature."""
@@ -202,13 +200,13 @@ class Requests(NodeBase):
                 parents, clock = self._link_heads(current)
                 if parents != draft.parents:
                     draft = replace(draft, parents=parents, clock=clock)
-        ev = yield from self._signed_event(draft, key, rpc.signature)
+        ev = yield from self._signing.signed_event(draft, key, rpc.signature)
         self._signing_requests.discard(rpc.request_id)
         tree = self._trees.get(key)
         if tree is None:
-            self._refuse_request(self._op_now, rpc, name, "unknown_topic")
+            self._refuse_request(self._signing.now, rpc, name, "unknown_topic")
             return
-        now = self._op_now
+        now = self._signing.now
         cid = self._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
         self._published_requests.put(rpc.request_id, cid)
         self._send(

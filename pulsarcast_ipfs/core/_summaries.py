@@ -1,4 +1,4 @@
-"""Filters in the tree, first part (issue 15 point 3): subtree summaries.
+"""Filters in the tree, first part: subtree summaries.
 
 Theory of operation
 -------------------

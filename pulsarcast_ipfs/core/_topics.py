@@ -33,6 +33,7 @@ from ._io import (
     StoreBlock,
     TopicState,
 )
+from ._moves import entry_point
 from ._signqueue import _Steps
 from ._tree import Tree
 from ._treestate import ACTING_ROOT_STATES, tree_state
@@ -74,33 +75,33 @@ class Topics(NodeBase):
                 raise LocalProtocolError("only the author of a topic may create its sub-topics")
             if name == ptree.name:
                 return self.update_topic(now, parent, options=options or ptree.latest.options)
-            return self._run(now, self._create_sub_topic(ptree.key, name, options))
-        return self._run(now, self._create_topic(name, options))
+            return self._signing.run(now, self._create_sub_topic(ptree.key, name, options))
+        return self._signing.run(now, self._create_topic(name, options))
 
     def _create_topic(self, name: str, options: TopicOptions | None) -> _Steps[CID]:
-        meta = yield from self._signed_topic(
+        meta = yield from self._signing.signed_topic(
             TopicDescriptor.new(
                 name=f"meta-{name}",
                 author=self.peer_id,
-                now=self._op_now,
+                now=self._signing.now,
                 options=TopicOptions(allowed_publishers=PeerPolicy(enabled=True)),  # author only
-                protocol_version=self._version,
+                protocol_version=self._signing.version,
             )
         )
-        topic = yield from self._signed_topic(
+        topic = yield from self._signing.signed_topic(
             TopicDescriptor.new(
                 name=name,
                 author=self.peer_id,
-                now=self._op_now,
+                now=self._signing.now,
                 options=options,
                 links={"meta": meta.cid},
-                protocol_version=self._version,
+                protocol_version=self._signing.version,
             )
         )
-        announce = yield from self._signed_event(
+        announce = yield from self._signing.signed_event(
             self._meta_draft(meta.cid, ((), 0), topic), meta.cid
         )
-        now = self._op_now
+        now = self._signing.now
         self._store_topic(meta)
         self._store_topic(topic)
         meta_tree = self._new_tree(now, meta)
@@ -117,15 +118,15 @@ class Topics(NodeBase):
             raise UnknownTopic(f"unknown topic {parent_key}")
         meta_cid = ptree.latest.meta
         assert meta_cid is not None
-        topic = yield from self._signed_topic(
+        topic = yield from self._signing.signed_topic(
             TopicDescriptor.new(
                 name=name,
                 author=self.peer_id,
-                now=self._op_now,
+                now=self._signing.now,
                 options=options,
                 parent=ptree.latest.cid,
                 links={"meta": meta_cid},
-                protocol_version=self._version,
+                protocol_version=self._signing.version,
             )
         )
         first = yield from self._signed_announcement(meta_cid, topic, None)
@@ -134,7 +135,7 @@ class Topics(NodeBase):
         links[name] = topic.cid
         version = yield from self._signed_version(parent_key, ptree.latest.options, links)
         second = yield from self._signed_announcement(ptree.root.meta, version, first)
-        now = self._op_now
+        now = self._signing.now
         self._store_topic(topic)
         tree = self._new_tree(now, topic)
         self._subscribe_tree(now, tree)
@@ -154,8 +155,8 @@ class Topics(NodeBase):
             parents=parents[0],
             clock=parents[1],
             payload=topic.encode(),
-            created=format_created(self._op_now),
-            protocol_version=self._version,
+            created=format_created(self._signing.now),
+            protocol_version=self._signing.version,
         )
 
     def _signed_announcement(
@@ -170,12 +171,12 @@ class Topics(NodeBase):
             ((after.cid,), after.clock + 1) if after is not None else self._link_heads(meta_tree)
         )
         draft = self._meta_draft(meta_tree.latest.cid, links, topic)
-        return (yield from self._signed_event(draft, meta_tree.key))
+        return (yield from self._signing.signed_event(draft, meta_tree.key))
 
     def _announce(self, meta_key: CID | None, ev: EventDescriptor | None) -> None:
         meta_tree = self._trees.get(meta_key) if meta_key is not None else None
         if ev is not None and meta_tree is not None:
-            self._publish_event(self._op_now, meta_tree, ev, via="direct", inject_id=None)
+            self._publish_event(self._signing.now, meta_tree, ev, via="direct", inject_id=None)
 
     def _signed_version(
         self, key: CID, options: TopicOptions, links: dict[str, CID]
@@ -184,15 +185,15 @@ class Topics(NodeBase):
         if tree is None:
             raise UnknownTopic(f"unknown topic {key}")
         return (
-            yield from self._signed_topic(
+            yield from self._signing.signed_topic(
                 TopicDescriptor.new(
                     name=tree.name,
                     author=self.peer_id,
-                    now=self._op_now,
+                    now=self._signing.now,
                     options=options,
                     parent=tree.latest.cid,
                     links=links,
-                    protocol_version=self._version,
+                    protocol_version=self._signing.version,
                 )
             )
         )
@@ -200,7 +201,7 @@ class Topics(NodeBase):
     def _apply_version(self, key: CID, desc: TopicDescriptor) -> None:
         tree = self._trees[key]
         self._store_topic(desc)
-        self._learn_version(self._op_now, tree, desc)
+        self._learn_version(self._signing.now, tree, desc)
 
     def update_topic(self, now: float, topic_cid: CID, *, options: TopicOptions) -> CID | Pending:
         """§5 Updating: a new version (``parent`` = the latest), published on the meta topic.
@@ -212,7 +213,7 @@ class Topics(NodeBase):
             raise LocalProtocolError("only the author of a topic may update it")
         if not isinstance(options, TopicOptions):
             raise LocalProtocolError("options must be TopicOptions")
-        return self._run(now, self._new_update(tree.key, options))
+        return self._signing.run(now, self._new_update(tree.key, options))
 
     def _new_update(self, key: CID, options: TopicOptions) -> _Steps[CID]:
         tree = self._trees.get(key)
@@ -455,6 +456,7 @@ class Topics(NodeBase):
         self._resolving.setdefault(topic_cid, []).append((purpose, None))
         self._continue_resolutions(now)
 
+    @entry_point
     def _read_tree(self, now: float, tree: Tree, holders: tuple[str, ...] = ()) -> None:
         tree.reading_until = now + self.config.reader_ttl
         if holders:

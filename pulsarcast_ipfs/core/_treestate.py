@@ -207,8 +207,9 @@ def _table() -> tuple[Transition, ...]:
         + _t(
             S.NONE,
             I.JOIN,
-            (S.JOINING, S.ACTING_ROOT),
-            "a child adopted outside the tree: join upward (become a relay)",
+            (S.JOINING, S.ACTING_ROOT, S.ROOT),
+            "a child adopted outside the tree: join upward (become a relay); a JOIN for "
+            "one's own topic not held: keep it, as its root",
         )
         + _t(S.JOINING, I.JOIN_ACK_OK, S.JOINED, "")
         + _t(S.JOINING_LEAF, I.JOIN_ACK_OK, S.LEAF, "")
@@ -269,6 +270,13 @@ def _table() -> tuple[Transition, ...]:
             "a closer live (or recently failed) peer known: JOIN it while still acting "
             "root; none: recheck later",
         )
+        + _t(
+            S.CONVERGING,
+            I.RECHECK,
+            S.CONVERGING,
+            "a JOIN in flight: left to its own timeout (the routing refresh makes every "
+            "acting root recheck at once)",
+        )
     )
     return tuple(rows)
 
@@ -278,9 +286,19 @@ TRANSITIONS: tuple[Transition, ...] = _table()
 states and actions add up. Inputs a state has no row for do not occur there."""
 
 
+def _next_table() -> dict[tuple[TreeState, TreeInput], frozenset[TreeState]]:
+    out: dict[tuple[TreeState, TreeInput], set[TreeState]] = {}
+    for t in TRANSITIONS:
+        out.setdefault((t.state, t.input), set()).update(t.next)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+_NEXT = _next_table()
+
+
 def next_states(state: TreeState, inp: TreeInput) -> frozenset[TreeState]:
     """Every state the table allows after ``inp`` in ``state`` (empty: none)."""
-    return frozenset(n for t in TRANSITIONS if t.state is state and t.input is inp for n in t.next)
+    return _NEXT.get((state, inp), frozenset())
 
 
 def render_table() -> str:

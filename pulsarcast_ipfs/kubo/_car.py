@@ -5,7 +5,7 @@ multipart file per block), Kubo answers each block with its own JSON line and
 closes the connection after every request; a ``dag/import`` of the same blocks as
 one CAR answers nothing (``pin-roots=false``) and keeps the connection. Against one
 local Kubo 0.43, 2,000 blocks of ~625 B in batches of 20, CPU per block: this
-process 71-75 → 17 µs, Kubo 60 → 20-25 µs; 100 connections → 1 (issue 13).
+process 71-75 → 17 µs, Kubo 60 → 20-25 µs; 100 connections → 1.
 
 A CARv1 (https://ipld.io/specs/transport/car/carv1/) is a header, the dag-cbor map
 ``{"roots": [CID, ...], "version": 1}`` prefixed by its length as an unsigned

@@ -21,7 +21,7 @@ def dag_cbor_cid(data: bytes) -> CID:
     """The CIDv1 (dag-cbor, sha2-256) of exact block bytes (docs/protocol.md §3).
 
     The core's codec builds it without ``multiformats``' run-time type validation
-    (~100 µs a call, once per block stored: issue 13's profile of the sidecar);
+    (~100 µs a call, once per block stored, in a profile of the sidecar);
     ``tests/test_kubo_client.py`` checks it against ``multiformats``."""
     return compute_cid(data)
 

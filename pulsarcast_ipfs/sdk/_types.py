@@ -314,7 +314,7 @@ class Event:
     attributes: Mapping[str, AttributeValue] = field(
         default_factory=lambda: MappingProxyType({}), hash=False
     )
-    """The event's attributes (issue 15; empty when it has none, or from an older sidecar)."""
+    """The event's attributes (empty when it has none, or from an older sidecar)."""
 
     @property
     def text(self) -> str:

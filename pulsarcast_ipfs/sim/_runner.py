@@ -1,7 +1,6 @@
 """The simulator: drives real :class:`~pulsarcast_ipfs.core.PulsarcastNode` objects
 on the core's in-process network driver (:class:`~pulsarcast_ipfs.core.NetDriver`,
-which CoreNet runs on too), with the fault and link model of a Kubo network
-(issue 3, part 5).
+which CoreNet runs on too), with the fault and link model of a Kubo network.
 
 Theory of operation
 -------------------
@@ -172,7 +171,7 @@ class SimConfig:
     rpc_records: bool = True
     """Let the nodes emit ``rpc_sent`` / ``rpc_received`` records (off: smaller files)."""
     fast: bool = False
-    """Every subscription asks for fast delivery (fast groups, issue 15): publishers
+    """Every subscription asks for fast delivery (fast groups): publishers
     send their events to the subscribers in two hops at most, the tree still runs."""
     group_capacity: int = 16
     """Peers a publisher sends each event to directly along its group (``NodeConfig``)."""
@@ -180,7 +179,7 @@ class SimConfig:
     """Signed descriptors (protocolVersion 1.1.0): nodes get Ed25519 keys from the seed
     and sign at once; off: unsigned 1.0.0 (cheaper, for scale runs)."""
     filters: tuple[str, ...] = ()
-    """Subscription filters (issue 15, docs/simulator.md "Filters"): each subscription
+    """Subscription filters (docs/simulator.md "Filters"): each subscription
     gets one of them, chosen by a seeded stream per (node, topic); ``"*"`` is none.
     Given any, publish calls carry the workload's attributes (:attr:`attributes`)."""
     attributes: bool = False

@@ -91,7 +91,7 @@ class SimSummary:
     restarted: int
     crashed_roots: int
     filtered_subscriptions: int = 0
-    """Subscriptions with a filter (issue 15): their expected sets hold only the events
+    """Subscriptions with a filter: their expected sets hold only the events
     the filter matches."""
     unwanted: int = 0
     """Deliveries of an event the subscription's filter does not match (must be 0)."""
@@ -202,7 +202,7 @@ class RunStats:
         self.crashed = 0
         self.restarted = 0
         self.crashed_roots = 0
-        # filters (issue 15): topic -> node -> filter; the attributes of each call
+        # filters: topic -> node -> filter; the attributes of each call
         self.filters: list[dict[int, Filter]] = [{} for _ in topics]
         self.call_attrs: dict[int, Mapping[str, AttributeValue]] = {}
         self.unwanted = 0
