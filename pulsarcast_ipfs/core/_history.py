@@ -104,9 +104,10 @@ _PREFIX: Final = b"\x01\x71\x12\x20"
 """CIDv1 dag-cbor sha2-256: the first four bytes of every event's CID (recomputed from
 its bytes) and of every parent link (checked on decode). The history keeps the 32-byte
 digest that follows."""
-_REC: Final = struct.Struct(">Q32sdIIIBxH")
+_REC: Final = struct.Struct(">Q32sdIIIBxHQ")
 """A record: clock, digest, created, size, retained children, where its parents and
-attributes start in the heap, number of parents, attribute bytes (64 bytes). Records
+attributes start in the heap, number of parents, attribute bytes, arrival number
+(72 bytes). Records
 start with ``clock`` (8 bytes, big-endian) and the digest, so that their first
 :data:`_KEY` bytes sort as the history order."""
 _WIDTH: Final = _REC.size
@@ -114,6 +115,8 @@ _KEY: Final = 40
 _CREATED_AT: Final = 40
 _CHILDREN_AT: Final = 52
 _EXT_AT: Final = 56
+_ARRIVAL_AT: Final = 64
+_U64: Final = struct.Struct(">Q")
 _F64: Final = struct.Struct(">d")
 _U32: Final = struct.Struct(">I")
 _EXT: Final = struct.Struct(">IBxH")
@@ -138,18 +141,19 @@ class TopicHistory:
     """The retained events of one topic, ordered by :data:`HistoryKey`.
 
     An index, not the events, and no Python object per event: each event is one
-    64-byte record (clock, digest, created, size, its retained children, where its
-    parents and attributes are) in a :class:`~._digesttable.DigestTable`, found by
-    digest; its parents' digests and its dag-cbor attribute map go to a ``bytearray``
-    heap (compacted when half of it is unused); two ``array('I')`` of record slots
-    keep the history order and the order of ``created`` (age eviction). Links to
-    events not retained are counted in a second table. About 130 bytes an event with
-    one parent and one short attribute. The bodies are in the block store
-    (docs/sidecar.md "Retention").
+    72-byte record (clock, digest, created, size, its retained children, where its
+    parents and attributes are, its arrival number) in a
+    :class:`~._digesttable.DigestTable`, found by digest; its parents' digests and
+    its dag-cbor attribute map go to a ``bytearray`` heap (compacted when half of it
+    is unused); two ``array('I')`` of record slots keep the history order and the
+    order of ``created`` (age eviction). Links to events not retained are counted in
+    a second table. About 140 bytes an event with one parent and one short
+    attribute. The bodies are in the block store (docs/sidecar.md "Retention").
     """
 
     __slots__ = (
         "_absent",
+        "_arrivals",
         "_by_age",
         "_bytes",
         "_heads",
@@ -185,6 +189,8 @@ class TopicHistory:
         """...their slots, oldest first."""
         self._horizon: HistoryKey | None = None
         self._bytes = 0
+        self._arrivals = 0
+        """Events added so far (each record's arrival number: :meth:`clear`'s order)."""
 
     # ---------------------------------------------------------------- records
 
@@ -241,7 +247,7 @@ class TopicHistory:
         slot = self._find(cid)
         if slot < 0:
             return None
-        clock, _, created, size, _, _, _, _ = _REC.unpack_from(self._recs.data, slot * _WIDTH)
+        clock, _, created, size, _, _, _, _, _ = _REC.unpack_from(self._recs.data, slot * _WIDTH)
         parents = tuple(map(_cid, self._parents_at(slot)))
         return RetainedEvent(cid, clock, created, size, parents, self._attributes_at(slot))
 
@@ -401,8 +407,19 @@ class TopicHistory:
         data = recs.data
         at = slot * _WIDTH
         _REC.pack_into(
-            data, at, ev.clock, digest, ev.created_ts, size, 0, ext, len(linked), len(attrs)
+            data,
+            at,
+            ev.clock,
+            digest,
+            ev.created_ts,
+            size,
+            0,
+            ext,
+            len(linked),
+            len(attrs),
+            self._arrivals,
         )
+        self._arrivals += 1
         order, key = self._order, data[at : at + _KEY]
         if not order or key > self._key(order[-1]):
             order.append(slot)  # the usual case: the newest event
@@ -525,7 +542,7 @@ class TopicHistory:
         """Forget retained event ``slot`` (``aged``: out of ``_by_age`` already; the
         caller takes it out of ``_order``)."""
         recs = self._recs
-        clock, digest, created, size, children, _, npar, alen = _REC.unpack_from(
+        clock, digest, created, size, children, _, npar, alen, _ = _REC.unpack_from(
             recs.data, slot * _WIDTH
         )
         linked = self._parents_at(slot)
@@ -602,8 +619,10 @@ class TopicHistory:
 
     def clear(self) -> list[CID]:
         """Forget everything (the node stops retaining the topic); the CIDs it held,
-        oldest first."""
-        out = [self._cid_at(slot) for slot in self._order]
+        in the order they were added (the order the node releases them in)."""
+        data = self._recs.data
+        slots = sorted(self._order, key=lambda s: _U64.unpack_from(data, s * _WIDTH + _ARRIVAL_AT))
+        out = [self._cid_at(slot) for slot in slots]
         self._recs = DigestTable(_WIDTH, key_at=8)
         self._order = array("I")
         self._by_age = array("I")
