@@ -14,18 +14,23 @@ robin over the topics, each linking the previous event of its topic. Virtual tim
 moves ``1 / --rate`` seconds per event, and both cores' timers fire as they fall due
 (PINGs reach A and are answered; B's anti-entropy RPCs to A are dropped, A never saw
 these events). B's outputs are carried out as a driver would and then forgotten;
-its ``StoreBlock(retain)`` and ``ReleaseBlocks`` also go into the sidecar's
-retention index (``sidecar._retainindex.RetainIndex``), which a sidecar keeps per
-retained event beside the core.
+its ``StoreBlock(retain)`` and ``ReleaseBlocks`` also go where a sidecar's block
+store puts them beside the core: its retained flags (``CIDFlags``: whether each
+retained event is its own) and its retention index
+(``sidecar._retainindex.RetainIndex``).
 
 Reported: retained events; bytes per retained event as Python allocations
-(``tracemalloc``, the growth from before the first event to after the last, divided
-by the events retained) and as process RSS growth (``/proc/self/status`` VmRSS, the
-same way; tracemalloc's own bookkeeping inflates RSS, so ``--no-trace`` measures RSS
-alone); and where the allocations went (tracemalloc's top lines by size).
+(``tracemalloc``, running from the start; the growth from ``--warmup`` events to the
+last, divided by the events retained since) and as process RSS growth
+(``/proc/self/status`` VmRSS, the same way; tracemalloc's own bookkeeping inflates
+RSS, so ``--no-trace`` measures RSS alone); and where the allocations went
+(tracemalloc's top lines by size). The warm-up must fill the bounded caches and
+each topic's anti-entropy window (1,088 events a topic by default) to measure what
+grows with the history alone: ``--warmup 150000`` for 100 topics.
 
     .venv/bin/python benchmarks/retained_memory.py                      # 20,000 events, 3 topics
-    .venv/bin/python benchmarks/retained_memory.py --events 200000 --topics 100 --no-trace
+    .venv/bin/python benchmarks/retained_memory.py --events 250000 --warmup 150000 \
+        --topics 100 --no-trace
     .venv/bin/python benchmarks/retained_memory.py --events 1000000 --topics 100 --no-trace --json
 """
 
@@ -56,6 +61,7 @@ from pulsarcast_ipfs.core._descriptors import (
     EventDescriptor,
     format_created,
 )
+from pulsarcast_ipfs.core._digesttable import CIDFlags
 from pulsarcast_ipfs.core._io import (
     FetchBlock,
     OperationDone,
@@ -96,6 +102,8 @@ class Pair:
         self.a.set_known_peers(self.now, [self.b_id])
         self.b.set_known_peers(self.now, [self.a_id])
         self.index = RetainIndex()
+        self.flags = CIDFlags()
+        """The store's own flag per retained event (``sidecar._store``'s ``_retained``)."""
         self.retained_blocks = 0
         self.topic_blocks: dict[CID, bytes] = {}
         """A's topic descriptors (what B fetches to subscribe); events are not kept."""
@@ -142,10 +150,13 @@ class Pair:
                         self.topic_blocks[out.cid] = out.data
                     elif me is self.b and isinstance(out, StoreBlock) and out.retain:
                         self.retained_blocks += 1
-                        self.index.add(out.cid)
+                        self.flags[out.cid] = out.own
+                        if not out.own:
+                            self.index.add(out.cid)
                     elif me is self.b and isinstance(out, ReleaseBlocks):
                         for cid in out.cids:
-                            self.index.remove(cid)
+                            if not self.flags.pop(cid):
+                                self.index.remove(cid)
 
     def advance(self, seconds: float) -> None:
         """Move virtual time on, firing both cores' timers as they fall due."""
@@ -226,6 +237,7 @@ def run_index_only(args: argparse.Namespace) -> dict[str, Any]:
     topics = [CID.dag_cbor_sha256(i.to_bytes(32, "big")) for i in range(args.topics)]
     histories = {t: TopicHistory(policy=policy) for t in topics}
     index = RetainIndex()
+    flags = CIDFlags()
     last: dict[CID, tuple[CID, int]] = {}
     now = START
     version = ATTRIBUTES_VERSION if not args.no_attributes else PROTOCOL_VERSION
@@ -250,8 +262,10 @@ def run_index_only(args: argparse.Namespace) -> dict[str, Any]:
         last[topic] = (cid, ev.clock)
         h = histories[topic]
         if h.add(cid, ev, now):
+            flags[cid] = False
             index.add(cid)
             for gone in h.enforce(now):
+                flags.pop(gone)
                 index.remove(gone)
         now += 1.0 / args.rate
 
@@ -264,16 +278,21 @@ def _measure(
     retained: Callable[[], int],
     index: RetainIndex,
 ) -> dict[str, Any]:
-    """Feed events ``0 .. --events``; measure from ``--warmup`` on."""
-    for i in range(min(args.warmup, args.events)):
-        feed(i)
-    gc.collect()
+    """Feed events ``0 .. --events``; measure from ``--warmup`` on.
+
+    tracemalloc runs from the start: a block allocated before it started and freed
+    after (an evicted cache entry) or grown after (a buffer) would otherwise count
+    as an allocation and never as a free."""
     trace = not args.no_trace
     if trace:
         tracemalloc.start(args.frames)
+    for i in range(min(args.warmup, args.events)):
+        feed(i)
+    gc.collect()
     base_retained = retained()
     base_rss = rss_bytes()
     base_snap = tracemalloc.take_snapshot() if trace else None
+    base_traced = tracemalloc.get_traced_memory()[0] if trace else 0
     t0 = time.perf_counter()
     for i in range(args.warmup, args.events):
         feed(i)
@@ -283,6 +302,7 @@ def _measure(
     gc.collect()
     now_retained = retained()
     rss = rss_bytes()
+    end_traced = tracemalloc.get_traced_memory()[0] if trace else 0
     grown = now_retained - base_retained
     out: dict[str, Any] = {
         "mode": "index-only" if args.index_only else "core",
@@ -302,7 +322,7 @@ def _measure(
     if trace:
         assert base_snap is not None
         snap = tracemalloc.take_snapshot()
-        traced = sum(s.size_diff for s in snap.compare_to(base_snap, "filename"))
+        traced = end_traced - base_traced
         out["traced_per_event"] = round(traced / grown, 1) if grown else None
         out["top_lines"] = [
             {

@@ -35,12 +35,15 @@ store (``sidecar._store``) puts and pins them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import struct
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dagcbor import CborError, decode, encode, sha256_cid
+from pulsarcast_ipfs.core._digesttable import DIGEST_SIZE, DigestTable
 
 __all__ = ["BUCKET_SIZE", "EMPTY_ROOT", "INDEX_PIN_NAME", "IndexBuild", "NotAnIndex", "RetainIndex"]
 
@@ -51,6 +54,10 @@ BUCKET_SIZE: Final = 256
 _ROOT_KEY: Final = "pulsarcast-retained"
 _DAG_CBOR_V1: Final = b"\x01\x71"
 _RAW_V1: Final = b"\x01\x55"
+_SHA256_MH: Final = b"\x12\x20"
+"""A sha2-256 multihash's first two bytes (code, length)."""
+_BUCKET: Final = struct.Struct(">Q")
+_WHERE_WIDTH: Final = DIGEST_SIZE + _BUCKET.size
 
 
 class NotAnIndex(ValueError):
@@ -66,11 +73,15 @@ def _multihash(cid: CID) -> bytes:
 
 
 def _key(cid: CID) -> bytes:
-    """What the index keys ``cid`` by: its multihash as a CIDv1 dag-cbor's bytes, which
-    for an event (every event is one) is the CID's own bytes object, shared with the
-    core's history rather than copied per event."""
+    """What the index keys ``cid`` by: its multihash as a CIDv1 dag-cbor's bytes (an
+    event's own CID bytes; a raw link's, as the event's)."""
     raw = bytes(cid)
     return raw if raw[:2] == _DAG_CBOR_V1 else _DAG_CBOR_V1 + _multihash(cid)
+
+
+def _sha256_digest(key: bytes) -> bytes | None:
+    """The digest of a key (:func:`_key`) whose multihash is sha2-256, else None."""
+    return key[4:] if len(key) == 36 and key.startswith(_DAG_CBOR_V1 + _SHA256_MH) else None
 
 
 def _head(major: int, n: int) -> bytes:
@@ -138,16 +149,30 @@ with ``fast-provide-root=false`` announces nothing."""
 
 
 class RetainIndex:
-    """The set of retained events as index blocks (sans-I/O; see the module)."""
+    """The set of retained events as index blocks (sans-I/O; see the module).
+
+    A million retained events must fit a sidecar's memory (docs/faults.md "Memory"):
+    no Python object per event. Each key that is a sha2-256 multihash (every event's
+    and topic's) is one 40-byte record of a :class:`DigestTable` (its digest and the
+    number of the bucket that links it), and each bucket is an ``array`` of its
+    members' slots in the order they were linked: about 60 bytes an event. Keys of
+    any other multihash (only an index someone else pinned could hold one) go to a
+    ``dict``, as a member ``-1 - id``.
+    """
 
     def __init__(self, *, bucket_size: int = BUCKET_SIZE) -> None:
         if bucket_size < 1:
             raise ValueError("bucket_size must be at least 1")
         self.bucket_size = bucket_size
-        self._where: dict[bytes, int] = {}
-        """Key (:func:`_key`: the multihash, as dag-cbor CID bytes) -> the bucket that links it."""
-        self._buckets: dict[int, dict[bytes, None]] = {}
-        """Bucket number -> its keys, oldest bucket first."""
+        self._where = DigestTable(_WHERE_WIDTH)
+        """sha2-256 digest of a key -> the bucket that links it."""
+        self._other: dict[bytes, tuple[int, int]] = {}
+        """Any other key (:func:`_key`) -> (its bucket, its id)."""
+        self._other_keys: dict[int, bytes] = {}
+        self._other_next = 0
+        self._buckets: dict[int, array[int]] = {}
+        """Bucket number -> its members (slots of ``_where``, or ``-1 - id``), oldest
+        bucket first."""
         self._blocks: dict[int, CID] = {}
         """Bucket -> its block in the pinned root."""
         self._versions: dict[int, int] = {}
@@ -160,10 +185,14 @@ class RetainIndex:
         """Events the pinned root links."""
 
     def __len__(self) -> int:
-        return len(self._where)
+        return len(self._where) + len(self._other)
 
     def __contains__(self, cid: object) -> bool:
-        return isinstance(cid, CID) and _key(cid) in self._where
+        if not isinstance(cid, CID):
+            return False
+        key = _key(cid)
+        digest = _sha256_digest(key)
+        return self._where.find(digest) >= 0 if digest is not None else key in self._other
 
     @property
     def changed(self) -> bool:
@@ -175,38 +204,76 @@ class RetainIndex:
         self._changed.add(bucket)
         self._versions[bucket] = self._versions.get(bucket, 0) + 1
 
-    def _place(self, mh: bytes) -> int:
-        """Link key ``mh`` (not linked yet) from the open bucket, opening a new one when
-        it is full; the bucket's number."""
+    def _place(self, member: int) -> int:
+        """Link ``member`` from the open bucket, opening a new one when it is full; the
+        bucket's number."""
         last = self._next - 1
         if last not in self._buckets or len(self._buckets[last]) >= self.bucket_size:
             last = self._next
             self._next += 1
-            self._buckets[last] = {}
-        self._buckets[last][mh] = None
-        self._where[mh] = last
+            self._buckets[last] = array("q")
+        self._buckets[last].append(member)
         return last
+
+    def _link(self, key: bytes) -> int | None:
+        """Link ``key`` (:func:`_key`); its bucket, or None if it is linked already."""
+        digest = _sha256_digest(key)
+        if digest is not None:
+            where = self._where
+            if where.find(digest) >= 0:
+                return None
+            slot = where.insert(digest)
+            bucket = self._place(slot)
+            _BUCKET.pack_into(where.data, slot * _WHERE_WIDTH + DIGEST_SIZE, bucket)
+            return bucket
+        if key in self._other:
+            return None
+        oid = self._other_next
+        self._other_next += 1
+        bucket = self._place(-1 - oid)
+        self._other[key] = (bucket, oid)
+        self._other_keys[oid] = key
+        return bucket
 
     def add(self, cid: CID) -> bool:
         """Link ``cid``; False if it is linked already."""
-        mh = _key(cid)
-        if mh in self._where:
+        bucket = self._link(_key(cid))
+        if bucket is None:
             return False
-        self._touch(self._place(mh))
+        self._touch(bucket)
         return True
 
     def remove(self, cid: CID) -> bool:
         """Unlink ``cid``; False if it was not linked."""
-        mh = _key(cid)
-        bucket = self._where.pop(mh, None)
-        if bucket is None:
-            return False
+        key = _key(cid)
+        digest = _sha256_digest(key)
+        if digest is not None:
+            where = self._where
+            slot = where.find(digest)
+            if slot < 0:
+                return False
+            bucket = _BUCKET.unpack_from(where.data, slot * _WHERE_WIDTH + DIGEST_SIZE)[0]
+            member = slot
+            where.remove(slot)
+        else:
+            found = self._other.pop(key, None)
+            if found is None:
+                return False
+            bucket, oid = found
+            del self._other_keys[oid]
+            member = -1 - oid
         members = self._buckets[bucket]
-        del members[mh]
+        members.remove(member)
         if not members:
             del self._buckets[bucket]
         self._touch(bucket)
         return True
+
+    def _multihashes(self, members: array[int]) -> Iterator[bytes]:
+        """The multihashes of a bucket's members, in order."""
+        where = self._where
+        for m in members:
+            yield _SHA256_MH + where.digest(m) if m >= 0 else self._other_keys[-1 - m][2:]
 
     def build(self) -> IndexBuild:
         """The blocks of the current set: every changed bucket's and a new root's."""
@@ -215,7 +282,7 @@ class RetainIndex:
         links: list[CID] = []
         for bucket, members in self._buckets.items():
             if bucket in self._changed or bucket not in self._blocks:
-                data = encode_bucket(k[2:] for k in members)
+                data = encode_bucket(self._multihashes(members))
                 cid = sha256_cid(data)
                 blocks.append((cid, data))
                 built.append((bucket, cid, self._versions.get(bucket, 0)))
@@ -228,9 +295,7 @@ class RetainIndex:
         built += [
             (b, None, self._versions.get(b, 0)) for b in self._changed if b not in self._buckets
         ]
-        return IndexBuild(
-            root=root, blocks=tuple(blocks), size=len(self._where), built=tuple(built)
-        )
+        return IndexBuild(root=root, blocks=tuple(blocks), size=len(self), built=tuple(built))
 
     def commit(self, build: IndexBuild) -> None:
         """``build`` is pinned now (in place of the root before it)."""
@@ -251,10 +316,11 @@ class RetainIndex:
         order): its events are retained, and the first root loaded is the one the
         next build replaces (the caller unpins any other)."""
         for members in buckets:
-            for mh in (_DAG_CBOR_V1 + m for m in members):
-                if mh not in self._where:
+            for mh in members:
+                bucket = self._link(_DAG_CBOR_V1 + mh)
+                if bucket is not None:
                     # Rebuilt at the next build: the loaded blocks are not ours.
-                    self._changed.add(self._place(mh))
+                    self._changed.add(bucket)
         if self.root is None:
             self.root = root
-        self.pinned_size = len(self._where)
+        self.pinned_size = len(self)

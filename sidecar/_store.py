@@ -67,6 +67,7 @@ import anyio.abc
 from pulsarcast_ipfs.core import cid_from_str
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.core._dagcbor import sha256_cid
+from pulsarcast_ipfs.core._digesttable import CIDFlags
 from pulsarcast_ipfs.kubo import (
     KuboClient,
     KuboError,
@@ -224,9 +225,9 @@ class BlockStore:
         self._provides: deque[CID] = deque()
         self._provide_wake = anyio.Event()
         self._stored: set[CID] = set()
-        self._retained: dict[bytes, bool] = {}
-        """Events of retained histories by CID bytes (-> whether own): to be pinned
-        while here (the bytes object the core's history keys the event by, not a copy)."""
+        self._retained = CIDFlags()
+        """Events of retained histories (-> whether own): to be pinned while here (no
+        Python object per event: a sidecar retains up to a million)."""
         self._topics: set[CID] = set()
         """Topic descriptors pinned and announced for this node's subscriptions."""
         self._pinned: set[CID] = set()
@@ -366,7 +367,7 @@ class BlockStore:
         if announce:
             self._own_topics.add(cid)
         if retain:
-            if bytes(cid) in self._retained:
+            if cid in self._retained:
                 if urgent and not own:
                     if cid in self._unindexed:
                         self._urgent.add(cid)  # told at the next index pin, made soon
@@ -374,7 +375,7 @@ class BlockStore:
                     elif cid in self.index or not self.retain_pin:
                         self._held([cid])
                 return
-            self._retained[bytes(cid)] = own
+            self._retained[cid] = own
             self._unpin_due.pop(cid, None)
             if urgent and not own and self.retain_pin:
                 # A publisher waits: no put of its own, the block goes with the
@@ -406,7 +407,7 @@ class BlockStore:
     def release(self, cids: Iterable[CID]) -> None:
         """``ReleaseBlocks``: unpin these retained events (own blocks stay pinned)."""
         for cid in cids:
-            if self._retained.pop(bytes(cid), None):
+            if self._retained.pop(cid):
                 continue  # an own event: stays pinned
             self._unindexed.pop(cid, None)
             if self.index.remove(cid):  # also one retained before a restart
@@ -447,7 +448,7 @@ class BlockStore:
                 del self._pin_due[cid]
                 if cid not in self._announce_due:  # (an own topic version: still due)
                     self._unpinned.pop(cid, None)
-            if cid in self._pinned and bytes(cid) not in self._retained:
+            if cid in self._pinned and cid not in self._retained:
                 self._unpin_due[cid] = None
                 self._put_wake.set()
 
@@ -610,7 +611,7 @@ class BlockStore:
             self._announce_due[cid] = None
             self._unpinned[cid] = data
         elif kind == "retain":
-            if self.retain_pin and self._retained.get(bytes(cid)) is False and self.index.add(cid):
+            if self.retain_pin and self._retained.get(cid) is False and self.index.add(cid):
                 self.pins_added += 1
                 self._unindexed[cid] = data
             elif cid in self._urgent and cid not in self._unindexed:
@@ -794,7 +795,7 @@ class BlockStore:
         return True
 
     def _wanted(self, cid: CID) -> bool:
-        return self._retained.get(bytes(cid)) is False or cid in self._topics
+        return self._retained.get(cid) is False or cid in self._topics
 
     async def _pin_announced(self, cid: CID) -> bool:
         """Pin an own topic version directly, with Kubo's fast-provide-root (it

@@ -134,3 +134,57 @@ def test_an_index_read_back_goes_on_from_its_root() -> None:
     random.Random(0).shuffle(cids)  # order of removal does not matter
     assert sum(again.remove(c) for c in cids) == 8  # the one removed before: False
     assert len(again) == 2
+
+
+def _odd_cid(i: int) -> CID:
+    """A CID of another multihash (blake2b-256): only an index pinned by someone else
+    could link one."""
+    return CID("base32", 1, "dag-cbor", ("blake2b-256", bytes([i]) * 32))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "remove", "build", "commit", "load"]),
+            st.integers(0, 60),
+        ),
+        max_size=150,
+    ),
+    size=st.integers(1, 5),
+)
+def test_the_compact_index_builds_what_the_reference_builds(
+    ops: list[tuple[str, int]], size: int
+) -> None:
+    """The index keeps no Python object per event; the dict-based one it replaced
+    (``pulsarcast_ipfs.testing._retainindex_reference``) is the reference: the same
+    adds, removes, loads, builds and commits give the same answers and the very same
+    blocks, raw links and links of another multihash alike."""
+    from pulsarcast_ipfs.core._cid import CID as CoreCID
+    from pulsarcast_ipfs.testing._retainindex_reference import ReferenceRetainIndex
+
+    pool = [CoreCID.of(c) for c in _cids(50)] + [CoreCID.of(_odd_cid(i)) for i in range(5)]
+    pool += [CoreCID.of(CID("base32", 1, "raw", c.digest)) for c in _cids(6, "raw")]
+    new, ref = RetainIndex(bucket_size=size), ReferenceRetainIndex(bucket_size=size)
+    pending = None
+    for op, i in ops:
+        cid = pool[i]
+        if op == "add":
+            assert new.add(cid) == ref.add(cid)
+        elif op == "remove":
+            assert new.remove(cid) == ref.remove(cid)
+        elif op == "build":
+            pending = new.build()
+            assert pending == ref.build()
+        elif op == "commit" and pending is not None:
+            new.commit(pending)
+            ref.commit(pending)
+            pending = None
+        elif op == "load":
+            mhs = [bytes(c)[2:] for c in pool[i : i + 4]]
+            new.load(pool[i], [mhs[:2], mhs[2:]])
+            ref.load(pool[i], [mhs[:2], mhs[2:]])
+        assert len(new) == len(ref) and new.changed == ref.changed
+        assert new.root == ref.root and new.pinned_size == ref.pinned_size
+        assert all((c in new) == (c in ref) for c in pool)
+    assert new.build() == ref.build()

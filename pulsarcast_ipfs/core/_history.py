@@ -34,8 +34,8 @@ which unpins them.
 from __future__ import annotations
 
 import bisect
-import heapq
 import struct
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
@@ -44,6 +44,7 @@ from pulsarcast_ipfs.core._cid import CID
 
 from ._dagcbor import decode, encode
 from ._descriptors import EventDescriptor
+from ._digesttable import DIGEST_SIZE, DigestTable
 from ._errors import LocalProtocolError
 from ._filters import AttributeValue, Filter, matches
 
@@ -98,100 +99,140 @@ class RetainedEvent(NamedTuple):
 
 
 _Raw = bytes
-"""CID bytes (the name ``bytes`` is a property inside :class:`TopicHistory`)."""
-_HEAD: Final = struct.Struct(">Q36sdIH")
-"""A record's fixed part: clock, CID bytes, created, size, number of parents."""
-_CREATED: Final = struct.Struct(">d")
-_CID_LEN: Final = 36
-"""Bytes of an event's CID (CIDv1 dag-cbor sha2-256: every event's, recomputed)."""
+"""(The name ``bytes`` is a property inside :class:`TopicHistory`.)"""
+_PREFIX: Final = b"\x01\x71\x12\x20"
+"""CIDv1 dag-cbor sha2-256: the first four bytes of every event's CID (recomputed from
+its bytes) and of every parent link (checked on decode). The history keeps the 32-byte
+digest that follows."""
+_REC: Final = struct.Struct(">Q32sdIIIBxHQ")
+"""A record: clock, digest, created, size, retained children, where its parents and
+attributes start in the heap, number of parents, attribute bytes, arrival number
+(72 bytes). Records
+start with ``clock`` (8 bytes, big-endian) and the digest, so that their first
+:data:`_KEY` bytes sort as the history order."""
+_WIDTH: Final = _REC.size
+_KEY: Final = 40
+_CREATED_AT: Final = 40
+_CHILDREN_AT: Final = 52
+_EXT_AT: Final = 56
+_ARRIVAL_AT: Final = 64
+_U64: Final = struct.Struct(">Q")
+_F64: Final = struct.Struct(">d")
+_U32: Final = struct.Struct(">I")
+_EXT: Final = struct.Struct(">IBxH")
+"""Heap offset, number of parents, attribute bytes (a record's last 8 bytes)."""
+_COUNT_WIDTH: Final = DIGEST_SIZE + 4
+"""A link count: a digest and how many retained events link it."""
+_MAX_ATTRIBUTE_BYTES: Final = 0xFFFF
+_HEAP_SLACK: Final = 16384
+"""Heap bytes no longer used that are tolerated beyond half the used ones."""
 
 
-def _pack(raw: bytes, ev: EventDescriptor) -> bytes:
-    """The record of event ``ev`` (CID bytes ``raw``): :data:`_HEAD`, then each parent
-    as a length byte and its CID bytes, then the dag-cbor attribute map if any.
-    Records start with ``clock`` (8 bytes, big-endian) and the CID bytes, so that
-    they sort as the history order."""
-    parts = [_HEAD.pack(ev.clock, raw, ev.created_ts, len(ev.encode()), len(ev.parents))]
-    for p in ev.parents:
-        pb = bytes(p)
-        if len(pb) > 255:
-            raise LocalProtocolError(f"parent CID {p} is too long for the history index")
-        parts.append(bytes((len(pb),)) + pb)
-    if ev.attributes is not None:
-        parts.append(encode(dict(ev.attributes)))
-    return b"".join(parts)
+def _digest(raw: bytes) -> bytes | None:
+    """The sha2-256 digest of a CIDv1 dag-cbor sha2-256's bytes ``raw``, else None."""
+    return raw[4:] if len(raw) == 36 and raw.startswith(_PREFIX) else None
 
 
-def _parents(rec: bytes) -> tuple[list[bytes], int]:
-    """The parents' CID bytes of record ``rec``, and where its attributes start."""
-    n = int.from_bytes(rec[_HEAD.size - 2 : _HEAD.size], "big")
-    pos = _HEAD.size
-    out: list[bytes] = []
-    for _ in range(n):
-        size = rec[pos]
-        out.append(rec[pos + 1 : pos + 1 + size])
-        pos += 1 + size
-    return out, pos
-
-
-def _attributes(rec: bytes) -> Mapping[str, AttributeValue] | None:
-    _, pos = _parents(rec)
-    return decode(rec[pos:]) if pos < len(rec) else None
-
-
-def _created(rec: bytes) -> float:
-    """A record's ``created`` (seconds since the epoch)."""
-    created: float = _CREATED.unpack_from(rec, 44)[0]
-    return created
-
-
-def _key_bytes(key: HistoryKey) -> bytes:
-    """A cursor key as a record prefix (clock, then CID bytes)."""
-    return key[0].to_bytes(8, "big") + key[1]
+def _cid(digest: bytes | bytearray) -> CID:
+    return CID._make(_PREFIX + digest)
 
 
 class TopicHistory:
     """The retained events of one topic, ordered by :data:`HistoryKey`.
 
-    An index, not the events: per event one record (``bytes``: clock, CID, created,
-    size, parents' CIDs, attributes; about 130 bytes for one parent) in a dict by CID
-    bytes and in a list sorted in the history order, its CID bytes in the list of its
-    second of ``created`` (age eviction); links are counted only where an event has
-    more than one retained child or is not retained itself. The bodies
-    are in the block store (docs/sidecar.md "Retention").
+    An index, not the events, and no Python object per event: each event is one
+    72-byte record (clock, digest, created, size, its retained children, where its
+    parents and attributes are, its arrival number) in a
+    :class:`~._digesttable.DigestTable`, found by digest; its parents' digests and
+    its dag-cbor attribute map go to a ``bytearray`` heap (compacted when half of it
+    is unused); two ``array('I')`` of record slots keep the history order and the
+    order of ``created`` (age eviction). Links to events not retained are counted in
+    a second table. About 140 bytes an event with one parent and one short
+    attribute. The bodies are in the block store (docs/sidecar.md "Retention").
     """
 
     __slots__ = (
         "_absent",
-        "_age_secs",
-        "_ages",
+        "_arrivals",
+        "_by_age",
         "_bytes",
         "_heads",
+        "_heap",
+        "_heap_used",
         "_horizon",
-        "_keys",
         "_missing",
-        "_multi",
+        "_order",
         "_outside",
+        "_outside_order",
         "_recs",
         "policy",
     )
 
     def __init__(self, *, policy: RetentionPolicy) -> None:
         self.policy = policy
-        self._recs: dict[bytes, bytes] = {}  # CID bytes -> record
-        self._keys: list[bytes] = []  # the records, ascending (history order)
-        self._ages: dict[int, list[bytes]] = {}  # whole second of created -> CID bytes
-        self._age_secs: list[int] = []  # the seconds of _ages, a min-heap
-        # How many retained events link an event, without an entry per event: a retained
-        # event is linked by none if it is in _heads, by n >= 2 if _multi says so, else
-        # by one; _absent counts the links to events not retained.
-        self._multi: dict[bytes, int] = {}
-        self._absent: dict[bytes, int] = {}
-        self._heads: set[bytes] = set()
+        self._recs = DigestTable(_WIDTH, key_at=8)
+        self._order = array("I")
+        """Record slots, ascending (history order)."""
+        self._by_age = array("I")
+        """Record slots by ``created``, ascending (ties: in arrival order)."""
+        self._heap = bytearray()
+        """Per record: its parents' digests, then its attribute map (dag-cbor)."""
+        self._heap_used = 0
+        self._heads: set[int] = set()
+        """Slots of the retained events no retained event links (children 0)."""
+        self._absent = DigestTable(_COUNT_WIDTH)
+        """Events not retained that retained events link: digest -> how many."""
         self._missing: set[CID] = set()
-        self._outside: dict[bytes, None] = {}  # CID bytes, oldest first (bounded)
+        self._outside = DigestTable(DIGEST_SIZE)
+        """Events known to be outside the policy (bounded: ``_OUTSIDE_MEMORY``)..."""
+        self._outside_order = array("I")
+        """...their slots, oldest first."""
         self._horizon: HistoryKey | None = None
         self._bytes = 0
+        self._arrivals = 0
+        """Events added so far (each record's arrival number: :meth:`clear`'s order)."""
+
+    # ---------------------------------------------------------------- records
+
+    def _key(self, slot: int) -> bytearray:
+        """Record ``slot``'s place in the history order (clock, then digest)."""
+        at = slot * _WIDTH
+        return self._recs.data[at : at + _KEY]
+
+    def _created(self, slot: int) -> float:
+        created: float = _F64.unpack_from(self._recs.data, slot * _WIDTH + _CREATED_AT)[0]
+        return created
+
+    def _cid_at(self, slot: int) -> CID:
+        at = slot * _WIDTH + 8
+        return _cid(bytes(self._recs.data[at : at + DIGEST_SIZE]))
+
+    def _children(self, slot: int) -> int:
+        n: int = _U32.unpack_from(self._recs.data, slot * _WIDTH + _CHILDREN_AT)[0]
+        return n
+
+    def _set_children(self, slot: int, n: int) -> None:
+        _U32.pack_into(self._recs.data, slot * _WIDTH + _CHILDREN_AT, n)
+
+    def _parents_at(self, slot: int) -> list[_Raw]:
+        """Record ``slot``'s parents' digests."""
+        ext, n, _ = _EXT.unpack_from(self._recs.data, slot * _WIDTH + _EXT_AT)
+        heap = self._heap
+        return [
+            bytes(heap[p : p + DIGEST_SIZE]) for p in range(ext, ext + n * DIGEST_SIZE, DIGEST_SIZE)
+        ]
+
+    def _attributes_at(self, slot: int) -> Mapping[str, AttributeValue] | None:
+        ext, n, size = _EXT.unpack_from(self._recs.data, slot * _WIDTH + _EXT_AT)
+        if not size:
+            return None
+        at = ext + n * DIGEST_SIZE
+        attrs: Mapping[str, AttributeValue] = decode(bytes(self._heap[at : at + size]))
+        return attrs
+
+    def _find(self, cid: CID) -> int:
+        digest = _digest(bytes(cid))
+        return -1 if digest is None else self._recs.find(digest)
 
     # ---------------------------------------------------------------- queries
 
@@ -199,17 +240,16 @@ class TopicHistory:
         return len(self._recs)
 
     def __contains__(self, cid: object) -> bool:
-        return isinstance(cid, CID) and bytes(cid) in self._recs
+        return isinstance(cid, CID) and self._find(cid) >= 0
 
     def get(self, cid: CID) -> RetainedEvent | None:
         """The index entry of retained event ``cid`` (its body is in the block store)."""
-        rec = self._recs.get(bytes(cid))
-        if rec is None:
+        slot = self._find(cid)
+        if slot < 0:
             return None
-        clock, _, created, size, _ = _HEAD.unpack_from(rec)
-        parents, pos = _parents(rec)
-        attrs = decode(rec[pos:]) if pos < len(rec) else None
-        return RetainedEvent(cid, clock, created, size, tuple(map(CID._make, parents)), attrs)
+        clock, _, created, size, _, _, _, _, _ = _REC.unpack_from(self._recs.data, slot * _WIDTH)
+        parents = tuple(map(_cid, self._parents_at(slot)))
+        return RetainedEvent(cid, clock, created, size, parents, self._attributes_at(slot))
 
     @property
     def bytes(self) -> int:
@@ -219,7 +259,7 @@ class TopicHistory:
     @property
     def heads(self) -> frozenset[CID]:
         """Retained events that no retained event links."""
-        return frozenset(map(CID._make, self._heads))
+        return frozenset(map(self._cid_at, self._heads))
 
     @property
     def missing(self) -> frozenset[CID]:
@@ -237,22 +277,29 @@ class TopicHistory:
 
     def newest(self) -> Iterator[CID]:
         """Every retained event, newest first."""
-        for rec in reversed(self._keys):
-            yield CID._make(rec[8:44])
+        for slot in self._order[::-1]:
+            yield self._cid_at(slot)
 
     def key_of(self, cid: CID) -> HistoryKey | None:
-        raw = bytes(cid)
-        rec = self._recs.get(raw)
-        return (int.from_bytes(rec[:8], "big"), raw) if rec is not None else None
+        slot = self._find(cid)
+        if slot < 0:
+            return None
+        clock: int = _REC.unpack_from(self._recs.data, slot * _WIDTH)[0]
+        return (clock, bytes(cid))
 
     def _bounds(self, after: HistoryKey | None) -> tuple[int, int]:
         """Positions of the first record at or above ``after``, and after it."""
-        keys = self._keys
+        order = self._order
         if after is None:
-            return len(keys), len(keys)
-        prefix = _key_bytes(after)
-        lo = bisect.bisect_left(keys, prefix)
-        hi = lo + 1 if lo < len(keys) and keys[lo].startswith(prefix) else lo
+            return len(order), len(order)
+        clock, raw = after
+        prefix = bytearray(clock.to_bytes(8, "big"))
+        if raw.startswith(_PREFIX):  # (any other CID sorts before or after them all)
+            key, exact = prefix + raw[4:], len(raw) == 36
+        else:
+            key, exact = (prefix if raw < _PREFIX else prefix + b"\xff" * 33), False
+        lo = bisect.bisect_left(order, key, key=self._key)
+        hi = lo + 1 if exact and lo < len(order) and self._key(order[lo]) == key else lo
         return lo, hi
 
     def page(
@@ -262,19 +309,19 @@ class TopicHistory:
         (``newest``: descending keys, so "after" means older), and whether more follow."""
         if type(limit) is not int or limit < 1:
             raise LocalProtocolError("limit must be a positive integer")
-        keys = self._keys
+        slots = self._order
         if order == "newest":
-            end = len(keys) if after is None else self._bounds(after)[0]
+            end = len(slots) if after is None else self._bounds(after)[0]
             start = max(0, end - limit)
-            chosen = keys[start:end][::-1]
+            chosen = slots[start:end][::-1]
             more = start > 0
         elif order == "oldest":
             start = 0 if after is None else self._bounds(after)[1]
-            chosen = keys[start : start + limit]
-            more = start + limit < len(keys)
+            chosen = slots[start : start + limit]
+            more = start + limit < len(slots)
         else:
             raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
-        return [CID._make(rec[8:44]) for rec in chosen], more
+        return [self._cid_at(s) for s in chosen], more
 
     def filtered_page(
         self,
@@ -294,13 +341,13 @@ class TopicHistory:
         """
         if type(limit) is not int or limit < 1:
             raise LocalProtocolError("limit must be a positive integer")
-        keys = self._keys
+        slots = self._order
         if order == "newest":
-            end = len(keys) if after is None else self._bounds(after)[0]
+            end = len(slots) if after is None else self._bounds(after)[0]
             positions: range = range(end - 1, -1, -1)
         elif order == "oldest":
             start = 0 if after is None else self._bounds(after)[1]
-            positions = range(start, len(keys))
+            positions = range(start, len(slots))
         else:
             raise LocalProtocolError(f"order must be 'newest' or 'oldest', not {order!r}")
         out: list[CID] = []
@@ -309,9 +356,9 @@ class TopicHistory:
         for pos in positions:
             if examined >= scan:
                 return out, last  # out of budget: go on after the last examined
-            rec = keys[pos]
-            cid = CID._make(rec[8:44])
-            if matches(where, _attributes(rec)):
+            slot = slots[pos]
+            cid = self._cid_at(slot)
+            if matches(where, self._attributes_at(slot)):
                 if len(out) == limit:
                     return out, out[-1]  # one more match exists: next page after ours
                 out.append(cid)
@@ -330,48 +377,78 @@ class TopicHistory:
 
     def add(self, cid: CID, ev: EventDescriptor, now: float) -> bool:
         """Retain ``ev`` (its CID is ``cid``); False if known or outside the policy."""
-        raw = bytes(cid)
-        if raw in self._recs:
+        digest = _digest(bytes(cid))
+        recs = self._recs
+        if digest is not None and recs.find(digest) >= 0:
             return False
         if self.is_outside(ev, now):
             self._missing.discard(cid)
             self._note_outside(cid)
             return False
-        if len(raw) != _CID_LEN:
+        if digest is None:
             raise LocalProtocolError(f"event CID {cid} is not a dag-cbor sha2-256 CID")
-        rec = _pack(raw, ev)
-        self._recs[raw] = rec
-        keys = self._keys
-        if not keys or rec > keys[-1]:
-            keys.append(rec)  # the usual case: the newest event
+        parents = ev.parents
+        linked: list[_Raw] = []
+        for p in parents:
+            pd = _digest(bytes(p))
+            if pd is None:
+                raise LocalProtocolError(f"parent {p} is not a dag-cbor sha2-256 CID")
+            linked.append(pd)
+        attrs = encode(dict(ev.attributes)) if ev.attributes is not None else b""
+        if len(attrs) > _MAX_ATTRIBUTE_BYTES:
+            raise LocalProtocolError(f"the attributes of {cid} are too large for the index")
+        size = len(ev.encode())
+        heap = self._heap
+        ext = len(heap)
+        heap += b"".join(linked)
+        heap += attrs
+        self._heap_used += len(heap) - ext
+        slot = recs.insert(digest)
+        data = recs.data
+        at = slot * _WIDTH
+        _REC.pack_into(
+            data,
+            at,
+            ev.clock,
+            digest,
+            ev.created_ts,
+            size,
+            0,
+            ext,
+            len(linked),
+            len(attrs),
+            self._arrivals,
+        )
+        self._arrivals += 1
+        order, key = self._order, data[at : at + _KEY]
+        if not order or key > self._key(order[-1]):
+            order.append(slot)  # the usual case: the newest event
         else:
-            bisect.insort(keys, rec)
-        sec = int(ev.created_ts)
-        bucket = self._ages.get(sec)
-        if bucket is None:
-            self._ages[sec] = [raw]
-            heapq.heappush(self._age_secs, sec)
+            order.insert(bisect.bisect_left(order, key, key=self._key), slot)
+        ages, created = self._by_age, ev.created_ts
+        if not ages or created >= self._created(ages[-1]):
+            ages.append(slot)
         else:
-            bucket.append(raw)
-        self._bytes += len(ev.encode())
+            ages.insert(bisect.bisect_right(ages, created, key=self._created), slot)
+        self._bytes += size
         self._missing.discard(cid)
-        recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
-        n = absent.pop(raw, 0)  # children retained before it
+        heads = self._heads
+        n = self._uncount(digest)  # children retained before it
         if n == 0:
-            heads.add(raw)
-        elif n > 1:
-            multi[raw] = n
+            heads.add(slot)
+        else:
+            self._set_children(slot, n)
         below = self._horizon is not None and ev.clock - 1 < self._horizon[0]
-        for p in ev.parents:
-            pb = bytes(p)
-            if pb in recs:
-                if pb in heads:
-                    heads.discard(pb)
-                else:
-                    multi[pb] = multi.get(pb, 1) + 1
+        for p, pd in zip(parents, linked, strict=True):
+            ps = recs.find(pd)
+            if ps >= 0:
+                k = self._children(ps)
+                if k == 0:
+                    heads.discard(ps)
+                self._set_children(ps, k + 1)
                 continue
-            absent[pb] = absent.get(pb, 0) + 1
-            if pb not in self._outside and not below:
+            self._count(pd, 1)
+            if not below and self._outside.find(pd) < 0:
                 self._missing.add(p)
         return True
 
@@ -384,96 +461,134 @@ class TopicHistory:
         p = self.policy
         out: list[CID] = []
         cutoff = now - p.max_age
-        ages, secs, recs = self._ages, self._age_secs, self._recs
-        old: list[tuple[float, bytes, bytes]] = []
-        while secs and secs[0] <= cutoff:
-            sec = secs[0]
-            kept: list[bytes] = []
-            for raw in ages.get(sec, ()):
-                rec = recs[raw]
-                created = _created(rec)
-                if created < cutoff:
-                    old.append((created, raw, rec))
-                else:
-                    kept.append(raw)
-            if kept:  # the second the cutoff falls in: the rest stays
-                ages[sec] = kept
-                break
-            heapq.heappop(secs)
-            ages.pop(sec, None)
-        for _, raw, rec in sorted(old):  # oldest first, ties by CID bytes
-            del self._keys[bisect.bisect_left(self._keys, rec)]
-            out.append(CID._make(raw))
-            self._evict(raw, rec, horizon=False, aged=True)
-        keys = self._keys
+        ages, order = self._by_age, self._order
+        n = 0
+        while n < len(ages) and self._created(ages[n]) < cutoff:
+            n += 1
+        if n:
+            old = sorted((self._created(s), self._key(s)[8:], s) for s in ages[:n])
+            del ages[:n]
+            for _, digest, slot in old:  # oldest first, ties by CID bytes
+                del order[bisect.bisect_left(order, self._key(slot), key=self._key)]
+                out.append(_cid(digest))
+                self._evict(slot, horizon=False, aged=True)
         i = 0
-        while i < len(keys) and (len(keys) - i > p.max_events or self._bytes > p.max_bytes):
-            rec = keys[i]
-            raw = rec[8:44]
-            out.append(CID._make(raw))
-            self._evict(raw, rec, horizon=True)
+        while i < len(order) and (len(order) - i > p.max_events or self._bytes > p.max_bytes):
+            slot = order[i]
+            out.append(self._cid_at(slot))
+            self._evict(slot, horizon=True)
             i += 1
         if i:
-            del keys[:i]
+            del order[:i]
             self._drop_missing_below()
+        if out:
+            self._compact()
         return out
 
     def note_outside(self, cids: Iterable[CID]) -> None:
         """These events are not this history's to keep (tree filters: the node's
         subtree does not want them): not missing, and not fetched."""
         for cid in cids:
-            if bytes(cid) not in self._recs:
+            if self._find(cid) < 0:
                 self._missing.discard(cid)
                 self._note_outside(cid)
 
     def _note_outside(self, cid: CID) -> None:
-        self._note_outside_raw(bytes(cid))
+        digest = _digest(bytes(cid))
+        if digest is not None:  # (no other CID is ever retained or missing)
+            self._note_outside_digest(digest)
 
-    def _note_outside_raw(self, raw: _Raw) -> None:
+    def _note_outside_digest(self, digest: _Raw) -> None:
         outside = self._outside
-        outside[raw] = None
+        if outside.find(digest) >= 0:
+            return
+        self._outside_order.append(outside.insert(digest))
         if len(outside) > _OUTSIDE_MEMORY:
-            del outside[next(iter(outside))]
+            outside.remove(self._outside_order.pop(0))
 
-    def _evict(self, raw: _Raw, rec: _Raw, *, horizon: bool, aged: bool = False) -> None:
-        """Forget retained event ``raw`` (``aged``: taken out of its age bucket already)."""
-        del self._recs[raw]
-        sec = int(_created(rec))
-        bucket = None if aged else self._ages.get(sec)
-        if bucket is not None:
-            bucket.remove(raw)
-            if not bucket:
-                del self._ages[sec]
-                secs = self._age_secs
-                while secs and secs[0] not in self._ages:
-                    heapq.heappop(secs)  # emptied seconds at the top of the heap
-        self._note_outside_raw(raw)  # its retained children do not miss it
-        clock, _, _, size, _ = _HEAD.unpack_from(rec)
+    def _count(self, digest: _Raw, n: int) -> None:
+        """``n`` more retained events link ``digest`` (not retained)."""
+        t = self._absent
+        slot = t.find(digest)
+        if slot < 0:
+            slot = t.insert(digest)
+        at = slot * _COUNT_WIDTH + DIGEST_SIZE
+        _U32.pack_into(t.data, at, _U32.unpack_from(t.data, at)[0] + n)
+
+    def _uncount(self, digest: _Raw) -> int:
+        """Forget the links to ``digest``; how many there were."""
+        t = self._absent
+        slot = t.find(digest)
+        if slot < 0:
+            return 0
+        n: int = _U32.unpack_from(t.data, slot * _COUNT_WIDTH + DIGEST_SIZE)[0]
+        t.remove(slot)
+        return n
+
+    def _unlink(self, digest: _Raw) -> None:
+        """One retained event less links ``digest`` (not retained): once none does,
+        it is not missing either."""
+        t = self._absent
+        slot = t.find(digest)
+        n = 0 if slot < 0 else _U32.unpack_from(t.data, slot * _COUNT_WIDTH + DIGEST_SIZE)[0] - 1
+        if n > 0:
+            _U32.pack_into(t.data, slot * _COUNT_WIDTH + DIGEST_SIZE, n)
+            return
+        if slot >= 0:
+            t.remove(slot)
+        self._missing.discard(_cid(digest))
+
+    def _evict(self, slot: int, *, horizon: bool, aged: bool = False) -> None:
+        """Forget retained event ``slot`` (``aged``: out of ``_by_age`` already; the
+        caller takes it out of ``_order``)."""
+        recs = self._recs
+        clock, digest, created, size, children, _, npar, alen, _ = _REC.unpack_from(
+            recs.data, slot * _WIDTH
+        )
+        linked = self._parents_at(slot)
+        self._heap_used -= npar * DIGEST_SIZE + alen
+        if not aged:
+            ages = self._by_age
+            i = bisect.bisect_left(ages, created, key=self._created)
+            while ages[i] != slot:
+                i += 1
+            del ages[i]
+        recs.remove(slot)
+        self._note_outside_digest(digest)  # its retained children do not miss it
         self._bytes -= size
-        recs, heads, multi, absent = self._recs, self._heads, self._multi, self._absent
-        if raw in heads:
-            heads.discard(raw)
+        heads = self._heads
+        if slot in heads:
+            heads.discard(slot)
         else:  # its retained children still link it
-            absent[raw] = multi.pop(raw, 1)
-        key = (clock, raw)
+            self._count(digest, children)
+        key = (clock, _PREFIX + digest)
         if horizon and (self._horizon is None or key > self._horizon):
             self._horizon = key
-        for pb in _parents(rec)[0]:
-            if pb in recs:
-                n = multi.get(pb)
-                if n is None:
-                    heads.add(pb)  # linked by none now
-                elif n == 2:
-                    del multi[pb]
-                else:
-                    multi[pb] = n - 1
+        for pd in linked:
+            ps = recs.find(pd)
+            if ps >= 0:
+                k = self._children(ps) - 1
+                self._set_children(ps, k)
+                if k == 0:
+                    heads.add(ps)  # linked by none now
                 continue
-            n = absent.get(pb, 0) - 1
-            if n <= 0:
-                absent.pop(pb, None)
-                self._missing.discard(CID._make(pb))
-            else:
-                absent[pb] = n
+            self._unlink(pd)
+
+    def _compact(self) -> None:
+        """Rewrite the heap without the parts of evicted records, once more than half
+        of it is unused."""
+        heap, used = self._heap, self._heap_used
+        if len(heap) <= used + used // 2 + _HEAP_SLACK:
+            return
+        new = bytearray()
+        data = self._recs.data
+        with memoryview(heap) as view:
+            for slot in self._order:
+                at = slot * _WIDTH + _EXT_AT
+                ext, npar, alen = _EXT.unpack_from(data, at)
+                _EXT.pack_into(data, at, len(new), npar, alen)
+                new += view[ext : ext + npar * DIGEST_SIZE + alen]
+        self._heap = new
 
     def _drop_missing_below(self) -> None:
         """Parents below the new horizon are outside the policy, not missing.
@@ -485,15 +600,16 @@ class TopicHistory:
         h = self._horizon
         if h is None or not self._missing:
             return
-        missing = {bytes(m) for m in self._missing}
+        missing = {bytes(m)[4:] for m in self._missing}
         bound: dict[_Raw, int] = {}
-        for rec in self._recs.values():
-            clock = int.from_bytes(rec[:8], "big")
-            for pb in _parents(rec)[0]:
-                if pb in missing:
-                    bound[pb] = max(bound.get(pb, -1), clock - 1)
+        data = self._recs.data
+        for slot in self._order:
+            clock = int.from_bytes(data[slot * _WIDTH : slot * _WIDTH + 8], "big")
+            for pd in self._parents_at(slot):
+                if pd in missing:
+                    bound[pd] = max(bound.get(pd, -1), clock - 1)
         for m in list(self._missing):
-            if bound.get(bytes(m), -1) < h[0]:
+            if bound.get(bytes(m)[4:], -1) < h[0]:
                 self._missing.discard(m)
 
     def restore_horizon(self, horizon: HistoryKey | None) -> None:
@@ -502,15 +618,18 @@ class TopicHistory:
             self._horizon = horizon
 
     def clear(self) -> list[CID]:
-        """Forget everything (the node stops retaining the topic); the CIDs it held."""
-        out = [CID._make(raw) for raw in self._recs]
-        self._recs = {}
-        self._keys = []
-        self._ages = {}
-        self._age_secs = []
-        self._multi = {}
-        self._absent = {}
+        """Forget everything (the node stops retaining the topic); the CIDs it held,
+        in the order they were added (the order the node releases them in)."""
+        data = self._recs.data
+        slots = sorted(self._order, key=lambda s: _U64.unpack_from(data, s * _WIDTH + _ARRIVAL_AT))
+        out = [self._cid_at(slot) for slot in slots]
+        self._recs = DigestTable(_WIDTH, key_at=8)
+        self._order = array("I")
+        self._by_age = array("I")
+        self._heap = bytearray()
+        self._heap_used = 0
         self._heads = set()
+        self._absent = DigestTable(_COUNT_WIDTH)
         self._missing = set()
         self._bytes = 0
         return out
