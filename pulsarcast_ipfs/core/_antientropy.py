@@ -333,14 +333,15 @@ class AntiEntropy(NodeBase):
         return items
 
     def _digest_window(
-        self, now: float, tree: Tree, lo: float, peer: str
+        self, now: float, tree: Tree, lo: float, peer: str, *, own: bool
     ) -> tuple[float, float, int, int]:
+        """``own``: the edge has a window of its own (pruned CIDs, or a summary);
+        else every CID counts, read from the tree's fingerprint index."""
         hi = max(lo, now - self.config.heads_interval / 2)
-        edge = tree.edges.get(peer)
-        if (edge is None or not edge.skipped) and self._edge_summary(tree, peer) is None:
-            count, total = tree.window.fingerprint(lo, hi)
-        else:
+        if own:
             count, total = fingerprint(c for c, _ in self._window_items(tree, lo, hi, peer))
+        else:
+            count, total = tree.window.fingerprint(lo, hi)
         return lo, hi, count, total
 
     def _send_digest(
@@ -357,7 +358,7 @@ class AntiEntropy(NodeBase):
         own = bool(edge.skipped) or self._edge_summary(tree, peer) is not None
         cached = None if own else windows.get(lo)  # a filtered edge: its own window
         if cached is None:
-            cached = self._digest_window(now, tree, lo, peer)
+            cached = self._digest_window(now, tree, lo, peer, own=own)
             if not own:
                 windows[lo] = cached
         window = cached
