@@ -274,6 +274,33 @@ def test_a_silent_member_of_the_roots_list_is_dropped_by_the_root() -> None:
     assert not [p for p in others if penalised(net, p, "silent_child")]
 
 
+def test_a_silent_child_of_an_idle_topic_is_probed_and_dropped() -> None:
+    """A topic where nothing is published: no child owes the root a DIGEST, so only
+    the root's idle probes (an empty HEADS, answered by one) tell a silent Sybil
+    from an idle honest child. The silent one is dropped within a minute and a half
+    of virtual time; no honest child is, with 5 % loss on every link. (Without the
+    probes the root keeps the Sybil.)"""
+    net = CoreNet(8, seed=9, loss=0.05)
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "idle")
+    net.run_for(0.5)
+    for p in net.peers[1:]:
+        net.call(p, "subscribe", topic)
+    net.run_for(8)
+    sybil = net.nodes[author].topic_state(topic).children[0]
+    honest = [p for p in net.peers[1:] if p != sybil]
+    net.drop_if = lambda s, r, rpc: s == sybil and isinstance(rpc, Digest | Heads)
+    net.run_for(90)
+    # (in the topic and in its metadata topic, idle as well)
+    assert set(penalised(net, sybil, "silent_child")) == {author}
+    assert sybil not in net.nodes[author].topic_state(topic).children
+    assert all(net.nodes[p].topic_state(topic).parent is not None for p in honest)
+    assert not [p for p in honest if set(penalised(net, p, "silent_child")) - {sybil}]
+    net.run_for(600)  # ten idle minutes: probes lost now and then, nobody dropped
+    assert all(net.nodes[p].topic_state(topic).parent is not None for p in honest)
+    assert not [p for p in honest if set(penalised(net, p, "silent_child")) - {sybil}]
+
+
 def test_a_silent_child_cannot_dodge_by_leaving_and_joining_again() -> None:
     """A silent child that LEAVEs its parent for six seconds in every ten (a heads
     round falls in each gap, so it is never a child for six rounds in a row) and

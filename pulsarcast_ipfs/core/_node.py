@@ -436,7 +436,8 @@ class PulsarcastNode(
         return tree.parent if tree is not None else None
 
     def _guard_round(self, now: float) -> None:
-        """Every heads round: choose and refresh witnesses; drop silent children."""
+        """Every heads round: choose and refresh witnesses; probe idle children, drop
+        silent ones."""
         guard = self._guard
         for tree in list(self._trees.values()):
             if tree.key not in self._trees:
@@ -449,7 +450,11 @@ class PulsarcastNode(
                 eligible=eligible,
                 members=self._members_known(tree),
                 author=tree.author,
-                exclude={self.peer_id, *(p for p in (parent,) if p), *tree.children},
+                exclude={
+                    self.peer_id,
+                    *(p for p in (parent, tree.join.peer if tree.join else None) if p),
+                    *tree.children,
+                },
             )
             if plan.sends:
                 own = self._own_filters(tree)
@@ -460,8 +465,13 @@ class PulsarcastNode(
                         now, peer, Watch(topic=tree.key, ttl=ttl, filters=filters), tree.name
                     )
             if tree.children:
-                for child in guard.silent_children(tree.key, tree.children):
+                silent, probes = guard.child_round(tree.key, tree.children)
+                for child in silent:
                     self._evict_silent(now, tree, child)
+                for child in probes:
+                    if child in tree.children:
+                        # An idle probe: a child answers with a HEADS (._guard).
+                        self._send(now, child, Heads(topic=tree.key, heads=()), tree.name)
 
     @entry_point
     def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
@@ -483,6 +493,14 @@ class PulsarcastNode(
         tree = self._trees.get(rpc.topic)
         if tree is None or not tree.joined:
             return  # not in that tree (yet): the watcher finds another witness
+        if peer in tree.children:
+            # Nobody watches its own parent (or the peer it is joining): a child
+            # that moved and whose LEAVE was lost. Dropped as if that LEAVE had come,
+            # not kept to be probed and dropped as silent.
+            self._on_leave(now, peer, Leave(topic=tree.key))
+            tree = self._trees.get(rpc.topic)
+            if tree is None or not tree.joined:
+                return
         filters = None
         if rpc.filters is not None:
             filters = tuple(parse_filter(t) for t in rpc.filters)  # checked by the codec
