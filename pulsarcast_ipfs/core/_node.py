@@ -481,6 +481,10 @@ class PulsarcastNode(
         self._record(
             now, RecordKind.PEER_PENALISED, topic=tree.name, peer=child, reason="silent_child"
         )
+        self._release_child(now, tree, child)
+
+    def _release_child(self, now: float, tree: Tree, child: str) -> None:
+        """Drop ``child`` and tell it (LEAVE)."""
         del tree.children[child]
         tree.edges.pop(child, None)
         self._send(now, child, Leave(topic=tree.key), tree.name)
@@ -493,13 +497,13 @@ class PulsarcastNode(
         tree = self._trees.get(rpc.topic)
         if tree is None or not tree.joined:
             return  # not in that tree (yet): the watcher finds another witness
-        if peer in tree.children:
+        if rpc.ttl and peer in tree.children:
             # Nobody watches its own parent (or the peer it is joining): a child
-            # that moved and whose LEAVE was lost. Dropped as if that LEAVE had come,
-            # not kept to be probed and dropped as silent.
-            self._on_leave(now, peer, Leave(topic=tree.key))
-            tree = self._trees.get(rpc.topic)
-            if tree is None or not tree.joined:
+            # that moved and whose LEAVE was lost. Let go and told so (a child that
+            # does take us for its parent, its WATCH overtaken by its JOIN, joins
+            # again), not kept to be probed and dropped as silent.
+            self._release_child(now, tree, peer)
+            if rpc.topic not in self._trees:
                 return
         filters = None
         if rpc.filters is not None:
