@@ -294,7 +294,13 @@ class PulsarcastNode(
             self._on_pong(now, peer, rpc)
         elif isinstance(rpc, Heads):
             self._guard.child_heard(rpc.topic, peer)
-            if self._guard.was_witness(rpc.topic, peer) and not self._is_neighbour(rpc.topic, peer):
+            if (
+                self._guard.was_witness(rpc.topic, peer)
+                and not self._is_neighbour(rpc.topic, peer)
+                and (rpc.heads or self._guard.is_witness(rpc.topic, peer))
+            ):
+                # (An empty HEADS from a former witness is no announcement: an idle
+                # probe from a former parent, answered in _on_heads.)
                 self._on_announce(now, peer, rpc)
             else:
                 self._on_heads(now, peer, rpc)
