@@ -57,8 +57,9 @@ the parent sends it a HEADS with no entries, which a child answers at once with 
 HEADS with no entries (``_antientropy._on_heads``). Each round that ends with a
 probe of the previous round unanswered counts as a silent round (at most one a
 round, fed or probed), and the child is probed again; ``silent_rounds`` of them in
-a row drop it. An honest idle child costs two small frames per ``silent_rounds +
-1`` rounds; with 5 % loss each way it would need six probes in a row lost.
+a row drop it. An honest idle child that answered is probed again after
+``PROBE_REST + 1`` times as many quiet rounds: two small frames every two minutes;
+with 5 % loss each way it would need six probes in a row lost.
 
 Bounds: ``MAX_WATCHERS`` watchers per topic at a witness, ``MAX_PENDING``
 announcements waiting, ``SCORE_WINDOW`` outcomes per (parent, publisher) for at
@@ -96,6 +97,11 @@ ACK_HEADS = 8
 """Newest events a witness lists in its answer to a WATCH."""
 WATCH_TTL = 60
 """Seconds a WATCH asks for; refreshed at a third of it."""
+PROBE_REST = 3
+"""A child that answered an idle probe is probed again after ``(PROBE_REST + 1) *
+silent_rounds`` quiet rounds, not ``silent_rounds``: an idle honest child costs
+two empty HEADS every two minutes (``silent_child_after`` 30 s), a silent one is
+dropped as fast."""
 MAX_WATCHERS = 64
 MAX_PENDING = 4096
 MAX_SCORED = 4096
@@ -529,8 +535,13 @@ class RelayGuard:
         tg.child_owed.pop(child, None)
         tg.child_gone.pop(child, None)
         tg.child_fed.discard(child)
-        tg.child_quiet.pop(child, None)
-        tg.child_probed.discard(child)
+        if child in tg.child_probed:
+            # It answered a probe: an idle honest child, probed again only after
+            # ``PROBE_REST`` times as long (a silent one never gets here).
+            tg.child_probed.discard(child)
+            tg.child_quiet[child] = -PROBE_REST * self.silent_rounds
+        else:
+            tg.child_quiet.pop(child, None)
 
     def forwarded(self, key: CID, child: str) -> None:
         """A live EVENT went down to ``child``."""
