@@ -20,6 +20,7 @@ from pulsarcast_ipfs.core import (
     GroupEvent,
     Heads,
     Join,
+    JoinAck,
     Leave,
     NodeConfig,
     Watch,
@@ -299,6 +300,27 @@ def test_a_silent_child_of_an_idle_topic_is_probed_and_dropped() -> None:
     net.run_for(600)  # ten idle minutes: probes lost now and then, nobody dropped
     assert all(net.nodes[p].topic_state(topic).parent is not None for p in honest)
     assert not [p for p in honest if set(penalised(net, p, "silent_child")) - {sybil}]
+
+
+def test_a_stale_child_that_watches_its_former_parent_is_let_go_not_penalised() -> None:
+    """A peer takes a node for its child (the JOIN_ACK, or later the node's LEAVE, was
+    lost) while the node sits below another parent and watches that peer as a
+    witness. The peer's idle probes reach the node as a witness's HEADS, never
+    answered; but the node's WATCH tells the peer it is no child of its: it is let
+    go (LEAVE), not dropped as silent. (Without that, it is penalised.)"""
+    net, topic, _author, _members, relay, below = tree_net()
+    child = below[0]
+    witness = net.nodes[child]._guard.watched(topic)[0]
+    net.drop_if = lambda s, r, rpc: s == witness and r == child and isinstance(rpc, JoinAck)
+    join = Join(topic=topic, descriptor=_descriptor(net, topic), leaf=False, up=False)
+    net.inject(child, witness, join)
+    net.run_for(0.5)
+    assert child in net.nodes[witness].topic_state(topic).children  # stale
+    assert net.nodes[child].topic_state(topic).parent == relay
+    net.run_for(120)  # idle: probes after six quiet rounds, WATCH refreshes every 20 s
+    assert child not in net.nodes[witness].topic_state(topic).children
+    assert not penalised(net, child, "silent_child")
+    assert net.nodes[child].topic_state(topic).parent == relay
 
 
 def test_a_silent_child_cannot_dodge_by_leaving_and_joining_again() -> None:
