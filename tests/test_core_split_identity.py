@@ -47,7 +47,11 @@ changed (with the old check, the code of that commit gives the previous one).
 Then (wire 2.8, docs/protocol-notes.md "Relays that lie") a node below a relay watches
 witnesses (WATCH, announcements in HEADS, parent scores) and a parent drops children
 silent in anti-entropy: ``busy`` and ``orphan`` changed (with ``witnesses=0`` and
-``silent_child_after=0`` the code of that commit gives the previous two).
+``silent_child_after=0`` the code of that commit gives the previous two). Then (wire
+2.10) a parent probes a child not heard from in six heads rounds with an empty HEADS,
+which the child answers, and a publisher with no member list from its parent pushes
+to the author directly: all three changed (the idle topics, metadata topics among
+them, carry probes now).
 """
 
 from __future__ import annotations
@@ -91,11 +95,12 @@ def _digest(net: CoreNet) -> str:
 # LEAVE to a dropped child, then all three with tree filters on by default, then
 # busy and orphan when a deep child's MEMBERS list carried the summaries, then
 # busy with one-try lag moves and damped stale-edge LEAVEs, then busy and orphan
-# with MEMBERS deltas, then busy and orphan with witnesses (module docstring).
+# with MEMBERS deltas, then busy and orphan with witnesses, then all three with
+# idle probes (module docstring).
 GOLDEN = {
-    "busy": "b3a92ec13dc675bea8643bfc7e16d56582e637a2b6f70456d8334cbb4ffdb0ac",
-    "signed": "84929fbf004dd7c86b3aa4c54b26ba48b052f1e87d28c7e8ca8e2f2575fcaab7",
-    "orphan": "70b677fcf9a79812100cd39cfa25eafc822d3b9a76b93b52f56b32efa45272e1",
+    "busy": "6fc1e271b55e87d15d656f590970cf4520ccb6688d2aca9024fd13d6c2ffea3d",
+    "signed": "a76d442d110b3cc5cf8d74883ab5e60394f495492d1d931a61b24fd4222c51bb",
+    "orphan": "68082fb9dd263e384bfe35e9096ad271307cbaac5b732c113b96497c65b58234",
 }
 
 
