@@ -271,6 +271,8 @@ class AntiEntropy(NodeBase):
             # (its JOIN_ACK still on its way): answered at once, so that it tells
             # this child from a silent one in a topic where nothing flows.
             self._send(now, peer, Heads(topic=tree.key, heads=()), tree.name)
+        if not rpc.heads:
+            return  # a probe or its answer: it says nothing of either window
         if peer == tree.parent:
             self._send_due_history(now, tree)
         if self._is_edge(tree, peer):
