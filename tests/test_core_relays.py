@@ -20,6 +20,7 @@ from pulsarcast_ipfs.core import (
     GroupEvent,
     Heads,
     Join,
+    JoinAck,
     Leave,
     NodeConfig,
     Watch,
@@ -272,6 +273,54 @@ def test_a_silent_member_of_the_roots_list_is_dropped_by_the_root() -> None:
     assert sybil not in net.nodes[author].topic_state(topic).children
     others = [p for p in publishers if p in net.nodes[author].topic_state(topic).children]
     assert not [p for p in others if penalised(net, p, "silent_child")]
+
+
+def test_a_silent_child_of_an_idle_topic_is_probed_and_dropped() -> None:
+    """A topic where nothing is published: no child owes the root a DIGEST, so only
+    the root's idle probes (an empty HEADS, answered by one) tell a silent Sybil
+    from an idle honest child. The silent one is dropped within a minute and a half
+    of virtual time; no honest child is, with 5 % loss on every link. (Without the
+    probes the root keeps the Sybil.)"""
+    net = CoreNet(8, seed=9, loss=0.05)
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "idle")
+    net.run_for(0.5)
+    for p in net.peers[1:]:
+        net.call(p, "subscribe", topic)
+    net.run_for(8)
+    sybil = net.nodes[author].topic_state(topic).children[0]
+    honest = [p for p in net.peers[1:] if p != sybil]
+    net.drop_if = lambda s, r, rpc: s == sybil and isinstance(rpc, Digest | Heads)
+    net.run_for(90)
+    # (in the topic and in its metadata topic, idle as well)
+    assert set(penalised(net, sybil, "silent_child")) == {author}
+    assert sybil not in net.nodes[author].topic_state(topic).children
+    assert all(net.nodes[p].topic_state(topic).parent is not None for p in honest)
+    assert not [p for p in honest if set(penalised(net, p, "silent_child")) - {sybil}]
+    net.run_for(600)  # ten idle minutes: probes lost now and then, nobody dropped
+    assert all(net.nodes[p].topic_state(topic).parent is not None for p in honest)
+    assert not [p for p in honest if set(penalised(net, p, "silent_child")) - {sybil}]
+
+
+def test_a_stale_child_that_watches_its_former_parent_is_let_go_not_penalised() -> None:
+    """A peer takes a node for its child (the JOIN_ACK, or later the node's LEAVE, was
+    lost) while the node sits below another parent and watches that peer as a
+    witness. The peer's idle probes reach the node as a witness's HEADS, never
+    answered; but the node's WATCH tells the peer it is no child of its: it is let
+    go (LEAVE), not dropped as silent. (Without that, it is penalised.)"""
+    net, topic, _author, _members, relay, below = tree_net()
+    child = below[0]
+    witness = net.nodes[child]._guard.watched(topic)[0]
+    net.drop_if = lambda s, r, rpc: s == witness and r == child and isinstance(rpc, JoinAck)
+    join = Join(topic=topic, descriptor=_descriptor(net, topic), leaf=False, up=False)
+    net.inject(child, witness, join)
+    net.run_for(0.5)
+    assert child in net.nodes[witness].topic_state(topic).children  # stale
+    assert net.nodes[child].topic_state(topic).parent == relay
+    net.run_for(120)  # idle: probes after six quiet rounds, WATCH refreshes every 20 s
+    assert child not in net.nodes[witness].topic_state(topic).children
+    assert not penalised(net, child, "silent_child")
+    assert net.nodes[child].topic_state(topic).parent == relay
 
 
 def test_a_silent_child_cannot_dodge_by_leaving_and_joining_again() -> None:

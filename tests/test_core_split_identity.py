@@ -47,7 +47,12 @@ changed (with the old check, the code of that commit gives the previous one).
 Then (wire 2.8, docs/protocol-notes.md "Relays that lie") a node below a relay watches
 witnesses (WATCH, announcements in HEADS, parent scores) and a parent drops children
 silent in anti-entropy: ``busy`` and ``orphan`` changed (with ``witnesses=0`` and
-``silent_child_after=0`` the code of that commit gives the previous two).
+``silent_child_after=0`` the code of that commit gives the previous two). Then (wire
+2.10) a parent probes a child not heard from in six heads rounds with an empty HEADS,
+which the child answers, and a publisher with no member list from its parent pushes
+to the author directly: all three changed (the idle topics, metadata topics among
+them, carry probes now); then an empty HEADS stopped sending history and deltas
+(it says nothing of either window): busy and orphan changed.
 """
 
 from __future__ import annotations
@@ -91,11 +96,12 @@ def _digest(net: CoreNet) -> str:
 # LEAVE to a dropped child, then all three with tree filters on by default, then
 # busy and orphan when a deep child's MEMBERS list carried the summaries, then
 # busy with one-try lag moves and damped stale-edge LEAVEs, then busy and orphan
-# with MEMBERS deltas, then busy and orphan with witnesses (module docstring).
+# with MEMBERS deltas, then busy and orphan with witnesses, then all three with
+# idle probes (module docstring).
 GOLDEN = {
-    "busy": "b3a92ec13dc675bea8643bfc7e16d56582e637a2b6f70456d8334cbb4ffdb0ac",
-    "signed": "84929fbf004dd7c86b3aa4c54b26ba48b052f1e87d28c7e8ca8e2f2575fcaab7",
-    "orphan": "70b677fcf9a79812100cd39cfa25eafc822d3b9a76b93b52f56b32efa45272e1",
+    "busy": "e8657a9ac55067139aed946fcb993d1dd6847ae55d99b57ff1bbc6f5b53af6a7",
+    "signed": "a76d442d110b3cc5cf8d74883ab5e60394f495492d1d931a61b24fd4222c51bb",
+    "orphan": "eac93959b05938f8bff60fa2c5e43485f4cb160899f0d1144ec7d22b33676324",
 }
 
 

@@ -56,7 +56,7 @@ from dataclasses import replace
 from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
-from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, encode_frame
+from ._codec import MAX_HAVE, MAX_HEADS, MAX_RANGES, Digest, Heads, Leave, encode_frame
 from ._filters import Filter, matches_any
 from ._tree import Tree
 from ._window import FINGERPRINT_MASK, cid_term
@@ -247,6 +247,18 @@ class AntiEntropy(NodeBase):
         return tree
 
     def _on_heads(self, now: float, peer: str, rpc: Heads) -> None:
+        if not rpc.heads:
+            known = self._trees.get(rpc.topic)
+            if known is None or (
+                peer != known.parent
+                and peer not in known.children
+                and (known.join is None or known.join.peer != peer)
+            ):
+                # An idle probe (._guard) from a former parent that still takes us
+                # for its child (our LEAVE was lost): told every time, not once per
+                # ping interval, or it drops us as a silent child.
+                self._send(now, peer, Leave(topic=rpc.topic), known.name if known else None)
+                return
         tree = self._edge_tree(now, peer, rpc.topic)
         if tree is None:
             return
@@ -254,6 +266,15 @@ class AntiEntropy(NodeBase):
         if len(tree.heads_from) > 64:
             tree.heads_from = {peer}
         self._repair(now, tree, peer, rpc.heads)
+        if not rpc.heads and (
+            peer == tree.parent or (tree.join is not None and tree.join.peer == peer)
+        ):
+            # The parent's idle probe (._guard), or that of the peer we are joining
+            # (its JOIN_ACK still on its way): answered at once, so that it tells
+            # this child from a silent one in a topic where nothing flows.
+            self._send(now, peer, Heads(topic=tree.key, heads=()), tree.name)
+        if not rpc.heads:
+            return  # a probe or its answer: it says nothing of either window
         if peer == tree.parent:
             self._send_due_history(now, tree)
         if self._is_edge(tree, peer):

@@ -50,6 +50,17 @@ Sybil holding a slot near the root. It is dropped (LEAVE) and its JOINs are
 refused for ``penalty_ttl``. (Counted in rounds with traffic, not in seconds: an
 honest child whose last DIGEST before the topic went idle was lost stays.)
 
+**Idle probes** (the parent's side, wire 2.10). In a topic where nothing flows no
+child owes anything, so a silent Sybil near the root of an idle topic would never
+be counted. A child not heard from in ``silent_rounds`` heads rounds is *probed*:
+the parent sends it a HEADS with no entries, which a child answers at once with a
+HEADS with no entries (``_antientropy._on_heads``). Each round that ends with a
+probe of the previous round unanswered counts as a silent round (at most one a
+round, fed or probed), and the child is probed again; ``silent_rounds`` of them in
+a row drop it. An honest idle child that answered is probed again after
+``PROBE_REST + 1`` times as many quiet rounds: two small frames every two minutes;
+with 5 % loss each way it would need six probes in a row lost.
+
 Bounds: ``MAX_WATCHERS`` watchers per topic at a witness, ``MAX_PENDING``
 announcements waiting, ``SCORE_WINDOW`` outcomes per (parent, publisher) for at
 most ``MAX_SCORED`` pairs, penalties for at most ``MAX_PENALISED`` peers (LRU).
@@ -86,6 +97,11 @@ ACK_HEADS = 8
 """Newest events a witness lists in its answer to a WATCH."""
 WATCH_TTL = 60
 """Seconds a WATCH asks for; refreshed at a third of it."""
+PROBE_REST = 3
+"""A child that answered an idle probe is probed again after ``(PROBE_REST + 1) *
+silent_rounds`` quiet rounds, not ``silent_rounds``: an idle honest child costs
+two empty HEADS every two minutes (``silent_child_after`` 30 s), a silent one is
+dropped as fast."""
 MAX_WATCHERS = 64
 MAX_PENDING = 4096
 MAX_SCORED = 4096
@@ -152,6 +168,10 @@ class _TreeGuard:
     child_owed: dict[str, int] = field(default_factory=dict)
     """(parent side) Per child: heads rounds with live events for it since it was
     last heard from (a DIGEST or HEADS)."""
+    child_quiet: dict[str, int] = field(default_factory=dict)
+    """(parent side) Per child: heads rounds since it was last heard from (or came)."""
+    child_probed: set[str] = field(default_factory=set)
+    """(parent side) Children sent an idle probe last round, unanswered so far."""
     child_gone: dict[str, int] = field(default_factory=dict)
     """(parent side) Children that left owing rounds: heads rounds since. Their count
     is kept ``silent_rounds`` rounds, so that LEAVE and re-JOIN does not clear it."""
@@ -186,6 +206,8 @@ class RelayGuard:
         """Silent children dropped."""
         self.witness_drops = 0
         """Witnesses dropped as silent."""
+        self.probes = 0
+        """Idle probes sent to children not heard from."""
         self.fetches = 0
         """Announced events fetched (not come from the parent within the grace)."""
 
@@ -513,6 +535,13 @@ class RelayGuard:
         tg.child_owed.pop(child, None)
         tg.child_gone.pop(child, None)
         tg.child_fed.discard(child)
+        if child in tg.child_probed:
+            # It answered a probe: an idle honest child, probed again only after
+            # ``PROBE_REST`` times as long (a silent one never gets here).
+            tg.child_probed.discard(child)
+            tg.child_quiet[child] = -PROBE_REST * self.silent_rounds
+        else:
+            tg.child_quiet.pop(child, None)
 
     def forwarded(self, key: CID, child: str) -> None:
         """A live EVENT went down to ``child``."""
@@ -521,24 +550,41 @@ class RelayGuard:
         self._tg(key).child_fed.add(child)
 
     def silent_children(self, key: CID, children: dict[str, None]) -> list[str]:
-        """(every heads round) Children sent live events in ``silent_rounds`` rounds
-        without a word since."""
-        tg = self._trees.get(key)
-        if tg is None or not (tg.child_owed or tg.child_fed):
-            return []
+        """(every heads round) Children sent live events, or idle probes, in
+        ``silent_rounds`` rounds without a word since (see :meth:`child_round`)."""
+        return self.child_round(key, children)[0]
+
+    def child_round(self, key: CID, children: dict[str, None]) -> tuple[list[str], list[str]]:
+        """(every heads round) The children to drop (fed or probed in
+        ``silent_rounds`` rounds without a word since), and those to probe now (not
+        heard from in ``silent_rounds`` rounds: an idle topic)."""
+        if self.silent_rounds <= 0:
+            return [], []
+        tg = self._tg(key)
         owed = tg.child_owed
-        for child in tg.child_fed:
+        quiet = tg.child_quiet
+        probed = tg.child_probed
+        # A round counts once: fed (it owes a DIGEST) or probed and unanswered.
+        for child in tg.child_fed | (probed & children.keys()):
             owed[child] = owed.get(child, 0) + 1
         tg.child_fed.clear()
-        # A child that left keeps what it owes a while (a silent relay that LEAVEs
-        # and re-JOINs to dodge the count), then is forgotten.
+        probed.clear()
+        probes: list[str] = []
+        for child in children:
+            q = quiet.get(child, 0) + 1
+            quiet[child] = q
+            if q >= self.silent_rounds:
+                probes.append(child)
+        # A child that left keeps what it owes (and its quiet count) a while (a
+        # silent relay that LEAVEs and re-JOINs to dodge the count), then is forgotten.
         gone = tg.child_gone
         for c in [c for c in gone if c in children]:
             del gone[c]
-        for c in [c for c in owed if c not in children]:
+        for c in [c for c in owed.keys() | quiet.keys() if c not in children]:
             rounds = gone.get(c, 0) + 1
             if rounds > self.silent_rounds:
-                del owed[c]
+                owed.pop(c, None)
+                quiet.pop(c, None)
                 gone.pop(c, None)
             else:
                 gone[c] = rounds
@@ -547,5 +593,10 @@ class RelayGuard:
         )
         for c in out:
             del owed[c]
+            quiet.pop(c, None)
         self.evictions += len(out)
-        return out
+        dropped = set(out)
+        probes = sorted(c for c in probes if c not in dropped)
+        probed.update(probes)
+        self.probes += len(probes)
+        return out, probes

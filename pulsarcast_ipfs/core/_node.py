@@ -58,6 +58,8 @@ the transition table.
 :mod:`._pruning`       pruning on the summaries (forward, ``parents``, what is wanted)
 :mod:`._acks`          acknowledgement levels: the outbox, STORED from holders
                        (a component)
+:mod:`._relays`        relays that lie: witnesses, parent scores, idle probes and
+                       silent children (the decisions: :mod:`._guard`, a component)
 =====================  =========================================================
 """
 
@@ -67,7 +69,6 @@ import math
 import random
 from collections.abc import Mapping
 
-from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
@@ -104,23 +105,22 @@ from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
 from ._errors import LocalProtocolError
 from ._fastgroup import FastGroups
-from ._filters import matches_any, parse_filter
-from ._guard import ACK_HEADS, Blame, RelayGuard
+from ._guard import RelayGuard
 from ._historypages import HistoryPages
 from ._io import Output
 from ._joingate import JoinGate
 from ._liveness import Liveness
 from ._membership import Membership
-from ._moves import entry_point
 from ._pruning import Pruning
 from ._publish import Publishing
 from ._push import FirstHopPush
+from ._relays import RelayDefence
 from ._repair import Repair
 from ._requests import Requests
 from ._signqueue import SigningQueue
 from ._summaries import Summaries
 from ._topics import Topics
-from ._tree import LRU, Tree
+from ._tree import LRU
 
 __all__ = ["PulsarcastNode"]
 
@@ -140,6 +140,7 @@ class PulsarcastNode(
     FastGroups,
     Summaries,
     Pruning,
+    RelayDefence,
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
 
@@ -293,7 +294,13 @@ class PulsarcastNode(
             self._on_pong(now, peer, rpc)
         elif isinstance(rpc, Heads):
             self._guard.child_heard(rpc.topic, peer)
-            if self._guard.was_witness(rpc.topic, peer) and not self._is_neighbour(rpc.topic, peer):
+            if (
+                self._guard.was_witness(rpc.topic, peer)
+                and not self._is_neighbour(rpc.topic, peer)
+                and (rpc.heads or self._guard.is_witness(rpc.topic, peer))
+            ):
+                # (An empty HEADS from a former witness is no announcement: an idle
+                # probe from a former parent, answered in _on_heads.)
                 self._on_announce(now, peer, rpc)
             else:
                 self._on_heads(now, peer, rpc)
@@ -414,147 +421,6 @@ class PulsarcastNode(
         self._request_timers(now)
         if self._acks.waiting:
             self._offer_again(now)
-
-    # ------------------------------------------------- relays that lie (._guard)
-
-    def _is_neighbour(self, topic: CID, peer: str) -> bool:
-        tree = self._trees.get(topic)
-        return tree is not None and (peer == tree.parent or peer in tree.children)
-
-    def _publisher_of(self, cid: CID) -> str | None:
-        entry = self._events.get(cid)
-        return entry[1].publisher if entry is not None else None
-
-    def _event_of(self, cid: CID) -> tuple[str, float] | None:
-        if cid not in self._seen:
-            return None
-        entry = self._events.get(cid)
-        return (entry[1].publisher, entry[1].created_ts) if entry is not None else None
-
-    def _parent_of(self, key: CID) -> str | None:
-        tree = self._trees.get(key)
-        return tree.parent if tree is not None else None
-
-    def _guard_round(self, now: float) -> None:
-        """Every heads round: choose and refresh witnesses; drop silent children."""
-        guard = self._guard
-        for tree in list(self._trees.values()):
-            if tree.key not in self._trees:
-                continue
-            parent = tree.parent
-            eligible = tree.joined and parent is not None and parent != tree.author
-            plan = guard.plan(
-                now,
-                tree.key,
-                eligible=eligible,
-                members=self._members_known(tree),
-                author=tree.author,
-                exclude={self.peer_id, *(p for p in (parent,) if p), *tree.children},
-            )
-            if plan.sends:
-                own = self._own_filters(tree)
-                texts = tree.summary_sent if own is not None else None
-                for peer, ttl in plan.sends:
-                    filters = texts if ttl else None
-                    self._send(
-                        now, peer, Watch(topic=tree.key, ttl=ttl, filters=filters), tree.name
-                    )
-            if tree.children:
-                for child in guard.silent_children(tree.key, tree.children):
-                    self._evict_silent(now, tree, child)
-
-    @entry_point
-    def _evict_silent(self, now: float, tree: Tree, child: str) -> None:
-        """A child taking events but no anti-entropy: dropped, refused a while (._joingate)."""
-        self._guard.penalise(now, child)
-        self._gate.struck(now, child, now + self.config.penalty_ttl)
-        self._record(
-            now, RecordKind.PEER_PENALISED, topic=tree.name, peer=child, reason="silent_child"
-        )
-        del tree.children[child]
-        tree.edges.pop(child, None)
-        self._send(now, child, Leave(topic=tree.key), tree.name)
-        self._tree_changed(now, tree)
-        self._members_changed(now, tree)
-        self._maybe_leave(now, tree)
-
-    def _on_watch(self, now: float, peer: str, rpc: Watch) -> None:
-        """(witness) A node asks for announcements of a topic's events."""
-        tree = self._trees.get(rpc.topic)
-        if tree is None or not tree.joined:
-            return  # not in that tree (yet): the watcher finds another witness
-        filters = None
-        if rpc.filters is not None:
-            filters = tuple(parse_filter(t) for t in rpc.filters)  # checked by the codec
-        if not self._guard.on_watch(now, tree.key, peer, rpc.ttl, filters):
-            return
-        # The answer: our newest few events it wants (maybe none), at once.
-        entries: list[tuple[CID, float]] = []
-        for cid, created in reversed(tree.recent.items()):
-            if len(entries) >= ACK_HEADS:
-                break
-            entry = self._events.get(cid)
-            if filters is not None and (
-                entry is None or not matches_any(filters, entry[1].attributes)
-            ):
-                continue
-            entries.append((cid, created))
-        self._send(now, peer, Heads(topic=tree.key, heads=tuple(entries)), tree.name)
-
-    def _on_announce(self, now: float, peer: str, rpc: Heads) -> None:
-        """(watcher) A witness's HEADS: fetch, after the grace, what has not come."""
-        tree = self._trees.get(rpc.topic)
-        if tree is None:
-            return
-        cids = self._guard.announced(
-            now,
-            tree.key,
-            peer,
-            rpc.heads,
-            parent=tree.parent,
-            publisher_of=self._publisher_of,
-            seen=self._seen.__contains__,
-        )
-        if not cids:
-            return
-        bound = self._heads_bound(now, tree)
-        grace = self.config.witness_grace
-        if tree.parent is not None:
-            grace += max(0.0, self._lag_limit(tree.parent) - self.config.slow_parent_after)
-        hint = tree.parent if tree.parent is not None else peer
-        created = dict(rpc.heads)
-        for cid in cids:
-            if cid in self._seen or cid in self._fetches or created[cid] < bound:
-                continue
-            # The fetched copy is not sent back to the parent (hint): the parent's own
-            # copy, if it comes, is what scores it.
-            self._fetch(now, cid, "event", tree.key, hint, grace=grace)
-
-    def _score_parents(self, now: float) -> None:
-        for blame in self._guard.due(now, parent_of=self._parent_of, event_of=self._event_of):
-            tree = self._trees.get(blame.tree)
-            if tree is not None and tree.parent == blame.parent:
-                self._leave_bad_parent(now, tree, blame)
-
-    @entry_point
-    def _leave_bad_parent(self, now: float, tree: Tree, blame: Blame) -> None:
-        """A parent that withheld what witnesses announced: LEAVE it, avoid it a while,
-        re-join through another peer (children kept)."""
-        guard = self._guard
-        guard.penalise(now, blame.parent)
-        self._gate.struck(now, blame.parent, now + self.config.penalty_ttl)
-        guard.parent_left(tree.key, blame.parent)
-        self._record(
-            now,
-            RecordKind.PEER_PENALISED,
-            topic=tree.name,
-            peer=blame.parent,
-            reason="withheld",
-            publisher=blame.publisher,
-            misses=blame.misses,
-        )
-        self._send(now, blame.parent, Leave(topic=tree.key), tree.name)
-        self._parent_lost(now, tree, avoid=blame.parent)
 
     # ------------------------------------------------------- Sybil joins (._joingate)
 

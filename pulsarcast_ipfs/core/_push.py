@@ -263,6 +263,19 @@ class FirstHopPush(NodeBase):
         """Send an event this node published: to its tree neighbours, and straight to
         the members of the root's list (the root and its children)."""
         if tree.members_epoch is None or tree.parent is None or tree.members_from != tree.parent:
+            author = tree.author
+            if (
+                tree.parent is not None
+                and author not in (tree.parent, self.peer_id)
+                and author not in tree.children
+            ):
+                # No list from our parent (it just changed): at least the author
+                # directly, as the list would have it first. Through the parent
+                # alone the event reaches no one if that parent withholds it.
+                # (Epoch 0: one no root names, epochs start at random; the root
+                # forwards it to all its children.)
+                self._forward(now, tree, cid, direct={author: None}, pushed=0)
+                return
             self._forward(now, tree, cid)
             return
         entry = self._events.get(cid)

@@ -125,7 +125,8 @@ class SimSummary:
     penalties_silent_child: int = 0
     """Children dropped for joining no anti-entropy."""
     false_penalties: int = 0
-    """Of those, penalties of honest peers (a clean run must have none)."""
+    """Of those, penalties of honest peers by honest peers (a clean run must have
+    none; an attacker runs the real core too, and drops the probes of its children)."""
     joins_refused_colocated: int = 0
     """(attacks) JOINs refused because the joiner's network held ``subnet_children``
     children of that tree already (docs/protocol-notes.md "Sybil joins")."""
@@ -358,7 +359,12 @@ class RunStats:
         elif kind is RecordKind.PEER_PENALISED:
             reason = str(f.get("reason"))
             self.penalties[reason] = self.penalties.get(reason, 0) + 1
-            if self.index.get(str(f.get("peer"))) not in self.byzantine:
+            if (
+                self.index.get(str(f.get("peer"))) not in self.byzantine
+                and self.index.get(rec.node) not in self.byzantine
+            ):
+                # An honest peer penalised by an honest one (an attacker runs the
+                # real core too, and drops its own children's probes' answers).
                 self.false_penalties += 1
         elif kind is RecordKind.SUBSCRIBED:
             node = self.index.get(rec.node)
