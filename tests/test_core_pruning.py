@@ -368,7 +368,10 @@ def test_planted_no_late_parents_is_caught() -> None:
 
     with planted(Pruning, "_late_parents", ignore):
         net, _, members, _, _ = fast_filtered()
-    assert held_back(net, members) > len(members)
+    # 0 when honest (the test above). Measured with the plant: 12, one wanted
+    # event held back at every member (16-22 before idle probes' empty HEADS
+    # stopped drawing history from a child).
+    assert held_back(net, members) > 0
 
 
 def test_a_walk_past_its_reach_does_not_hold_the_event_back(
