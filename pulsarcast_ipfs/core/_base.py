@@ -409,6 +409,9 @@ class NodeBase:
             self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
         ) -> None: ...
 
+        # _relays
+        def _watch_own(self, now: float, tree: Tree, cid: CID) -> None: ...
+
         # _fastgroup
         def _fast_subscribe(self, now: float, tree: Tree, fast: bool) -> None: ...
 
