@@ -438,3 +438,30 @@ def test_own_events_are_announced_back_and_not_pushed_again_in_a_clean_run() -> 
     assert sum(net.nodes[p].guard_counts["own_pushes"] for p in net.peers) == 0
     watched = [p for p in members[:10] if net.nodes[p]._guard.watched(topic)]
     assert watched, "some publishers sit below a relay and watch witnesses"
+
+
+def test_a_witness_dropped_for_a_lost_answer_is_chosen_again_later() -> None:
+    """A WATCH answer lost (one refresh in ten at 5 % loss each way) drops the
+    witness; were it dropped for good, a node whose every witness and the author
+    were dropped so would watch nobody below a withholding parent."""
+    import random
+
+    topic = _fake_cids(1)[0]
+    (author,) = make_peer_ids(1, seed=9)
+    g = RelayGuard(
+        witnesses=1,
+        witness_grace=1.0,
+        blame_window=2.0,
+        penalty_ttl=600.0,
+        silent_rounds=6,
+        rng=random.Random(1),
+    )
+
+    def plan(now: float) -> tuple[tuple[str, int], ...]:
+        return g.plan(now, topic, eligible=True, members=(), author=author, exclude=set()).sends
+
+    assert plan(0.0) == ((author, 60),)
+    assert plan(5.0) == ((author, 0),)  # no answer ACK_WAIT (3 s) after the WATCH
+    assert g.watched(topic) == ()  # dropped as silent
+    assert plan(10.0) == () and plan(50.0) == ()
+    assert plan(66.0) == ((author, 60),)  # REJECT_TTL later: chosen again

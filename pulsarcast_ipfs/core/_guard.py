@@ -38,8 +38,9 @@ miss now and then, never twelve of sixteen.
 **Silent witnesses.** A witness answers every WATCH at once with a HEADS of its
 newest few events (maybe none): one that has not answered ``ACK_WAIT`` after a
 WATCH, or that announced nothing while ``QUIET_LIMIT`` events arrived by other
-paths, is dropped and another chosen (a witness dropped so puts the author first
-in line: the one peer an attacker does not control). A node below a silent parent
+paths, is dropped and another chosen; a witness dropped so puts the author first
+in line (the one peer an attacker does not control), and may itself be chosen again
+after ``REJECT_TTL`` (an honest one's answer is lost now and then). A node below a silent parent
 whose witnesses are silent too thus still moves on to honest ones.
 
 **Own events seen** (the publisher's side, wire 2.11). A publisher below a parent
@@ -118,6 +119,11 @@ MAX_PENDING = 4096
 MAX_SCORED = 4096
 MAX_PENALISED = 4096
 MAX_REJECTED = 64
+REJECT_TTL = 60.0
+"""Seconds a witness dropped as silent is not chosen again in that topic. Not for
+good: an honest one's answer to a WATCH refresh is lost now and then (5 % loss each
+way: one refresh in ten), and a node whose every witness was dropped so, the author
+included, would watch nobody below a withholding parent."""
 OWN_TRIES = 4
 """Direct pushes again of an own event no witness announced back."""
 STALE_ANNOUNCE = 10.0
@@ -176,8 +182,8 @@ class Blame:
 @dataclass(slots=True)
 class _TreeGuard:
     watching: dict[str, _Watched] = field(default_factory=dict)
-    rejected: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    """Witnesses dropped as silent (not chosen again in this topic)."""
+    rejected: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    """Witnesses dropped as silent: not chosen again in this topic until then."""
     former: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Witnesses stopped (a HEADS of theirs still on its way is not a tree edge's)."""
     watchers: dict[str, tuple[float, tuple[Filter, ...] | None]] = field(default_factory=dict)
@@ -377,7 +383,8 @@ class RelayGuard:
             if not bad and (w.quiet >= QUIET_LIMIT or (w.ack_due is not None and w.ack_due <= now)):
                 bad = True
                 self.witness_drops += 1
-                tg.rejected[peer] = None
+                tg.rejected[peer] = now + REJECT_TTL
+                tg.rejected.move_to_end(peer)
                 while len(tg.rejected) > MAX_REJECTED:
                     tg.rejected.popitem(last=False)
             if bad:
@@ -391,6 +398,8 @@ class RelayGuard:
         want = self.witnesses - len(tg.watching)
         if want > 0:
             taken = set(tg.watching)
+            while tg.rejected and next(iter(tg.rejected.values())) <= now:
+                tg.rejected.popitem(last=False)  # chosen again: one lost answer is no lie
 
             def usable(p: str) -> bool:
                 return (
