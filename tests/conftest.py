@@ -7,6 +7,7 @@ asyncio unless a test module overrides ``anyio_backend``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""The JVM of the tests' Spark sessions compiles with C1 only. A test session runs a
+handful of reports on a few hundred records each; C2's compilations of Spark's
+generated code cost more CPU than they win back on data this small
+(``tests/test_spark_measures_differential.py``: 75 s of CPU with C2, 48 s with C1
+only). Which tier compiles the code does not change what it computes."""
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
@@ -28,11 +37,21 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """PySpark in local mode, two cores, one shuffle partition (the spark-marked tests;
-    PySpark is imported only when one runs)."""
+    """PySpark in local mode, two cores, one shuffle partition, the JVM with
+    :data:`TEST_JVM_OPTIONS` (the spark-marked tests; PySpark is imported only when one
+    runs). A ``PYSPARK_SUBMIT_ARGS`` of the caller's own is left as it is."""
     import spark as job
 
-    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
+    own = "PYSPARK_SUBMIT_ARGS" not in os.environ
+    if own:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f'--driver-java-options "{TEST_JVM_OPTIONS}" pyspark-shell'
+        )
+    try:
+        session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
+    finally:
+        if own:
+            del os.environ["PYSPARK_SUBMIT_ARGS"]
     yield session
     session.stop()
 
