@@ -16,18 +16,10 @@ import pytest
 
 from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import FakeKubo, Sidecar, sidecar_at
+from pulsarcast_ipfs.testing import SPARK_TEST_JVM_OPTIONS, FakeKubo, Sidecar, sidecar_at
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-"""The JVM of the tests' Spark sessions compiles with C1 only. A test session runs a
-handful of reports on a few hundred records each; C2's compilations of Spark's
-generated code cost more CPU than they win back on data this small
-(``tests/test_spark_measures_differential.py``: 75 s of CPU with C2, 48 s with C1
-only). Which tier compiles the code does not change what it computes."""
 
 
 @pytest.fixture(scope="session")
@@ -38,14 +30,14 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """PySpark in local mode, two cores, one shuffle partition, the JVM with
-    :data:`TEST_JVM_OPTIONS` (the spark-marked tests; PySpark is imported only when one
+    :data:`SPARK_TEST_JVM_OPTIONS` (the spark-marked tests; PySpark is imported only when one
     runs). A ``PYSPARK_SUBMIT_ARGS`` of the caller's own is left as it is."""
     import spark as job
 
     own = "PYSPARK_SUBMIT_ARGS" not in os.environ
     if own:
         os.environ["PYSPARK_SUBMIT_ARGS"] = (
-            f'--driver-java-options "{TEST_JVM_OPTIONS}" pyspark-shell'
+            f'--driver-java-options "{SPARK_TEST_JVM_OPTIONS}" pyspark-shell'
         )
     try:
         session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
