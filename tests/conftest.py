@@ -7,6 +7,7 @@ asyncio unless a test module overrides ``anyio_backend``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ import pytest
 
 from pulsarcast_ipfs.cluster import ClusterConfig, LocalCluster
 from pulsarcast_ipfs.core.testing import make_signers
-from pulsarcast_ipfs.testing import FakeKubo, Sidecar, sidecar_at
+from pulsarcast_ipfs.testing import SPARK_TEST_JVM_OPTIONS, FakeKubo, Sidecar, sidecar_at
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,11 +29,21 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """PySpark in local mode, two cores, one shuffle partition (the spark-marked tests;
-    PySpark is imported only when one runs)."""
+    """PySpark in local mode, two cores, one shuffle partition, the JVM with
+    :data:`SPARK_TEST_JVM_OPTIONS` (the spark-marked tests; PySpark is imported only when one
+    runs). A ``PYSPARK_SUBMIT_ARGS`` of the caller's own is left as it is."""
     import spark as job
 
-    session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
+    own = "PYSPARK_SUBMIT_ARGS" not in os.environ
+    if own:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f'--driver-java-options "{SPARK_TEST_JVM_OPTIONS}" pyspark-shell'
+        )
+    try:
+        session = job.get_session(job.SessionConfig(master="local[2]", shuffle_partitions=1))
+    finally:
+        if own:
+            del os.environ["PYSPARK_SUBMIT_ARGS"]
     yield session
     session.stop()
 

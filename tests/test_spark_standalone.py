@@ -21,7 +21,7 @@ import pytest
 
 from pulsarcast_ipfs.cluster._ports import free_port
 from pulsarcast_ipfs.collect import Collector
-from pulsarcast_ipfs.testing import RecordSources, records_r1
+from pulsarcast_ipfs.testing import SPARK_TEST_JVM_OPTIONS, RecordSources, records_r1
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -38,9 +38,13 @@ def _spark_class() -> Path:
 @pytest.fixture(scope="module")
 def conf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``spark-defaults.conf``: a few shuffle partitions (Spark's 200 are one task each
-    on the worker's one core)."""
+    on the worker's one core), drivers and executors with :data:`SPARK_TEST_JVM_OPTIONS`."""
     d = tmp_path_factory.mktemp("spark-conf")
-    (d / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 2\n")
+    (d / "spark-defaults.conf").write_text(
+        "spark.sql.shuffle.partitions 2\n"
+        f"spark.driver.extraJavaOptions {SPARK_TEST_JVM_OPTIONS}\n"
+        f"spark.executor.extraJavaOptions {SPARK_TEST_JVM_OPTIONS}\n"
+    )
     return d
 
 

@@ -9,7 +9,8 @@ runs a real driver and its HTTP API on them. The pure core's own test networks a
 :class:`pulsarcast_ipfs.core.testing.CoreNet`; :class:`SigningWorld`, :func:`subscribed_tree`,
 :data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need;
 :func:`ok`, :func:`deliveries` and :func:`wait_joined` call a local cluster's sidecars;
-:func:`to_mf` and :func:`from_mf` convert CIDs for checks against ``dag_cbor``. The local
+:func:`to_mf` and :func:`from_mf` convert CIDs for checks against ``dag_cbor``;
+:data:`SPARK_TEST_JVM_OPTIONS` are the JVM options of the tests' Spark. The local
 Kubo and sidecar clusters the tests start are production code and live in
 :mod:`pulsarcast_ipfs.cluster`.
 """
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         expect_error,
         sidecar_at,
     )
+    from pulsarcast_ipfs.testing._spark import SPARK_TEST_JVM_OPTIONS
     from pulsarcast_ipfs.testing._wait import wait_until
 
 _WHERE: dict[str, str] = {
@@ -69,6 +71,7 @@ _WHERE: dict[str, str] = {
     "ORPHAN_EVENTS": "_corenets",
     "RecordSources": "_records",
     "ReportRecord": "_record_sets",
+    "SPARK_TEST_JVM_OPTIONS": "_spark",
     "Scrape": "_scrape",
     "Sidecar": "_sidecar",
     "SigningWorld": "_corenets",
@@ -113,6 +116,7 @@ __all__ = [
     "FAKE_KUBO_URL",
     "GOLDEN_SCENARIOS",
     "ORPHAN_EVENTS",
+    "SPARK_TEST_JVM_OPTIONS",
     "FakeKubo",
     "FakePeers",
     "FakeTransport",
