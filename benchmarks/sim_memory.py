@@ -68,6 +68,8 @@ def _fields(obj: Any) -> list[tuple[str, Any]]:
 
 # Node attributes whose values hold per-topic objects worth splitting one level further.
 _SPLIT = {"_trees"}
+# Node attributes that are objects of their own, split by their attributes.
+_OBJECTS = {"_guard", "_acks", "_gate", "_signing"}
 
 
 def measure(sim: Simulation) -> tuple[dict[str, int], int]:
@@ -97,6 +99,10 @@ def measure(sim: Simulation) -> tuple[dict[str, int], int]:
                         else:
                             table[f"node.{name}.{tname}"] += w.size(tvalue)
                     table[f"node.{name}"] += w.size(tree)
+                table[f"node.{name}"] += w.size(value)
+            elif name in _OBJECTS:
+                for oname, ovalue in _fields(value):
+                    table[f"node.{name}.{oname}"] += w.size(ovalue)
                 table[f"node.{name}"] += w.size(value)
             else:
                 table[f"node.{name}"] += w.size(value)
