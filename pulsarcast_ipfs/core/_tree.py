@@ -26,7 +26,7 @@ class LRU:
     key's earlier places in it are stale (counted in ``_stale``, skipped). An
     ``OrderedDict`` does the same in one object but costs ~105 B an entry against
     ~61 B here, and the core's caches (``_seen``, ``_events``, ``_delivered``,
-    ``_linked``) held a third of a simulation's memory (docs/simulator.md "Memory
+    ``_linked``) held nearly a third of a simulation's memory (docs/simulator.md "Memory
     per node"); evicting from the front of a bare ``dict`` instead costs a scan of
     its deleted entries each time. ``tests/test_core_lru.py`` checks this against
     the ``OrderedDict`` version (:mod:`pulsarcast_ipfs.testing._lru_reference`).
