@@ -619,7 +619,8 @@ def parse_summary(texts: tuple[str, ...]) -> tuple[Filter, ...]:
     tuple serves every holder: every member of a root's MEMBERS list, at every node
     below that root, holds the same few summaries (in a simulation, one process runs
     all those nodes; the members' summaries, a tuple of fresh filters per member per
-    node, were ~120 B per node per publish call of a 100-node run). Texts that do not parse raise every time."""
+    node, were ~120 B per node per publish call of a 100-node run). Texts that do not
+    parse raise every time."""
     parsed = _summaries.get(texts)
     if parsed is None:
         parsed = tuple(parse_filter(t) for t in texts)

@@ -5,8 +5,9 @@ and each keeps, per event it has seen, a few small values that are functions of 
 event alone: its entry in the event cache (tree key and descriptor) and its term in
 the DIGEST fingerprints. Built once, every node holds a reference to the same object;
 with the parsed summaries (``_filters.parse_summary``) that took 62 MiB off the 754 MiB
-peak of a 300-node, 1,500-call simulation (docs/simulator.md "Memory per node"). The values are immutable (tuples, ints) and exactly
-those the node would build, so sharing them changes nothing a node does.
+peak of a 300-node, 1,500-call simulation (docs/simulator.md "Memory per node"). The
+values are immutable (tuples, ints) and exactly those the node would build, so sharing
+them changes nothing a node does.
 
 Each memo is bounded and emptied when full (no ordering to keep, and a full clear
 costs nothing per call): a value then built again is equal, only no longer shared.
