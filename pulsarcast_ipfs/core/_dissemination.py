@@ -32,6 +32,7 @@ from ._descriptors import (
 from ._errors import DescriptorError, LocalProtocolError
 from ._filters import Filter, matches_any
 from ._history import RetainedEvent
+from ._interned import event_entry
 from ._io import Deliver, StoreBlock, TopicUpdated
 from ._tree import Tree
 
@@ -169,7 +170,7 @@ class Dissemination(NodeBase):
                 self._drop(now, "invalid", topic=tree.name, event=cid_str(cid), peer=sender)
                 return False
         self._seen.put(cid)
-        self._events.put(cid, (tree.key, ev))
+        self._events.put(cid, event_entry(tree.key, ev))
         self._learn_seen_parents(tree, ev, seen_parents)
         if not recovered:
             self._count_received(tree, sender, ev)

@@ -37,6 +37,7 @@ from ._errors import (
     UnknownTopic,
 )
 from ._filters import AttributeValue, validate_attributes
+from ._interned import event_entry
 from ._io import Pending, PublishResult, StoreBlock
 from ._requests import _Request
 from ._signqueue import _Steps
@@ -214,7 +215,7 @@ class Publishing(NodeBase):
         """
         cid = ev.cid
         self._seen.put(cid)
-        self._events.put(cid, (tree.key, ev))
+        self._events.put(cid, event_entry(tree.key, ev))
         if not self._retain(now, tree, cid, ev):
             self._emit(StoreBlock(cid=cid, data=ev.encode(), own=True))
         self._note_recent(tree, cid, ev)
@@ -282,7 +283,7 @@ class Publishing(NodeBase):
         cid = ev.cid
         if cid not in self._events:
             self._seen.put(cid)
-            self._events.put(cid, (tree.key, ev))
+            self._events.put(cid, event_entry(tree.key, ev))
             self._note_recent(tree, cid, ev)
             if not self._retain(now, tree, cid, ev):
                 # (its put may not have happened before the crash)
@@ -303,7 +304,7 @@ class Publishing(NodeBase):
                 continue
             cid = entry.event.cid
             if cid not in self._events:
-                self._events.put(cid, (tree.key, entry.event))
+                self._events.put(cid, event_entry(tree.key, entry.event))
             skip = set(entry.holders)
             neighbours = set(tree.neighbours())
             if tree.members_epoch is None:

@@ -55,7 +55,7 @@ from pulsarcast_ipfs.core._cid import CID
 
 from ._base import NodeBase
 from ._codec import MAX_MEMBERS, Members, MembersWant, encode_frame
-from ._filters import MATCH_ALL, Filter, matches_any, parse_filter, render_filter
+from ._filters import MATCH_ALL, Filter, matches_any, parse_summary, render_filter
 from ._tree import Tree
 from ._treestate import ROOT_STATES, tree_state
 
@@ -207,7 +207,7 @@ class FirstHopPush(NodeBase):
         if rpc.summaries is not None and self.config.tree_filters:
             # The codec checked the texts: canonical filters.
             for m, texts in zip(rpc.members, rpc.summaries, strict=True):
-                summaries[m] = tuple(parse_filter(t) for t in texts)
+                summaries[m] = parse_summary(texts)
         tree.member_summaries = summaries
         # Deeper nodes push straight to the root's children too (two hops at most
         # for the rest): the list goes down the tree unchanged. A delta applies below

@@ -49,7 +49,14 @@ from pulsarcast_ipfs.core._cid import CID
 from ._base import NodeBase
 from ._codec import Summary
 from ._descriptors import EventDescriptor
-from ._filters import MATCH_ALL, Filter, matches_any, merge, parse_filter, render_filter
+from ._filters import (
+    MATCH_ALL,
+    Filter,
+    matches_any,
+    merge,
+    parse_summary,
+    render_filter,
+)
 from ._tree import Tree
 
 __all__ = ["Summaries"]
@@ -151,7 +158,7 @@ class Summaries(NodeBase):
         if tree is None or peer not in tree.children:
             self._drop(now, "not_child", peer=peer, topic=tree.name if tree else None)
             return
-        parsed = tuple(parse_filter(t) for t in rpc.filters)  # the codec checked them
+        parsed = parse_summary(rpc.filters)  # the codec checked them
         if tree.child_wants.get(peer) == parsed:
             return  # a repeat of what it told us (SUMMARY_REPEATS)
         self._set_child_summary(now, tree, peer, rpc.filters, parsed=parsed)
@@ -172,7 +179,7 @@ class Summaries(NodeBase):
             tree.child_wants.pop(peer, None)
         else:
             if parsed is None:  # the codec checked the texts: canonical filters
-                parsed = tuple(parse_filter(t) for t in texts)
+                parsed = parse_summary(texts)
             tree.child_summaries[peer] = merge(parsed, self.config.summary_bound)
             tree.child_wants[peer] = parsed
         edge = tree.edges.get(peer)

@@ -17,6 +17,8 @@ from typing import Any, Final
 
 from pulsarcast_ipfs.core._cid import CID
 
+from ._interned import shared_term
+
 __all__ = ["FINGERPRINT_MASK", "WindowIndex", "cid_term"]
 
 FINGERPRINT_MASK: Final = (1 << 64) - 1
@@ -46,7 +48,7 @@ class WindowIndex:
         """``cid`` joined the window (it must not be in it)."""
         i = bisect_right(self._times, created)
         self._times.insert(i, created)
-        self._terms.insert(i, cid_term(cid))
+        self._terms.insert(i, shared_term(cid))  # one int per CID for all nodes
 
     def discard(self, cid: CID, created: float) -> None:
         """``cid`` (created at ``created``) left the window."""
