@@ -327,7 +327,7 @@ class Membership(NodeBase):
         for req in self._requests.values():
             if req.via == peer:
                 req.due = now
-        self._group_peer_failed(now, peer)
+        self._fast.peer_failed(now, peer)
 
     def set_known_peers(self, now: float, peers: Iterable[str]) -> None:
         """Routing-table snapshot plus connected peers (§3); replaces the previous one."""

@@ -69,6 +69,7 @@ import math
 import random
 from collections.abc import Mapping
 
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
@@ -78,11 +79,6 @@ from ._antientropy import AntiEntropy
 from ._codec import (
     Digest,
     Event,
-    GroupAck,
-    GroupAssign,
-    GroupEvent,
-    GroupJoin,
-    GroupLeave,
     Heads,
     Join,
     JoinAck,
@@ -104,7 +100,7 @@ from ._delegation import DelegateKey
 from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
 from ._errors import LocalProtocolError
-from ._fastgroup import FastGroups
+from ._fastgroup import GROUP_RPCS, FastGroups, FastGroupState
 from ._guard import RelayGuard
 from ._historypages import HistoryPages
 from ._io import Output
@@ -137,7 +133,6 @@ class PulsarcastNode(
     Admission,
     AntiEntropy,
     FirstHopPush,
-    FastGroups,
     Summaries,
     Pruning,
     RelayDefence,
@@ -219,12 +214,9 @@ class PulsarcastNode(
         self._heads_tick = 0
         self._forward_counts = {"down": 0, "false_positive": 0, "pruned": 0}
         self._seen_parents = LRU(c.event_cache_size)  # event -> parents a pruned edge gave
-        self._group_at = None  # fast groups: the next refresh and expiry round
-        self._paths = LRU(c.event_cache_size)  # event -> the group path it came by first
-        self._group_pending = LRU(c.event_cache_size)  # event -> tree: tree copy to forward
-        self._helped = LRU(c.event_cache_size)  # events forwarded as a helper
-        self._fast_counts = {}
-        self._fast_wanted = {}  # subscribe(fast=True) calls waiting for their topic
+        self._fast = FastGroups(
+            peer_id=peer_id, config=c, trees=self._trees, seen=self._seen, host=self
+        )
         self._acks = AckBook(
             retry=c.ack_retry,
             retry_max=c.ack_retry_max,
@@ -327,16 +319,8 @@ class PulsarcastNode(
             self._on_request_ack(now, peer, rpc)
         elif isinstance(rpc, Summary):
             self._on_summary(now, peer, rpc)
-        elif isinstance(rpc, GroupEvent):
-            self._on_group_event(now, peer, rpc)
-        elif isinstance(rpc, GroupJoin):
-            self._on_group_join(now, peer, rpc)
-        elif isinstance(rpc, GroupAck):
-            self._on_group_ack(now, peer, rpc)
-        elif isinstance(rpc, GroupAssign):
-            self._on_group_assign(now, peer, rpc)
-        elif isinstance(rpc, GroupLeave):
-            self._on_group_leave(now, peer, rpc)
+        elif isinstance(rpc, GROUP_RPCS):
+            self._fast.receive(now, peer, rpc)
         elif isinstance(rpc, Stored):
             self._on_stored(now, peer, rpc)
 
@@ -367,7 +351,7 @@ class PulsarcastNode(
         at = self._lag_at
         if at is not None and (best is None or at < best):
             best = at
-        at = self._group_at
+        at = self._fast.due
         if at is not None and (best is None or at < best):
             best = at
         at = self._guard.next_due()
@@ -398,8 +382,9 @@ class PulsarcastNode(
             self._guard_round(now)
         if self._lag_at is not None and now >= self._lag_at:
             self._check_lag(now)
-        if self._group_at is not None and now >= self._group_at:
-            self._group_tick(now)
+        at = self._fast.due
+        if at is not None and now >= at:
+            self._fast.tick(now)
         at = self._guard.next_due()
         if at is not None and now >= at:
             self._score_parents(now)
@@ -437,6 +422,18 @@ class PulsarcastNode(
     def join_gate_counts(self) -> dict[str, int]:
         """JOINs refused as colocated, and dropped as a subnet's flood."""
         return self._gate.counts
+
+    # ------------------------------------------------------ fast groups (._fastgroup)
+
+    def fast_state(self, topic_cid: CID) -> FastGroupState:
+        """This node's fast groups of a topic (any version's CID)."""
+        return self._fast.state(self._tree_for(topic_cid))
+
+    @property
+    def fast_counts(self) -> dict[str, int]:
+        """Deliveries of fast topics by the path of the first copy: ``group`` (from the
+        publisher), ``helper`` (from a helper), ``tree``."""
+        return self._fast.counts
 
     @property
     def guard_counts(self) -> dict[str, int]:
