@@ -32,10 +32,10 @@ each input to the part that handles it and reports the next deadline. Some parts
 are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
-:class:`~._guard.RelayGuard`); the others are still mixins over
-:class:`~._base.NodeBase` (the shared state and helpers, and the signatures one part
-calls in another, checked by mypy). :mod:`._moves` checks each tree input against
-the transition table.
+:class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`); the others
+are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
+signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
+tree input against the transition table.
 
 =====================  =========================================================
 :mod:`._membership`    JOIN / JOIN_ACK / LEAVE, parent lost, acting root recheck
@@ -53,7 +53,8 @@ the transition table.
 :mod:`._antientropy`   HEADS deltas and DIGESTs
 :mod:`._push`          MEMBERS: a publisher's direct first hop
 :mod:`._fastgroup`     fast groups: a publisher's events straight to the members
-                       that asked, two hops at most (:mod:`._groupstate`)
+                       that asked, two hops at most (:mod:`._groupstate`;
+                       a component)
 :mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
 :mod:`._pruning`       pruning on the summaries (forward, ``parents``, what is wanted)
 :mod:`._acks`          acknowledgement levels: the outbox, STORED from holders
@@ -139,8 +140,9 @@ class PulsarcastNode(
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
 
-    This class routes the inputs to the parts of the node (one mixin per concern,
-    over :class:`~._base.NodeBase`) and collects their outputs and deadlines.
+    This class routes the inputs to the parts of the node (mixins over
+    :class:`~._base.NodeBase`, and the components it holds) and collects their outputs
+    and deadlines.
     """
 
     def __init__(
