@@ -47,11 +47,12 @@ def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
 
 
 def test_no_part_reaches_into_a_components_state() -> None:
-    """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``, ``_fast``) own their state:
+    """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``, ``_fast``,
+    ``_admission``) own their state:
     the node and its parts call them, and never read or write their private fields."""
     import re
 
-    reach = re.compile(r"\._(signing|acks|gate|guard|fast)\._[a-z]")
+    reach = re.compile(r"\._(signing|acks|gate|guard|fast|admission)\._[a-z]")
     found = [
         f"{path.name}:{i}"
         for path in sorted(CORE.glob("*.py"))
@@ -85,6 +86,17 @@ def test_fast_groups_are_a_component_that_owns_its_state() -> None:
         for line in _fast_state_touched(path.read_text())
     ]
     assert found == []
+
+
+def test_components_are_no_mixins() -> None:
+    """A component is an object the node holds, not one of its bases; it imports
+    nothing of NodeBase (no circle through core/_base.py)."""
+    from pulsarcast_ipfs.core._admission import Admission
+    from pulsarcast_ipfs.core._fastgroup import FastGroups
+
+    for k in (FastGroups, Admission):
+        assert not issubclass(k, NodeBase) and k not in PulsarcastNode.__mro__, k
+        assert "._base" not in Path(inspect.getfile(k)).read_text(), k
 
 
 def test_the_fast_state_check_catches_a_planted_one() -> None:

@@ -50,6 +50,7 @@ from ._tree import LRU, Tree
 
 if TYPE_CHECKING:
     from ._acks import AckBook
+    from ._admission import Admission
     from ._fastgroup import FastGroups
     from ._liveness import _PingWait
     from ._repair import _Fetch
@@ -109,11 +110,8 @@ class NodeBase:
     _rtt_min: dict[str, float]
     _lag_at: float | None
     _in_tree_input: bool = False  # inside a checked tree input (._moves)
-    _buckets: LRU
-    _strikes: LRU
     _stale_told: LRU
-    _banned: dict[str, float]
-    _limits: dict[str, tuple[float, float]]
+    _admission: Admission
     _signing_requests: set[str]
     _signing: SigningQueue
     _seq: int
@@ -270,11 +268,6 @@ class NodeBase:
         def _check_lag(self, now: float) -> None: ...
 
         def _keep_alive(self, now: float) -> None: ...
-
-        # _admission
-        def _is_banned(self, now: float, peer: str) -> bool: ...
-
-        def _admit(self, now: float, peer: str, rpc: Rpc) -> bool: ...
 
         # _publish
         def _publish_event(

@@ -108,7 +108,7 @@ class Membership(NodeBase):
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
         target = tree.author_pos
-        if not suspects and (self._banned or self._suspect):
+        if not suspects and (self._admission.any_banned or self._suspect):
             for peer, pos in self._known.items():
                 if peer in skip or self._is_suspect(now, peer):
                     continue

@@ -131,7 +131,6 @@ class PulsarcastNode(
     Repair,
     Membership,
     Liveness,
-    Admission,
     AntiEntropy,
     FirstHopPush,
     Summaries,
@@ -193,15 +192,10 @@ class PulsarcastNode(
         self._srtt = {}  # parent -> smoothed PING round trip (in time)
         self._rtt_min = {}  # parent -> shortest PING round trip seen (its link's delay)
         self._lag_at = None  # when the next _PingWait falls due (or earlier)
-        self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
-        self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
         self._stale_told = LRU(c.rate_limit_peers)  # (peer, topic) -> LEAVE sent at
-        self._banned = {}  # peer -> until
-        self._limits = {
-            "join": (c.join_rate, c.join_burst),
-            "event": (c.event_rate, c.event_burst),
-            "request": (c.request_rate, c.request_burst),
-        }
+        self._admission = Admission(
+            config=c, drop=self._drop, emit=self._emit, peer_failed=self._peer_failed
+        )
         self._signing = SigningQueue(
             peer_id=peer_id,
             require_signatures=c.require_signatures,
@@ -264,9 +258,9 @@ class PulsarcastNode(
         """An RPC from the authenticated ``peer`` (§6)."""
         if peer == self.peer_id:
             raise LocalProtocolError("an RPC from this node itself")
-        if self._banned and self._is_banned(now, peer):
+        if self._admission.banned(now, peer):
             return  # disconnected for flooding: ignored, without records, until the ban ends
-        if not self._admit(now, peer, rpc):
+        if not self._admission.admit(now, peer, rpc):
             return
         self._last_heard[peer] = now
         if self.config.rpc_records:
@@ -436,6 +430,11 @@ class PulsarcastNode(
         """Deliveries of fast topics by the path of the first copy: ``group`` (from the
         publisher), ``helper`` (from a helper), ``tree``."""
         return self._fast.counts
+
+    @property
+    def banned_peers(self) -> dict[str, float]:
+        """Peers ignored for flooding, with the time until which they are."""
+        return self._admission.peers
 
     @property
     def guard_counts(self) -> dict[str, int]:
