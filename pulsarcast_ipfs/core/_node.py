@@ -32,7 +32,8 @@ each input to the part that handles it and reports the next deadline. Some parts
 are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
-:class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`); the others
+:class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
+:class:`~._admission.Admission`); the others
 are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
 signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
 tree input against the transition table.
@@ -43,7 +44,7 @@ tree input against the transition table.
 :mod:`._dissemination` verify, forward, deliver in causal order; topic versions
 :mod:`._repair`        block fetches, gap repair, topic resolution, history fill
 :mod:`._liveness`      PING/PONG, lag detection, suspects
-:mod:`._admission`     token buckets and bans (flood protection)
+:mod:`._admission`     token buckets and bans (flood protection; a component)
 :mod:`._signqueue`     operations waiting for signatures; signature checks
                        (a component)
 :mod:`._publish`       publish (Algorithm 3)
