@@ -33,10 +33,10 @@ are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
 :class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
-:class:`~._admission.Admission`); the others
-are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
-signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
-tree input against the transition table.
+:class:`~._admission.Admission`); the others are still mixins over
+:class:`~._base.NodeBase` (the shared state and helpers, and the signatures one part
+calls in another, checked by mypy). :mod:`._moves` checks each tree input against
+the transition table.
 
 =====================  =========================================================
 :mod:`._membership`    JOIN / JOIN_ACK / LEAVE, parent lost, acting root recheck
