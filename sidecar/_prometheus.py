@@ -188,6 +188,11 @@ FAMILIES: Final[tuple[Family, ...]] = (
         "Children dropped for taking events and joining no anti-entropy.",
     ),
     _f("pulsarcast_witnesses_dropped_total", _C, "Witnesses dropped as silent."),
+    _f(
+        "pulsarcast_own_events_pushed_again_total",
+        _C,
+        "Own events no witness announced back, pushed again to the witnesses and the author.",
+    ),
     _f("pulsarcast_neighbour_connections", _G, "Open tree connections."),
     _f("pulsarcast_deliveries_total", _C, "Deliveries appended to the delivery log."),
     _f(
@@ -525,6 +530,7 @@ class SidecarCollector(Collector):
             "pulsarcast_parents_left_withholding_total": guard.get("detections", 0),
             "pulsarcast_silent_children_dropped_total": guard.get("evictions", 0),
             "pulsarcast_witnesses_dropped_total": guard.get("witness_drops", 0),
+            "pulsarcast_own_events_pushed_again_total": guard.get("own_pushes", 0),
             "pulsarcast_neighbour_connections": len(transport.neighbours),
             "pulsarcast_deliveries_total": d.state.last_seq,
             "pulsarcast_duplicates_suppressed_total": d.duplicates_suppressed,

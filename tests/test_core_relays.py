@@ -378,3 +378,90 @@ def test_a_silent_parent_claiming_to_miss_everything_is_still_left() -> None:
         assert set(cids) <= set(net.delivered(p, topic)), p
         assert net.nodes[p].topic_state(topic).parent != relay, p
     assert set(penalised(net, relay, "withheld")) == set(below)
+
+
+def _first_hop_lost(net: CoreNet, publisher: str, relay: str) -> Drop:
+    """The relay is silent (no EVENT, DIGEST, HEADS); the first copy of each EVENT
+    the publisher sends to anyone else (its first hop, a push to the author) is lost
+    on the way."""
+    sent_once: set[tuple[str, CID]] = set()
+
+    def drop(s: str, r: str, rpc: object) -> bool:
+        if s == relay:
+            return isinstance(rpc, Event | GroupEvent | Digest | Heads)
+        if s != publisher or r == relay or not isinstance(rpc, Event):
+            return False
+        key = (r, _event_cid(rpc))
+        if key in sent_once:
+            return False
+        sent_once.add(key)
+        return True
+
+    return drop
+
+
+def _own_event_below_a_silent_relay() -> tuple[CoreNet, CID, list[str], str, list[CID]]:
+    net, topic, _author, members, relay, below = tree_net()
+    publisher = below[0]
+    net.drop_if = _first_hop_lost(net, publisher, relay)
+    cids = publish_many(net, topic, [publisher], 3)
+    others = [p for p in members if p not in (relay, publisher)]
+    return net, topic, others, publisher, cids
+
+
+def test_an_own_event_withheld_by_the_parent_gets_out_through_the_witnesses() -> None:
+    """A publisher below a silent relay whose first hop was lost: no witness announces
+    its event back, so it pushes it again to them and the author (wire 2.11), and
+    everyone gets it; still below the relay (three events are no reason to leave)."""
+    net, topic, others, publisher, cids = _own_event_below_a_silent_relay()
+    for p in others:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+    assert net.nodes[publisher].guard_counts["own_pushes"] >= len(cids)
+
+
+def test_planted_without_the_own_event_check_the_event_stays_with_the_relay() -> None:
+    def ignore(self, now, key, cid):  # type: ignore[no-untyped-def]
+        return None
+
+    saved = RelayGuard.published
+    RelayGuard.published = ignore  # type: ignore[method-assign]
+    try:
+        net, topic, others, _publisher, cids = _own_event_below_a_silent_relay()
+    finally:
+        RelayGuard.published = saved  # type: ignore[method-assign]
+    assert all(not set(cids) & set(net.delivered(p, topic)) for p in others)
+
+
+def test_own_events_are_announced_back_and_not_pushed_again_in_a_clean_run() -> None:
+    net, topic, _author, members, _relay, _below = tree_net(seed=3)
+    publish_many(net, topic, members[:10], 40)
+    assert sum(net.nodes[p].guard_counts["own_pushes"] for p in net.peers) == 0
+    watched = [p for p in members[:10] if net.nodes[p]._guard.watched(topic)]
+    assert watched, "some publishers sit below a relay and watch witnesses"
+
+
+def test_a_witness_dropped_for_a_lost_answer_is_chosen_again_later() -> None:
+    """A WATCH answer lost (one refresh in ten at 5 % loss each way) drops the
+    witness; were it dropped for good, a node whose every witness and the author
+    were dropped so would watch nobody below a withholding parent."""
+    import random
+
+    topic = _fake_cids(1)[0]
+    (author,) = make_peer_ids(1, seed=9)
+    g = RelayGuard(
+        witnesses=1,
+        witness_grace=1.0,
+        blame_window=2.0,
+        penalty_ttl=600.0,
+        silent_rounds=6,
+        rng=random.Random(1),
+    )
+
+    def plan(now: float) -> tuple[tuple[str, int], ...]:
+        return g.plan(now, topic, eligible=True, members=(), author=author, exclude=set()).sends
+
+    assert plan(0.0) == ((author, 60),)
+    assert plan(5.0) == ((author, 0),)  # no answer ACK_WAIT (3 s) after the WATCH
+    assert g.watched(topic) == ()  # dropped as silent
+    assert plan(10.0) == () and plan(50.0) == ()
+    assert plan(66.0) == ((author, 60),)  # REJECT_TTL later: chosen again

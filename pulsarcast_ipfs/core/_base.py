@@ -393,6 +393,9 @@ class NodeBase:
             self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
         ) -> None: ...
 
+        # _relays
+        def _watch_own(self, now: float, tree: Tree, cid: CID) -> None: ...
+
     # ------------------------------------------------------------------ helpers
 
     def _emit(self, out: Output) -> None:

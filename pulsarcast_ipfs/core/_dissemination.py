@@ -185,8 +185,9 @@ class Dissemination(NodeBase):
     def _announce_to_watchers(
         self, now: float, tree: Tree, ev: EventDescriptor, sender: str | None
     ) -> None:
-        """(witness) A new event: one HEADS entry to each watcher that wants it
-        (docs/protocol-notes.md "Relays that lie")."""
+        """(witness) A new event: one HEADS entry to each watcher that wants it, the
+        event's own publisher too although it sent it (it checks that its event got
+        out: docs/protocol-notes.md "Relays that lie")."""
         guard = self._guard
         guard.accepted_elsewhere(tree.key, sender)
         watchers = guard.watchers(now, tree.key)
@@ -195,7 +196,9 @@ class Dissemination(NodeBase):
         rpc = Heads(topic=tree.key, heads=((ev.cid, ev.created_ts),))
         data = encode_frame(rpc)
         for peer, filters in watchers:
-            if peer != sender and (filters is None or matches_any(filters, ev.attributes)):
+            if (peer != sender or peer == ev.publisher) and (
+                filters is None or matches_any(filters, ev.attributes)
+            ):
                 self._send(now, peer, rpc, tree.name, data)
 
     def _note_recent(self, tree: Tree, cid: CID, ev: EventDescriptor) -> None:

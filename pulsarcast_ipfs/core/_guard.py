@@ -38,9 +38,20 @@ miss now and then, never twelve of sixteen.
 **Silent witnesses.** A witness answers every WATCH at once with a HEADS of its
 newest few events (maybe none): one that has not answered ``ACK_WAIT`` after a
 WATCH, or that announced nothing while ``QUIET_LIMIT`` events arrived by other
-paths, is dropped and another chosen (a witness dropped so puts the author first
-in line: the one peer an attacker does not control). A node below a silent parent
+paths, is dropped and another chosen; a witness dropped so puts the author first
+in line (the one peer an attacker does not control), and may itself be chosen again
+after ``REJECT_TTL`` (an honest one's answer is lost now and then). A node below a silent parent
 whose witnesses are silent too thus still moves on to honest ones.
+
+**Own events seen** (the publisher's side, wire 2.11). A publisher below a parent
+that is not the author cannot tell from the tree whether its event got out: a
+withholding parent, a root's list naming few honest members, one direct push lost,
+and the event would sit with the attacker. So it waits for a witness to announce it
+back (a witness announces a watcher's own event to it too, although it came from
+it). Not announced within ``witness_grace + blame_window``, the event is pushed
+again, straight to the witnesses and the author (``pushed`` epoch 0: the receivers
+send it up and down), after twice the wait each time, ``OWN_TRIES`` times at most.
+In a clean run every own event is announced back: no push is repeated.
 
 **Silent children** (the parent's side). A live event forwarded to a child changes
 its DIGEST window, so an honest child sends a DIGEST within a round or two. A child
@@ -71,6 +82,7 @@ it and carries out what it answers (:class:`~._node.PulsarcastNode`).
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -107,6 +119,13 @@ MAX_PENDING = 4096
 MAX_SCORED = 4096
 MAX_PENALISED = 4096
 MAX_REJECTED = 64
+REJECT_TTL = 60.0
+"""Seconds a witness dropped as silent is not chosen again in that topic. Not for
+good: an honest one's answer to a WATCH refresh is lost now and then (5 % loss each
+way: one refresh in ten), and a node whose every witness was dropped so, the author
+included, would watch nobody below a withholding parent."""
+OWN_TRIES = 4
+"""Direct pushes again of an own event no witness announced back."""
 STALE_ANNOUNCE = 10.0
 """An announcement of an event created longer ago than this is not scored (the
 witness itself got it late, by repair): it may still be fetched."""
@@ -132,6 +151,16 @@ class _Pending:
     due: float
 
 
+@dataclass(slots=True)
+class _Own:
+    """An event this node published, until a witness announces it back."""
+
+    tree: CID
+    due: float
+    wait: float
+    tries: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class WatchPlan:
     """WATCH messages to send for one topic: ``(peer, ttl)`` (ttl 0: stop)."""
@@ -153,8 +182,8 @@ class Blame:
 @dataclass(slots=True)
 class _TreeGuard:
     watching: dict[str, _Watched] = field(default_factory=dict)
-    rejected: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    """Witnesses dropped as silent (not chosen again in this topic)."""
+    rejected: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    """Witnesses dropped as silent: not chosen again in this topic until then."""
     former: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Witnesses stopped (a HEADS of theirs still on its way is not a tree edge's)."""
     watchers: dict[str, tuple[float, tuple[Filter, ...] | None]] = field(default_factory=dict)
@@ -200,6 +229,9 @@ class RelayGuard:
         self._pending: OrderedDict[CID, _Pending] = OrderedDict()
         self._scores: OrderedDict[tuple[CID, str, str | None], deque[bool]] = OrderedDict()
         self._penalised: OrderedDict[str, float] = OrderedDict()
+        self._own: OrderedDict[CID, _Own] = OrderedDict()
+        self._own_heap: list[tuple[float, int, CID]] = []
+        self._own_seq = 0
         self.detections = 0
         """Parents found bad (and left)."""
         self.evictions = 0
@@ -210,16 +242,20 @@ class RelayGuard:
         """Idle probes sent to children not heard from."""
         self.fetches = 0
         """Announced events fetched (not come from the parent within the grace)."""
+        self.own_pushes = 0
+        """Own events pushed again to the witnesses and the author (none announced)."""
 
     # ------------------------------------------------------------ state
 
     @property
     def counts(self) -> dict[str, int]:
-        """Parents left as withholding, silent children dropped, silent witnesses."""
+        """Parents left as withholding, silent children dropped, silent witnesses, own
+        events pushed again."""
         return {
             "detections": self.detections,
             "evictions": self.evictions,
             "witness_drops": self.witness_drops,
+            "own_pushes": self.own_pushes,
         }
 
     def _tg(self, key: CID) -> _TreeGuard:
@@ -233,10 +269,56 @@ class RelayGuard:
         self._trees.pop(key, None)
 
     def next_due(self) -> float | None:
-        """The earliest pending score, if any."""
+        """The earliest pending score or own-event check, if any."""
+        best = None
         for p in self._pending.values():
-            return p.due  # insertion order is due order: due = now + a constant
-        return None
+            best = p.due  # insertion order is due order: due = now + a constant
+            break
+        heap = self._own_heap
+        while heap and self._own.get(heap[0][2]) is None:
+            heapq.heappop(heap)  # announced back (or forgotten) meanwhile
+        if heap and (best is None or heap[0][0] < best):
+            best = heap[0][0]
+        return best
+
+    # ------------------------------------------------------------ own events
+
+    def published(self, now: float, key: CID, cid: CID) -> None:
+        """(publisher) An event this node published below a parent that is not the
+        author: a witness must announce it back (:meth:`own_due`)."""
+        if self.witnesses == 0:
+            return
+        wait = self.witness_grace + self.blame_window
+        self._own[cid] = _Own(tree=key, due=now + wait, wait=wait)
+        self._arm(cid, now + wait)
+        while len(self._own) > MAX_PENDING:
+            self._own.popitem(last=False)
+
+    def _arm(self, cid: CID, due: float) -> None:
+        self._own_seq += 1
+        heapq.heappush(self._own_heap, (due, self._own_seq, cid))
+
+    def own_due(self, now: float) -> list[tuple[CID, CID]]:
+        """``(topic, event)`` of the own events no witness announced back in time:
+        to push again, straight to the witnesses and the author. Each is checked
+        again after twice the wait, ``OWN_TRIES`` times at most."""
+        out: list[tuple[CID, CID]] = []
+        heap = self._own_heap
+        while heap and heap[0][0] <= now:
+            due, _, cid = heapq.heappop(heap)
+            own = self._own.get(cid)
+            if own is None or own.due != due:
+                continue  # announced back, or re-armed
+            out.append((own.tree, cid))
+            own.tries += 1
+            self.own_pushes += 1
+            if own.tries >= OWN_TRIES:
+                del self._own[cid]
+                continue
+            own.wait *= 2
+            own.due = now + own.wait
+            self._arm(cid, own.due)
+        return out
 
     # ------------------------------------------------------------ penalties
 
@@ -301,7 +383,8 @@ class RelayGuard:
             if not bad and (w.quiet >= QUIET_LIMIT or (w.ack_due is not None and w.ack_due <= now)):
                 bad = True
                 self.witness_drops += 1
-                tg.rejected[peer] = None
+                tg.rejected[peer] = now + REJECT_TTL
+                tg.rejected.move_to_end(peer)
                 while len(tg.rejected) > MAX_REJECTED:
                     tg.rejected.popitem(last=False)
             if bad:
@@ -315,6 +398,8 @@ class RelayGuard:
         want = self.witnesses - len(tg.watching)
         if want > 0:
             taken = set(tg.watching)
+            while tg.rejected and next(iter(tg.rejected.values())) <= now:
+                tg.rejected.popitem(last=False)  # chosen again: one lost answer is no lie
 
             def usable(p: str) -> bool:
                 return (
@@ -401,7 +486,10 @@ class RelayGuard:
         w.quiet = 0
         w.ack_due = None
         out: list[CID] = []
+        own = self._own
         for cid, created in entries:
+            if own and own.pop(cid, None) is not None:
+                continue  # our own event, announced back: it got out
             out.append(cid)
             if parent is None or now - created > STALE_ANNOUNCE or cid in tg.scored:
                 continue

@@ -164,6 +164,33 @@ class RelayDefence(NodeBase):
             tree = self._trees.get(blame.tree)
             if tree is not None and tree.parent == blame.parent:
                 self._leave_bad_parent(now, tree, blame)
+        for key, cid in self._guard.own_due(now):
+            self._push_own_again(now, key, cid)
+
+    def _watch_own(self, now: float, tree: Tree, cid: CID) -> None:
+        """(publisher) Below a parent that is not the author, an own event is checked:
+        a witness must announce it back (._guard "Own events seen"). Only one our
+        WATCH lets the witnesses announce (our subtree's filters)."""
+        parent = tree.parent
+        if not tree.joined or parent is None or parent == tree.author:
+            return
+        if self._own_filters(tree) is not None:
+            wanted = tree.summary_filters
+            entry = self._events.get(cid)
+            if wanted is None or entry is None or not matches_any(wanted, entry[1].attributes):
+                return
+        self._guard.published(now, tree.key, cid)
+
+    def _push_own_again(self, now: float, key: CID, cid: CID) -> None:
+        """No witness announced our event back: straight to the witnesses and the
+        author (epoch 0: they send it up and down the tree), not to tree neighbours."""
+        tree = self._trees.get(key)
+        if tree is None or cid not in self._events:
+            return
+        direct: dict[str, tuple[CID, ...] | None] = dict.fromkeys(self._guard.watched(key))
+        direct[tree.author] = None
+        direct.pop(self.peer_id, None)
+        self._forward(now, tree, cid, skip=set(tree.neighbours()), direct=direct, pushed=0)
 
     @entry_point
     def _leave_bad_parent(self, now: float, tree: Tree, blame: Blame) -> None:
