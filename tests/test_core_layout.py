@@ -1,4 +1,4 @@
-"""The node's parts (core/_base.py and the mixins) fit together."""
+"""The node's parts (core/_base.py, the mixins and the components) fit together."""
 
 from __future__ import annotations
 
@@ -47,11 +47,12 @@ def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
 
 
 def test_no_part_reaches_into_a_components_state() -> None:
-    """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``) own their state:
+    """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``, ``_fast``,
+    ``_admission``) own their state:
     the node and its parts call them, and never read or write their private fields."""
     import re
 
-    reach = re.compile(r"\._(signing|acks|gate|guard)\._[a-z]")
+    reach = re.compile(r"\._(signing|acks|gate|guard|fast|admission)\._[a-z]")
     found = [
         f"{path.name}:{i}"
         for path in sorted(CORE.glob("*.py"))
@@ -59,6 +60,49 @@ def test_no_part_reaches_into_a_components_state() -> None:
         if reach.search(line)
     ]
     assert found == []
+
+
+def _fast_state_touched(source: str) -> list[int]:
+    """Lines of ``source`` that touch a tree's fast-group state (``<x>.fast``)."""
+    return sorted(
+        n.lineno
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Attribute) and n.attr == "fast"
+    )
+
+
+def test_fast_groups_are_a_component_that_owns_its_state() -> None:
+    """FastGroups is no mixin: the node holds one (``_fast``), and no other module of
+    the core reads or writes the state it owns (each tree's ``fast``; its own tables
+    are private: the reach check above)."""
+    from pulsarcast_ipfs.core._fastgroup import FastGroups
+
+    assert not issubclass(FastGroups, NodeBase)
+    assert FastGroups not in PulsarcastNode.__mro__
+    found = [
+        f"{path.name}:{line}"
+        for path in sorted(CORE.glob("*.py"))
+        if path.name != "_fastgroup.py"
+        for line in _fast_state_touched(path.read_text())
+    ]
+    assert found == []
+
+
+def test_components_are_no_mixins() -> None:
+    """A component is an object the node holds, not one of its bases; it imports
+    nothing of NodeBase (no circle through core/_base.py)."""
+    from pulsarcast_ipfs.core._admission import Admission
+    from pulsarcast_ipfs.core._fastgroup import FastGroups
+
+    for k in (FastGroups, Admission):
+        assert not issubclass(k, NodeBase) and k not in PulsarcastNode.__mro__, k
+        assert "._base" not in Path(inspect.getfile(k)).read_text(), k
+
+
+def test_the_fast_state_check_catches_a_planted_one() -> None:
+    planted = "tree.fast = None\nif tree.fast is not None:\n    tree.fast.joined.clear()\n"
+    assert _fast_state_touched(planted) == [1, 2, 3]
+    assert _fast_state_touched("fast = True\nself._fast.tick(now)\n") == []
 
 
 def test_spark_does_not_import_the_cli() -> None:

@@ -5,16 +5,23 @@ token of the sender's bucket for that class; a peer refused ``abuse_limit`` time
 ``abuse_window`` is disconnected, dropped from every tree and ignored for
 ``ban_time``.
 
-(:class:`Admission` is a part of :class:`~._node.PulsarcastNode`: a mixin
-over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+:class:`Admission` is a component of :class:`~._node.PulsarcastNode` (``node._admission``):
+it owns the buckets, the strikes and the bans; the node asks it about each RPC
+(:meth:`~Admission.admit`) and each peer (:meth:`~Admission.banned`), and it reaches
+the node only through the three calls it is given (record a drop, emit an output,
+a peer failed).
 """
 
 from __future__ import annotations
 
-from ._base import NodeBase, _in_force
+from collections.abc import Callable
+from typing import Any, Protocol
+
 from ._bucket import TokenBucket
 from ._codec import Rpc
-from ._io import DisconnectPeer
+from ._config import NodeConfig
+from ._io import DisconnectPeer, Output
+from ._tree import LRU
 
 __all__ = ["Admission"]
 
@@ -38,13 +45,50 @@ _LIMITED_OPS = {
 }
 
 
-class Admission(NodeBase):
-    """Admission (a part of :class:`~._node.PulsarcastNode`)."""
+class _Drop(Protocol):
+    def __call__(self, now: float, reason: str, **fields: Any) -> None: ...
 
-    def _is_banned(self, now: float, peer: str) -> bool:
-        return _in_force(self._banned, peer, now)
 
-    def _admit(self, now: float, peer: str, rpc: Rpc) -> bool:
+class Admission:
+    """The flood protection of one node (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        config: NodeConfig,
+        drop: _Drop,
+        emit: Callable[[Output], None],
+        peer_failed: Callable[[float, str], None],
+    ) -> None:
+        c = self.config = config
+        self._drop = drop
+        self._emit = emit
+        self._peer_failed = peer_failed
+        self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> TokenBucket
+        self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
+        self._banned: dict[str, float] = {}  # peer -> until
+        self._limits = {
+            "join": (c.join_rate, c.join_burst),
+            "event": (c.event_rate, c.event_burst),
+            "request": (c.request_rate, c.request_burst),
+        }
+
+    def banned(self, now: float, peer: str) -> bool:
+        """Whether ``peer`` is ignored for flooding (an ended ban is forgotten)."""
+        end = self._banned.get(peer) if self._banned else None
+        if end is None:
+            return False
+        if end <= now:
+            del self._banned[peer]
+            return False
+        return True
+
+    @property
+    def any_banned(self) -> bool:
+        """Some peer is (or was, until it is next asked about) banned."""
+        return bool(self._banned)
+
+    def admit(self, now: float, peer: str, rpc: Rpc) -> bool:
         """Per-peer token buckets for JOIN, EVENT/HEADS and REQUEST_TO_PUBLISH.
 
         Over the limit: drop (``event_dropped`` reason ``rate_limited``). A peer
@@ -79,6 +123,6 @@ class Admission(NodeBase):
         return False
 
     @property
-    def banned_peers(self) -> dict[str, float]:
+    def peers(self) -> dict[str, float]:
         """Peers ignored for flooding, with the time until which they are."""
         return dict(self._banned)

@@ -22,11 +22,6 @@ from pulsarcast_ipfs.records import MetricRecord, RecordKind
 from ._codec import (
     Digest,
     Event,
-    GroupAck,
-    GroupAssign,
-    GroupEvent,
-    GroupJoin,
-    GroupLeave,
     Heads,
     Join,
     JoinAck,
@@ -55,6 +50,8 @@ from ._tree import LRU, Tree
 
 if TYPE_CHECKING:
     from ._acks import AckBook
+    from ._admission import Admission
+    from ._fastgroup import FastGroups
     from ._liveness import _PingWait
     from ._repair import _Fetch
     from ._requests import _Request
@@ -113,11 +110,8 @@ class NodeBase:
     _rtt_min: dict[str, float]
     _lag_at: float | None
     _in_tree_input: bool = False  # inside a checked tree input (._moves)
-    _buckets: LRU
-    _strikes: LRU
     _stale_told: LRU
-    _banned: dict[str, float]
-    _limits: dict[str, tuple[float, float]]
+    _admission: Admission
     _signing_requests: set[str]
     _signing: SigningQueue
     _seq: int
@@ -126,12 +120,7 @@ class NodeBase:
     _heads_tick: int
     _forward_counts: dict[str, int]
     _seen_parents: LRU
-    _group_at: float | None
-    _paths: LRU
-    _group_pending: LRU
-    _helped: LRU
-    _fast_counts: dict[str, int]
-    _fast_wanted: dict[CID, None]
+    _fast: FastGroups
     _guard: RelayGuard
     _acks: AckBook
     _gate: JoinGate
@@ -280,11 +269,6 @@ class NodeBase:
 
         def _keep_alive(self, now: float) -> None: ...
 
-        # _admission
-        def _is_banned(self, now: float, peer: str) -> bool: ...
-
-        def _admit(self, now: float, peer: str, rpc: Rpc) -> bool: ...
-
         # _publish
         def _publish_event(
             self,
@@ -411,33 +395,6 @@ class NodeBase:
 
         # _relays
         def _watch_own(self, now: float, tree: Tree, cid: CID) -> None: ...
-
-        # _fastgroup
-        def _fast_subscribe(self, now: float, tree: Tree, fast: bool) -> None: ...
-
-        def _fast_leave_all(self, now: float, tree: Tree) -> None: ...
-
-        def _fast_delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str: ...
-
-        def _on_group_join(self, now: float, peer: str, rpc: GroupJoin) -> None: ...
-
-        def _on_group_ack(self, now: float, peer: str, rpc: GroupAck) -> None: ...
-
-        def _on_group_leave(self, now: float, peer: str, rpc: GroupLeave) -> None: ...
-
-        def _on_group_assign(self, now: float, peer: str, rpc: GroupAssign) -> None: ...
-
-        def _on_group_event(self, now: float, peer: str, rpc: GroupEvent) -> None: ...
-
-        def _group_pending_forward(
-            self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
-        ) -> None: ...
-
-        def _group_publish(self, now: float, tree: Tree, cid: CID) -> None: ...
-
-        def _group_tick(self, now: float) -> None: ...
-
-        def _group_peer_failed(self, now: float, peer: str) -> None: ...
 
     # ------------------------------------------------------------------ helpers
 

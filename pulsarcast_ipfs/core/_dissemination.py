@@ -139,8 +139,8 @@ class Dissemination(NodeBase):
             self._drop(now, "duplicate", topic=tree.name, event=cid_str(cid), peer=sender)
             if seen_parents is not None:
                 self._late_parents(now, tree, ev, seen_parents, recovered)
-            if forward and len(self._group_pending):
-                self._group_pending_forward(now, tree, cid, sender, pushed)
+            if forward:
+                self._fast.tree_copy(now, tree, cid, sender, pushed)
             return True
         version = self._version_for(now, tree, ev.topic, block)
         if isinstance(version, str):
@@ -427,7 +427,7 @@ class Dissemination(NodeBase):
         if tree.subscribed and (tree.filters is None or matches_any(tree.filters, ev.attributes)):
             self._emit(Deliver(topic_cid=tree.key, event_cid=cid, event=ev, recovered=recovered))
             # Fast topics say by which path the event came first (group, helper, tree).
-            path = {} if tree.fast is None else {"path": self._fast_delivered(now, tree, cid, ev)}
+            path = self._fast.delivered(now, tree, cid, ev)
             self._record(
                 now,
                 RecordKind.EVENT_DELIVERED,
@@ -436,10 +436,10 @@ class Dissemination(NodeBase):
                 event=cid_str(cid),
                 latency=max(0.0, now - ev.created_ts),
                 recovered=recovered,
-                **path,
+                **({} if path is None else {"path": path}),
             )
-        elif tree.fast is not None:
-            self._paths.pop(cid)  # filtered out (or not subscribed): no path to count
+        else:
+            self._fast.skipped(tree, cid)
         if tree.followers:
             self._on_meta_event(now, tree, ev)
 

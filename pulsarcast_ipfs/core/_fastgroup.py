@@ -37,15 +37,29 @@ publisher answers GROUP_ACK ``{ok, helper, ttl}``.
   reports unreachable leaves every group at once; the publisher places the members
   of a failed helper again (they get an ACK with their new helper). Whatever a
   member misses meanwhile the tree delivers.
+
+Layout
+------
+:class:`FastGroups` is a component of the node (``node._fast``): it owns the
+fast-group state, each tree's :attr:`~._tree.Tree.fast` (:mod:`._groupstate`, which
+no other part writes) and its own tables (the path each event came by first, the
+tree copies still to forward, the events it forwarded as a helper, the delivery
+counts, the fast subscriptions waiting for their topic, the next refresh round).
+The node calls it with its inputs (:meth:`~FastGroups.receive` for the GROUP_* RPCs,
+:meth:`~FastGroups.tick`, and its own events: subscribe, unsubscribe, publish,
+deliver, a tree copy of a group event, a peer unreachable); it reaches the node
+only through what it is given at construction: the trees and the seen events to
+read, and four calls (:class:`GroupHost`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pulsarcast_ipfs.core._cid import CID
 
-from ._base import NodeBase
 from ._codec import (
     MAX_GROUP_ASSIGN,
     GroupAck,
@@ -55,6 +69,7 @@ from ._codec import (
     GroupLeave,
     encode_frame,
 )
+from ._config import NodeConfig
 from ._descriptors import EventDescriptor, cid_str, decode_cached
 from ._errors import DescriptorError
 from ._filters import MATCH_ALL, Filter, matches, merge, parse_filter, render_filter
@@ -67,9 +82,16 @@ from ._groupstate import (
     PublisherGroup,
     plan_group,
 )
-from ._tree import Tree
+from ._tree import LRU, Tree
 
-__all__ = ["FastGroupState", "FastGroups"]
+__all__ = ["FastGroupState", "FastGroups", "GroupHost"]
+
+GroupRpc = GroupJoin | GroupAck | GroupLeave | GroupAssign | GroupEvent
+GROUP_RPCS = (GroupEvent, GroupJoin, GroupAck, GroupAssign, GroupLeave)
+"""The RPCs :meth:`FastGroups.receive` handles."""
+
+_MAX_WANTED = 1024
+"""``subscribe(fast=True)`` calls kept while their topic resolves (the oldest go)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,8 +113,107 @@ class FastGroupState:
     """(helper) The publishers it forwards for, and to whom."""
 
 
-class FastGroups(NodeBase):
-    """Fast groups (a part of :class:`~._node.PulsarcastNode`)."""
+class GroupHost(Protocol):
+    """What fast groups use of the node: four calls, nothing of its state."""
+
+    def _send(
+        self, now: float, peer: str, rpc: GroupRpc, topic: str | None, data: bytes | None = None
+    ) -> None:
+        """Queue an RPC for ``peer`` (``data``: its frame, when already encoded)."""
+
+    def _drop(self, now: float, reason: str, **fields: Any) -> None:
+        """Record a dropped event."""
+
+    def _accept_event(
+        self,
+        now: float,
+        tree: Tree,
+        ev: EventDescriptor,
+        *,
+        sender: str | None,
+        recovered: bool,
+        block: bytes | None = None,
+        forward: bool = True,
+    ) -> bool:
+        """The tree's acceptance of an event (verify, deduplicate, store, deliver)."""
+
+    def _forward_received(
+        self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
+    ) -> None:
+        """Forward a received event into the tree, as the tree would have."""
+
+
+class FastGroups:
+    """The fast groups of one node (a component of :class:`~._node.PulsarcastNode`)."""
+
+    def __init__(
+        self,
+        *,
+        peer_id: str,
+        config: NodeConfig,
+        trees: Mapping[CID, Tree],
+        seen: Container[CID],
+        host: GroupHost,
+    ) -> None:
+        self._peer_id = peer_id
+        self._config = config
+        self._trees = trees  # read only: the node's trees
+        self._seen = seen  # read only: the events the node has taken
+        self._send = host._send
+        self._drop = host._drop
+        self._accept = host._accept_event
+        self._forward = host._forward_received
+        size = config.event_cache_size
+        self._due: float | None = None  # the next refresh and expiry round
+        self._paths = LRU(size)  # event -> the group path it came by first
+        self._pending = LRU(size)  # event -> tree: the tree copy still to forward
+        self._helped = LRU(size)  # events forwarded as a helper
+        self._counts: dict[str, int] = {}
+        self._wanted: dict[CID, None] = {}  # subscribe(fast=True) waiting for its topic
+
+    # ------------------------------------------------------------ the node's calls
+
+    @property
+    def due(self) -> float | None:
+        """When :meth:`tick` is due (``None``: no fast state anywhere)."""
+        return self._due
+
+    def receive(self, now: float, peer: str, rpc: GroupRpc) -> None:
+        """A GROUP_* RPC from ``peer`` (one of :data:`GROUP_RPCS`)."""
+        if isinstance(rpc, GroupEvent):
+            self._on_group_event(now, peer, rpc)
+        elif isinstance(rpc, GroupJoin):
+            self._on_group_join(now, peer, rpc)
+        elif isinstance(rpc, GroupAck):
+            self._on_group_ack(now, peer, rpc)
+        elif isinstance(rpc, GroupAssign):
+            self._on_group_assign(now, peer, rpc)
+        else:
+            self._on_group_leave(now, peer, rpc)
+
+    def want(self, topic_cid: CID, fast: bool) -> None:
+        """``subscribe(fast=...)`` of a topic being resolved: remember (or forget) it."""
+        if fast:
+            if len(self._wanted) >= _MAX_WANTED:
+                self._wanted.pop(next(iter(self._wanted)))
+            self._wanted[topic_cid] = None
+        else:
+            self._wanted.pop(topic_cid, None)
+
+    def wanted(self, versions: Iterable[CID]) -> bool:
+        """Whether a subscribe call of one of ``versions`` asked for fast delivery
+        (:meth:`want`); those calls are answered."""
+        fast = False
+        for v in versions:
+            if v in self._wanted:
+                del self._wanted[v]
+                fast = True
+        return fast
+
+    def skipped(self, tree: Tree, cid: CID) -> None:
+        """An event taken but not delivered here (filtered out, or not subscribed)."""
+        if tree.fast is not None:
+            self._paths.pop(cid)  # no path to count
 
     # ------------------------------------------------------------ helpers
 
@@ -100,29 +221,29 @@ class FastGroups(NodeBase):
         fs = tree.fast
         if fs is None:
             fs = tree.fast = FastState()
-        if self._group_at is None:
-            self._group_at = now + self.config.group_refresh
+        if self._due is None:
+            self._due = now + self._config.group_refresh
         return fs
 
     def _group_ttl(self) -> float:
-        return 3.0 * self.config.group_refresh
+        return 3.0 * self._config.group_refresh
 
     # ------------------------------------------------------------ member side
 
-    def _fast_subscribe(self, now: float, tree: Tree, fast: bool) -> None:
+    def subscribe(self, now: float, tree: Tree, fast: bool) -> None:
         """``subscribe(fast=...)``: ask for (or stop asking for) fast delivery."""
         if not fast:
             if tree.fast is not None and tree.fast.wanted:
-                self._fast_leave_all(now, tree)
+                self.leave_all(now, tree)
             return
         fs = self._fast(now, tree)
         if fs.wanted:
             return
         fs.wanted = True
-        if tree.author != self.peer_id:
+        if tree.author != self._peer_id:
             self._group_join(now, tree, tree.author)  # the likeliest publisher
 
-    def _fast_leave_all(self, now: float, tree: Tree) -> None:
+    def leave_all(self, now: float, tree: Tree) -> None:
         """Unsubscribed (or no longer fast): leave every group, stop helping."""
         fs = tree.fast
         if fs is None:
@@ -136,14 +257,14 @@ class FastGroups(NodeBase):
 
     def _group_join(self, now: float, tree: Tree, publisher: str) -> None:
         fs = self._fast(now, tree)
-        if publisher in fs.joined or publisher == self.peer_id:
+        if publisher in fs.joined or publisher == self._peer_id:
             return
         until = fs.refused.get(publisher)
         if until is not None:
             if until > now:
                 return
             del fs.refused[publisher]
-        if len(fs.joined) >= self.config.fast_publishers:
+        if len(fs.joined) >= self._config.fast_publishers:
             return
         fs.joined[publisher] = Membership(expires=now + self._group_ttl())
         self._send(now, publisher, self._group_join_rpc(tree), tree.name)
@@ -155,13 +276,15 @@ class FastGroups(NodeBase):
         if tree.filters is not None:
             one = (merge(tree.filters, 1) or tree.filters)[0]  # () if none can match
             where = None if one == MATCH_ALL else render_filter(one)
-        return GroupJoin(topic=tree.key, spare=self.config.group_spare, filter=where)
+        return GroupJoin(topic=tree.key, spare=self._config.group_spare, filter=where)
 
-    def _fast_delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str:
-        """An event of a tree with fast state was delivered: its path (for the record
-        and the counters); its publisher's group is joined if not yet."""
+    def delivered(self, now: float, tree: Tree, cid: CID, ev: EventDescriptor) -> str | None:
+        """An event was delivered: in a tree with fast state, its path (for the record
+        and the counters; else ``None``); its publisher's group is joined if not yet."""
+        if tree.fast is None:
+            return None
         path = self._paths.pop(cid) or "tree"
-        self._fast_counts[path] = self._fast_counts.get(path, 0) + 1
+        self._counts[path] = self._counts.get(path, 0) + 1
         fs = tree.fast
         if fs is not None and fs.wanted and tree.subscribed and ev.publisher not in fs.joined:
             self._group_join(now, tree, ev.publisher)
@@ -181,7 +304,7 @@ class FastGroups(NodeBase):
             return
         mem.acked = True
         mem.expires = now + rpc.ttl
-        mem.helper = rpc.helper if rpc.helper != self.peer_id else None
+        mem.helper = rpc.helper if rpc.helper != self._peer_id else None
 
     def _on_group_leave(self, now: float, peer: str, rpc: GroupLeave) -> None:
         tree = self._trees.get(rpc.topic)
@@ -206,8 +329,8 @@ class FastGroups(NodeBase):
         old = fs.assigned.get(peer)
         if old is not None and rpc.epoch < old.epoch:
             return  # an older assignment, overtaken
-        members = tuple(m for m in rpc.members if m not in (self.peer_id, peer))
-        members = members[: min(self.config.group_spare, MAX_GROUP_ASSIGN)]
+        members = tuple(m for m in rpc.members if m not in (self._peer_id, peer))
+        members = members[: min(self._config.group_spare, MAX_GROUP_ASSIGN)]
         if not members:
             fs.assigned.pop(peer, None)
             return
@@ -250,13 +373,13 @@ class FastGroups(NodeBase):
         seen = cid in self._seen
         if not seen:
             self._paths.put(cid, "group" if direct else "helper")
-        accepted = self._accept_event(
+        accepted = self._accept(
             now, tree, ev, sender=peer, recovered=False, block=rpc.topic_block, forward=False
         )
         if not seen:
             if cid in self._seen:
                 # The tree's own copy is forwarded when it comes (it would have been).
-                self._group_pending.put(cid, tree.key)
+                self._pending.put(cid, tree.key)
             else:
                 self._paths.pop(cid)
         if (
@@ -297,24 +420,24 @@ class FastGroups(NodeBase):
         itself sent it (``direct``), never one that came from another helper."""
         return direct
 
-    def _group_pending_forward(
+    def tree_copy(
         self, now: float, tree: Tree, cid: CID, sender: str | None, pushed: int | None
     ) -> None:
         """A tree copy of an event that came first along a group: forward it now, as the
         tree would have (the group copy was not sent into the tree)."""
-        if sender is None or self._group_pending.get(cid) != tree.key:
+        if sender is None or self._pending.get(cid) != tree.key:
             return
         if sender != tree.parent and sender not in tree.children and pushed is None:
             return  # (a publisher's direct first hop counts: docs "First hop")
-        self._group_pending.pop(cid)
-        self._forward_received(now, tree, cid, sender, pushed)
+        self._pending.pop(cid)
+        self._forward(now, tree, cid, sender, pushed)
 
     # ------------------------------------------------------------ publisher side
 
     def _on_group_join(self, now: float, peer: str, rpc: GroupJoin) -> None:
         ttl = self._group_ttl()
         tree = self._trees.get(rpc.topic)
-        if tree is None or self.config.group_capacity == 0:
+        if tree is None or self._config.group_capacity == 0:
             self._send(now, peer, GroupAck(topic=rpc.topic, ok=False, ttl=ttl), None)
             return
         fs = self._fast(now, tree)
@@ -372,13 +495,13 @@ class FastGroups(NodeBase):
     def _placeable(self, g: PublisherGroup, peer: str, spare: int) -> bool:
         trial = {p: (m.spare, m.seq) for p, m in g.members.items()}
         trial[peer] = (spare, g.seq + 1)
-        return plan_group(trial, self.config.group_capacity) is not None
+        return plan_group(trial, self._config.group_capacity) is not None
 
     def _regroup(self, now: float, tree: Tree, g: PublisherGroup, *, quiet: str = "") -> None:
         """Place the group again; tell each helper whose members changed and each member
         whose helper changed (``quiet``: the caller answers that one itself)."""
         ttl = self._group_ttl()
-        cap = self.config.group_capacity
+        cap = self._config.group_capacity
         while True:
             plan = plan_group({p: (m.spare, m.seq) for p, m in g.members.items()}, cap)
             if plan is not None:
@@ -409,17 +532,13 @@ class FastGroups(NodeBase):
                     ack = GroupAck(topic=tree.key, ok=True, helper=new, ttl=ttl)
                     self._send(now, p, ack, tree.name)
 
-    def _group_publish(self, now: float, tree: Tree, cid: CID) -> None:
+    def publish(self, now: float, tree: Tree, ev: EventDescriptor) -> None:
         """An event this node published: GROUP_EVENT to its direct members (those that
         are no tree neighbours) and to its helpers."""
         fs = tree.fast
         g = fs.group if fs is not None else None
         if g is None or not g.members:
             return
-        entry = self._events.get(cid)
-        if entry is None:
-            return
-        ev: EventDescriptor = entry[1]
         block = None
         if ev.topic != tree.key:
             desc = tree.versions.get(ev.topic)
@@ -444,10 +563,10 @@ class FastGroups(NodeBase):
 
     # ------------------------------------------------------------ timers, failures
 
-    def _group_tick(self, now: float) -> None:
+    def tick(self, now: float) -> None:
         """Every ``group_refresh``: members refresh, expired entries go."""
-        c = self.config
-        self._group_at = None
+        c = self._config
+        self._due = None
         busy = False
         for tree in list(self._trees.values()):
             fs = tree.fast
@@ -478,9 +597,9 @@ class FastGroups(NodeBase):
             else:
                 busy = True
         if busy:
-            self._group_at = now + c.group_refresh
+            self._due = now + c.group_refresh
 
-    def _group_peer_failed(self, now: float, peer: str) -> None:
+    def peer_failed(self, now: float, peer: str) -> None:
         """The driver gave up on ``peer``: out of every group at once."""
         for tree in list(self._trees.values()):
             fs = tree.fast
@@ -499,9 +618,8 @@ class FastGroups(NodeBase):
 
     # ------------------------------------------------------------ queries
 
-    def fast_state(self, topic_cid: CID) -> FastGroupState:
-        """This node's fast groups of a topic (any version's CID)."""
-        tree = self._tree_for(topic_cid)
+    def state(self, tree: Tree) -> FastGroupState:
+        """This node's fast groups of a topic."""
         fs = tree.fast
         if fs is None:
             fs = FastState()
@@ -521,7 +639,7 @@ class FastGroups(NodeBase):
         )
 
     @property
-    def fast_counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, int]:
         """Deliveries of fast topics by the path of the first copy: ``group`` (from the
         publisher), ``helper`` (from a helper), ``tree``."""
-        return dict(self._fast_counts)
+        return dict(self._counts)

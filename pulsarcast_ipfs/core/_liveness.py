@@ -49,7 +49,7 @@ class Liveness(NodeBase):
     """Liveness (a part of :class:`~._node.PulsarcastNode`)."""
 
     def _is_suspect(self, now: float, peer: str) -> bool:
-        return self._is_banned(now, peer) or _in_force(self._suspect, peer, now)
+        return self._admission.banned(now, peer) or _in_force(self._suspect, peer, now)
 
     def link_rtt(self, peer: str) -> float | None:
         """The smoothed round trip (s) of the link to parent ``peer``, from its PONGs

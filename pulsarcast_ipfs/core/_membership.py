@@ -108,7 +108,7 @@ class Membership(NodeBase):
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
         target = tree.author_pos
-        if not suspects and (self._banned or self._suspect):
+        if not suspects and (self._admission.any_banned or self._suspect):
             for peer, pos in self._known.items():
                 if peer in skip or self._is_suspect(now, peer):
                     continue
@@ -327,7 +327,7 @@ class Membership(NodeBase):
         for req in self._requests.values():
             if req.via == peer:
                 req.due = now
-        self._group_peer_failed(now, peer)
+        self._fast.peer_failed(now, peer)
 
     def set_known_peers(self, now: float, peers: Iterable[str]) -> None:
         """Routing-table snapshot plus connected peers (§3); replaces the previous one."""

@@ -32,7 +32,8 @@ each input to the part that handles it and reports the next deadline. Some parts
 are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
-:class:`~._guard.RelayGuard`); the others are still mixins over
+:class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
+:class:`~._admission.Admission`); the others are still mixins over
 :class:`~._base.NodeBase` (the shared state and helpers, and the signatures one part
 calls in another, checked by mypy). :mod:`._moves` checks each tree input against
 the transition table.
@@ -43,7 +44,7 @@ the transition table.
 :mod:`._dissemination` verify, forward, deliver in causal order; topic versions
 :mod:`._repair`        block fetches, gap repair, topic resolution, history fill
 :mod:`._liveness`      PING/PONG, lag detection, suspects
-:mod:`._admission`     token buckets and bans (flood protection)
+:mod:`._admission`     token buckets and bans (flood protection; a component)
 :mod:`._signqueue`     operations waiting for signatures; signature checks
                        (a component)
 :mod:`._publish`       publish (Algorithm 3)
@@ -53,7 +54,8 @@ the transition table.
 :mod:`._antientropy`   HEADS deltas and DIGESTs
 :mod:`._push`          MEMBERS: a publisher's direct first hop
 :mod:`._fastgroup`     fast groups: a publisher's events straight to the members
-                       that asked, two hops at most (:mod:`._groupstate`)
+                       that asked, two hops at most (:mod:`._groupstate`;
+                       a component)
 :mod:`._summaries`     subtree summaries of filters (JOIN's summary, SUMMARY)
 :mod:`._pruning`       pruning on the summaries (forward, ``parents``, what is wanted)
 :mod:`._acks`          acknowledgement levels: the outbox, STORED from holders
@@ -69,6 +71,7 @@ import math
 import random
 from collections.abc import Mapping
 
+from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
 from pulsarcast_ipfs.records import RecordKind
 
@@ -78,11 +81,6 @@ from ._antientropy import AntiEntropy
 from ._codec import (
     Digest,
     Event,
-    GroupAck,
-    GroupAssign,
-    GroupEvent,
-    GroupJoin,
-    GroupLeave,
     Heads,
     Join,
     JoinAck,
@@ -104,7 +102,7 @@ from ._delegation import DelegateKey
 from ._descriptors import _canonical_peer
 from ._dissemination import Dissemination
 from ._errors import LocalProtocolError
-from ._fastgroup import FastGroups
+from ._fastgroup import GROUP_RPCS, FastGroups, FastGroupState
 from ._guard import RelayGuard
 from ._historypages import HistoryPages
 from ._io import Output
@@ -134,18 +132,17 @@ class PulsarcastNode(
     Repair,
     Membership,
     Liveness,
-    Admission,
     AntiEntropy,
     FirstHopPush,
-    FastGroups,
     Summaries,
     Pruning,
     RelayDefence,
 ):
     """One Pulsarcast node as a pure state machine (contract: docs/core-api.md).
 
-    This class routes the inputs to the parts of the node (one mixin per concern,
-    over :class:`~._base.NodeBase`) and collects their outputs and deadlines.
+    This class routes the inputs to the parts of the node (mixins over
+    :class:`~._base.NodeBase`, and the components it holds) and collects their outputs
+    and deadlines.
     """
 
     def __init__(
@@ -196,15 +193,10 @@ class PulsarcastNode(
         self._srtt = {}  # parent -> smoothed PING round trip (in time)
         self._rtt_min = {}  # parent -> shortest PING round trip seen (its link's delay)
         self._lag_at = None  # when the next _PingWait falls due (or earlier)
-        self._buckets = LRU(c.rate_limit_peers)  # (peer, class) -> _Bucket
-        self._strikes = LRU(c.rate_limit_peers)  # peer -> [window start, count]
         self._stale_told = LRU(c.rate_limit_peers)  # (peer, topic) -> LEAVE sent at
-        self._banned = {}  # peer -> until
-        self._limits = {
-            "join": (c.join_rate, c.join_burst),
-            "event": (c.event_rate, c.event_burst),
-            "request": (c.request_rate, c.request_burst),
-        }
+        self._admission = Admission(
+            config=c, drop=self._drop, emit=self._emit, peer_failed=self._peer_failed
+        )
         self._signing = SigningQueue(
             peer_id=peer_id,
             require_signatures=c.require_signatures,
@@ -219,12 +211,9 @@ class PulsarcastNode(
         self._heads_tick = 0
         self._forward_counts = {"down": 0, "false_positive": 0, "pruned": 0}
         self._seen_parents = LRU(c.event_cache_size)  # event -> parents a pruned edge gave
-        self._group_at = None  # fast groups: the next refresh and expiry round
-        self._paths = LRU(c.event_cache_size)  # event -> the group path it came by first
-        self._group_pending = LRU(c.event_cache_size)  # event -> tree: tree copy to forward
-        self._helped = LRU(c.event_cache_size)  # events forwarded as a helper
-        self._fast_counts = {}
-        self._fast_wanted = {}  # subscribe(fast=True) calls waiting for their topic
+        self._fast = FastGroups(
+            peer_id=peer_id, config=c, trees=self._trees, seen=self._seen, host=self
+        )
         self._acks = AckBook(
             retry=c.ack_retry,
             retry_max=c.ack_retry_max,
@@ -270,9 +259,9 @@ class PulsarcastNode(
         """An RPC from the authenticated ``peer`` (§6)."""
         if peer == self.peer_id:
             raise LocalProtocolError("an RPC from this node itself")
-        if self._banned and self._is_banned(now, peer):
+        if self._admission.banned(now, peer):
             return  # disconnected for flooding: ignored, without records, until the ban ends
-        if not self._admit(now, peer, rpc):
+        if not self._admission.admit(now, peer, rpc):
             return
         self._last_heard[peer] = now
         if self.config.rpc_records:
@@ -327,16 +316,8 @@ class PulsarcastNode(
             self._on_request_ack(now, peer, rpc)
         elif isinstance(rpc, Summary):
             self._on_summary(now, peer, rpc)
-        elif isinstance(rpc, GroupEvent):
-            self._on_group_event(now, peer, rpc)
-        elif isinstance(rpc, GroupJoin):
-            self._on_group_join(now, peer, rpc)
-        elif isinstance(rpc, GroupAck):
-            self._on_group_ack(now, peer, rpc)
-        elif isinstance(rpc, GroupAssign):
-            self._on_group_assign(now, peer, rpc)
-        elif isinstance(rpc, GroupLeave):
-            self._on_group_leave(now, peer, rpc)
+        elif isinstance(rpc, GROUP_RPCS):
+            self._fast.receive(now, peer, rpc)
         elif isinstance(rpc, Stored):
             self._on_stored(now, peer, rpc)
 
@@ -367,7 +348,7 @@ class PulsarcastNode(
         at = self._lag_at
         if at is not None and (best is None or at < best):
             best = at
-        at = self._group_at
+        at = self._fast.due
         if at is not None and (best is None or at < best):
             best = at
         at = self._guard.next_due()
@@ -398,8 +379,9 @@ class PulsarcastNode(
             self._guard_round(now)
         if self._lag_at is not None and now >= self._lag_at:
             self._check_lag(now)
-        if self._group_at is not None and now >= self._group_at:
-            self._group_tick(now)
+        at = self._fast.due
+        if at is not None and now >= at:
+            self._fast.tick(now)
         at = self._guard.next_due()
         if at is not None and now >= at:
             self._score_parents(now)
@@ -437,6 +419,23 @@ class PulsarcastNode(
     def join_gate_counts(self) -> dict[str, int]:
         """JOINs refused as colocated, and dropped as a subnet's flood."""
         return self._gate.counts
+
+    # ------------------------------------------------------ fast groups (._fastgroup)
+
+    def fast_state(self, topic_cid: CID) -> FastGroupState:
+        """This node's fast groups of a topic (any version's CID)."""
+        return self._fast.state(self._tree_for(topic_cid))
+
+    @property
+    def fast_counts(self) -> dict[str, int]:
+        """Deliveries of fast topics by the path of the first copy: ``group`` (from the
+        publisher), ``helper`` (from a helper), ``tree``."""
+        return self._fast.counts
+
+    @property
+    def banned_peers(self) -> dict[str, float]:
+        """Peers ignored for flooding, with the time until which they are."""
+        return self._admission.peers
 
     @property
     def guard_counts(self) -> dict[str, int]:

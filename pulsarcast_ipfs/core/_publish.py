@@ -243,7 +243,7 @@ class Publishing(NodeBase):
             self._ensure_joined(now, tree)
         self._push_own(now, tree, cid)
         self._watch_own(now, tree, cid)  # (._relays) a witness must announce it back
-        self._group_publish(now, tree, cid)
+        self._fast.publish(now, tree, ev)
         self._offer(now, tree, cid, False)
         # An early HEADS round: a neighbour the EVENT did not go to (one that joined
         # meanwhile) hears of it soon, not at the next round (deltas only).

@@ -260,12 +260,7 @@ class Topics(NodeBase):
         if since is not None and since < now:
             self._resume_since[topic_cid] = since
         self._pending_filters[topic_cid] = wanted
-        if fast:
-            if len(self._fast_wanted) >= 1024:
-                self._fast_wanted.pop(next(iter(self._fast_wanted)))
-            self._fast_wanted[topic_cid] = None
-        else:
-            self._fast_wanted.pop(topic_cid, None)
+        self._fast.want(topic_cid, fast)
         self._when_resolved(now, topic_cid, "subscribe", self._subscribe_tree)
 
     def _take_filter(self, now: float, tree: Tree) -> None:
@@ -288,13 +283,9 @@ class Topics(NodeBase):
 
     def _subscribe_tree(self, now: float, tree: Tree) -> None:
         self._take_filter(now, tree)
-        fast = False
-        for v in tree.versions:
-            if v in self._fast_wanted:
-                del self._fast_wanted[v]
-                fast = True
+        fast = self._fast.wanted(tree.versions)
         if tree.subscribed:
-            self._fast_subscribe(now, tree, fast)
+            self._fast.subscribe(now, tree, fast)
             return
         tree.subscribed = True
         tree.since = min(now, self._resume_since.pop(tree.key, now))
@@ -314,7 +305,7 @@ class Topics(NodeBase):
                 self._continue_resolutions(now)
         self._ensure_joined(now, tree)
         self._tree_changed(now, tree)
-        self._fast_subscribe(now, tree, fast)
+        self._fast.subscribe(now, tree, fast)
 
     # -- the meta-topic descriptor in a JOIN_ACK (wire 2.7) ----------------------------
     #
@@ -396,7 +387,7 @@ class Topics(NodeBase):
             return
         tree.subscribed = False
         tree.filters = None
-        self._fast_leave_all(now, tree)
+        self._fast.leave_all(now, tree)
         self._record(now, RecordKind.UNSUBSCRIBED, topic=tree.name, topic_cid=cid_str(tree.key))
         self._update_retention(now, tree)
         meta_cid = tree.root.meta
