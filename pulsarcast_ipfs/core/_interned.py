@@ -23,7 +23,7 @@ from pulsarcast_ipfs.core._cid import CID
 
 from ._descriptors import EventDescriptor
 
-__all__ = ["MEMO_SIZE", "event_entry", "shared_term"]
+__all__ = ["MEMO_SIZE", "cid_term", "event_entry", "shared_term"]
 
 MEMO_SIZE: Final = 16384
 """Entries each memo holds before it is emptied."""
@@ -44,13 +44,18 @@ def event_entry(tree_key: CID, ev: EventDescriptor) -> tuple[CID, EventDescripto
     return entry
 
 
+def cid_term(cid: Any) -> int:
+    """A CID's term in a DIGEST fingerprint sum (:mod:`._window`): its last eight
+    bytes (the end of its sha2-256 digest), big-endian."""
+    raw = cid._raw if type(cid) is CID else bytes(cid)
+    return int.from_bytes(raw[-8:], "big")
+
+
 def shared_term(cid: Any) -> int:
-    """A CID's fingerprint term (its last eight bytes, big-endian), one int object
-    per CID for the whole process."""
+    """:func:`cid_term`, one int object per CID for the whole process."""
     term = _terms.get(cid)
     if term is None:
-        raw = cid._raw if type(cid) is CID else bytes(cid)
-        term = int.from_bytes(raw[-8:], "big")
+        term = cid_term(cid)
         if len(_terms) >= MEMO_SIZE:
             _terms.clear()
         _terms[cid] = term

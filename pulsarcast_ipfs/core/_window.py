@@ -13,23 +13,16 @@ that adds to or drops from a tree's window, and it keeps the index in step;
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Any, Final
+from typing import Final
 
 from pulsarcast_ipfs.core._cid import CID
 
-from ._interned import shared_term
+from ._interned import cid_term, shared_term
 
 __all__ = ["FINGERPRINT_MASK", "WindowIndex", "cid_term"]
 
 FINGERPRINT_MASK: Final = (1 << 64) - 1
 """Fingerprint sums are modulo 2**64."""
-
-
-def cid_term(cid: Any) -> int:
-    """A CID's term in a fingerprint sum: its last eight bytes (the end of its
-    sha2-256 digest), big-endian."""
-    raw = cid._raw if type(cid) is CID else bytes(cid)
-    return int.from_bytes(raw[-8:], "big")
 
 
 class WindowIndex:
