@@ -2,7 +2,7 @@
 changes anything in Kubo.
 
 A Kubo daemon has one ``p2p listen`` per protocol: the sidecar that registers
-``/x/pulsarcast/2.11.0`` receives every tree RPC sent to the node. A second sidecar
+``/x/pulsarcast/2.12.0`` receives every tree RPC sent to the node. A second sidecar
 beside the same Kubo would take that listener from the first one (and close it on
 its way out), so a starting sidecar first reads ``p2p/ls``:
 

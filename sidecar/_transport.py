@@ -1,6 +1,6 @@
 """Tree RPCs over Kubo stream mounting (docs/protocol.md §6).
 
-Incoming: ``p2p listen /x/pulsarcast/2.11.0 /ip4/127.0.0.1/tcp/<port>`` with
+Incoming: ``p2p listen /x/pulsarcast/2.12.0 /ip4/127.0.0.1/tcp/<port>`` with
 ``report-peer-id``; every TCP connection Kubo makes to our port starts with the
 authenticated sender's peer ID and a newline, then length-prefixed dag-cbor frames
 (:class:`~pulsarcast_ipfs.core.FrameDecoder`). A frame that does not decode closes
@@ -51,7 +51,7 @@ from ._preflight import Listener, claim_protocol, find_listener
 
 __all__ = ["PROTOCOL", "Transport"]
 
-PROTOCOL = "/x/pulsarcast/2.11.0"
+PROTOCOL = "/x/pulsarcast/2.12.0"
 _YOUNG = 1.0
 """A connection that breaks within this many seconds re-sends what it carried."""
 _WRITE_MAX = 256 * 1024

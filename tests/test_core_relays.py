@@ -22,12 +22,13 @@ from pulsarcast_ipfs.core import (
     Join,
     JoinAck,
     Leave,
+    Members,
     NodeConfig,
     Watch,
     encode_frame,
     make_peer_ids,
 )
-from pulsarcast_ipfs.core._guard import RelayGuard
+from pulsarcast_ipfs.core._guard import RelayGuard, WatchVerdict
 from pulsarcast_ipfs.core.testing import CoreNet
 from pulsarcast_ipfs.records import RecordKind
 
@@ -221,12 +222,85 @@ def test_watch_is_validated_and_bounded() -> None:
         blame_window=2.0,
         penalty_ttl=600.0,
         silent_rounds=6,
+        subnet_watchers=4,
         rng=random.Random(1),
     )
     taken = [g.on_watch(0.0, topic, p, 60, None) for p in peers]
-    assert taken.count(True) == 64  # MAX_WATCHERS: the rest are not answered
+    assert taken.count(WatchVerdict.TAKEN) == 64  # MAX_WATCHERS: the rest are not answered
+    assert taken[64:] == [WatchVerdict.FULL] * 6
     assert len(g.watchers(1.0, topic)) == 64
     assert g.watchers(61.0, topic) == []  # expired
+
+
+def _guard(**kw: object) -> RelayGuard:
+    import random
+
+    args: dict[str, object] = dict(
+        witnesses=2,
+        witness_grace=1.0,
+        blame_window=2.0,
+        penalty_ttl=600.0,
+        silent_rounds=6,
+        subnet_watchers=4,
+        rng=random.Random(1),
+    )
+    args.update(kw)
+    return RelayGuard(**args)  # type: ignore[arg-type]
+
+
+def test_watchers_of_one_network_are_bounded_and_penalised_ones_make_room() -> None:
+    """Sybil identities are free, networks are not: a witness takes at most
+    ``subnet_watchers`` watchers of one network per topic (peers without a network
+    are not counted), and a full table makes room by dropping a watcher it has
+    penalised, never an honest one."""
+    topic = _fake_cids(1)[0]
+    sybils = make_peer_ids(20, seed=6)
+    honest = make_peer_ids(70, seed=7)
+    g = _guard()
+    got = [g.on_watch(0.0, topic, p, 60, None, subnet="10.0.0") for p in sybils]
+    assert got.count(WatchVerdict.TAKEN) == 4
+    assert got[4:] == [WatchVerdict.COLOCATED] * 16
+    assert g.on_watch(1.0, topic, sybils[0], 60, None, subnet="10.0.0") is WatchVerdict.TAKEN
+    got = [g.on_watch(0.0, topic, p, 60, None) for p in honest]
+    assert got.count(WatchVerdict.TAKEN) == 60 and got[60:] == [WatchVerdict.FULL] * 10
+    g.penalise(2.0, sybils[1])
+    late = honest[65]
+    assert g.on_watch(2.0, topic, late, 60, None) is WatchVerdict.TAKEN
+    kept = [p for p, _ in g.watchers(3.0, topic)]
+    assert late in kept and sybils[1] not in kept and len(kept) == 64
+    assert g.on_watch(2.0, topic, honest[66], 60, None) is WatchVerdict.FULL  # none left to drop
+    assert (
+        _guard(subnet_watchers=0).on_watch(0.0, topic, sybils[0], 60, None, subnet="10.0.0")
+        is WatchVerdict.TAKEN
+    )
+
+
+def test_the_authors_list_is_preferred_once_a_witness_failed() -> None:
+    """A refusal from the author carries its list: the next witnesses come from it,
+    not from the list the parent passed on, and the author is not asked again
+    for ``REJECT_TTL``."""
+    topic = _fake_cids(1)[0]
+    author, *rest = make_peer_ids(9, seed=8)
+    parents_list, authors_list = tuple(rest[:4]), (author, *rest[4:])
+    g = _guard(witnesses=2)
+
+    def plan(now: float) -> tuple[tuple[str, int], ...]:
+        return g.plan(
+            now, topic, eligible=True, members=parents_list, author=author, exclude=set()
+        ).sends
+
+    first = {p for p, _ in plan(0.0)}
+    assert first <= set(parents_list) and len(first) == 2
+    sends = plan(5.0)  # unanswered ACK_WAIT after the WATCH: both dropped, and
+    assert {p for p, ttl in sends if not ttl} == first
+    # the author first (a witness failed), then the parent's list
+    again = [p for p, ttl in sends if ttl]
+    assert again[0] == author and again[1] in set(parents_list) - first
+    g.author_list(6.0, topic, author, authors_list)
+    assert author not in g.watched(topic)
+    picked = [p for p, ttl in plan(6.5) if ttl]
+    assert len(picked) == 1 and picked[0] in authors_list[1:]
+    assert author not in [p for p, ttl in plan(30.0) if ttl]
 
 
 def test_flat_trees_send_exactly_what_they_sent_without_witnesses() -> None:
@@ -454,6 +528,7 @@ def test_a_witness_dropped_for_a_lost_answer_is_chosen_again_later() -> None:
         blame_window=2.0,
         penalty_ttl=600.0,
         silent_rounds=6,
+        subnet_watchers=4,
         rng=random.Random(1),
     )
 
@@ -465,3 +540,59 @@ def test_a_witness_dropped_for_a_lost_answer_is_chosen_again_later() -> None:
     assert g.watched(topic) == ()  # dropped as silent
     assert plan(10.0) == () and plan(50.0) == ()
     assert plan(66.0) == ((author, 60),)  # REJECT_TTL later: chosen again
+
+
+def _below_a_silent_relay_with_the_author_full() -> tuple[CoreNet, CID, str, list[str], list[CID]]:
+    """Relays pass no MEMBERS list down (only the root's children hold one), so the
+    nodes deeper down can watch nobody but the author, whose watcher table is full
+    (Sybils holding its slots); then the relay with the most children goes silent."""
+    config = NodeConfig(flat_fanout=0, dead_after=10)
+    net = CoreNet(30, seed=1, config=config, bucket_size=4)
+    author = net.peers[0]
+    topic = net.call(author, "create_topic", "news")
+    net.run_for(0.5)
+    for fake in make_peer_ids(64, seed=99):
+        net.inject(fake, author, Watch(topic=topic, ttl=600))
+    net.drop_if = lambda s, r, rpc: isinstance(rpc, Members) and s != author
+    members = net.peers[1:]
+    for p in members:
+        net.call(p, "subscribe", topic)
+    net.run_for(12)
+    below: dict[str, list[str]] = {}
+    for p in members:
+        parent = net.nodes[p].topic_state(topic).parent
+        if parent not in (None, author):
+            below.setdefault(parent, []).append(p)
+    relay = max(sorted(below), key=lambda r: len(below[r]))
+    hidden = below[relay]
+    assert hidden, "the seeded tree has a relay with children"
+    lists = silent(relay)
+    net.drop_if = lambda s, r, rpc: lists(s, r, rpc) or (isinstance(rpc, Members) and s != author)
+    publishers = [p for p in members if p != relay and p not in hidden][:3]
+    cids = publish_many(net, topic, publishers, 20)
+    return net, topic, relay, hidden, cids
+
+
+def test_a_full_author_sends_its_list_and_the_nodes_below_a_silent_relay_get_everything() -> None:
+    net, topic, relay, hidden, cids = _below_a_silent_relay_with_the_author_full()
+    for p in hidden:
+        assert set(cids) <= set(net.delivered(p, topic)), p
+    assert set(penalised(net, relay, "withheld")) == set(hidden)
+
+
+def test_planted_a_full_author_that_sends_nothing_leaves_them_cut_off() -> None:
+    """The same network with the author's refusal silent (as before wire 2.12): the
+    nodes below the relay have no witness and miss events for good."""
+    from pulsarcast_ipfs.core._push import FirstHopPush
+
+    def nothing(self, now, tree, peer):  # type: ignore[no-untyped-def]
+        return None
+
+    saved = FirstHopPush._offer_members
+    FirstHopPush._offer_members = nothing  # type: ignore[method-assign]
+    try:
+        net, topic, relay, hidden, cids = _below_a_silent_relay_with_the_author_full()
+    finally:
+        FirstHopPush._offer_members = saved  # type: ignore[method-assign]
+    assert all(not set(cids) <= set(net.delivered(p, topic)) for p in hidden)
+    assert not penalised(net, relay, "withheld")

@@ -30,7 +30,7 @@ from fuzz.fuzz_api import schemathesis_command
 
 pytestmark = [pytest.mark.kubo, pytest.mark.anyio]
 
-PROTOCOL = "/x/pulsarcast/2.11.0"
+PROTOCOL = "/x/pulsarcast/2.12.0"
 
 
 def _port() -> int:
@@ -233,7 +233,7 @@ async def test_p2p_listener_accepts_only_the_pulsarcast_protocol(
                 await kubo.p2p_close(listen_address=f"/ip4/127.0.0.1/tcp/{port}")
 
         before = await _metric(api, "pulsarcast_bad_frames_total")
-        for other in ("/x/other/1.0.0", "/x/pulsarcast/0.9.0", "/x/pulsarcast/2.11.0/extra"):
+        for other in ("/x/other/1.0.0", "/x/pulsarcast/0.9.0", "/x/pulsarcast/2.12.0/extra"):
             await try_protocol(other)
         assert await _metric(api, "pulsarcast_bad_frames_total") == before
         await try_protocol(PROTOCOL)  # control: the same bytes on the real protocol arrive

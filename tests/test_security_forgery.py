@@ -169,7 +169,7 @@ def test_replayed_event_is_a_duplicate() -> None:
 
 # -- over real Kubo daemons and sidecars (signatures on by default) ------------------------
 
-PROTOCOL = "/x/pulsarcast/2.11.0"
+PROTOCOL = "/x/pulsarcast/2.12.0"
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ GOSSIPSUB_PROTOCOLS: tuple[str, ...] = (
 )
 FLOODSUB_PROTOCOLS: tuple[str, ...] = ("/floodsub/1.0.0",)
 PULSARCAST_PROTOCOLS: tuple[str, ...] = (
-    "/x/pulsarcast/2.11.0",
+    "/x/pulsarcast/2.12.0",
     "/x/pulsarcast/2.8.0",
     "/x/pulsarcast/2.6.0",
     "/x/pulsarcast/2.5.0",

@@ -57,7 +57,7 @@ __all__ = [
     "throttle",
 ]
 
-PROTOCOL = "/x/pulsarcast/2.11.0"
+PROTOCOL = "/x/pulsarcast/2.12.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

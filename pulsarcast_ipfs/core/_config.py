@@ -177,7 +177,8 @@ class NodeConfig:
     """(docs/protocol-notes.md "Sybil joins") Children of one tree that may share a
     colocation key (the network of their address, a /24 or /64, from
     ``set_peer_subnets``); a JOIN beyond it is refused and the joiner goes one level
-    lower. Peers without a key are not counted. 0: no bound."""
+    lower. The same bound holds for a witness's watchers of one topic
+    (docs/protocol.md §11.3). Peers without a key are not counted. 0: no bound."""
     subnet_join_rate: float = 200.0
     """JOINs accepted per second from new children of one colocation key, together
     (token bucket): by default what one peer may send (``join_rate``), so that many

@@ -43,6 +43,15 @@ in line (the one peer an attacker does not control), and may itself be chosen ag
 after ``REJECT_TTL`` (an honest one's answer is lost now and then). A node below a silent parent
 whose witnesses are silent too thus still moves on to honest ones.
 
+**Witnesses from the author** (wire 2.12). The list a node holds came through its
+parent, which may have made it (an attacker acting as root passes its own), and
+Sybils that watch fill a witness's table, the author's first. So a witness takes at
+most ``subnet_watchers`` watchers of one network per topic and, full, drops a
+watcher it has penalised to make room; the author, refusing a WATCH because its
+table is full, sends the root's list instead (:meth:`author_list`), and the
+watcher chooses from it before the list its parent passed on once a witness has
+failed.
+
 **Own events seen** (the publisher's side, wire 2.11). A publisher below a parent
 that is not the author cannot tell from the tree whether its event got out: a
 withholding parent, a root's list naming few honest members, one direct push lost,
@@ -82,6 +91,7 @@ it and carries out what it answers (:class:`~._node.PulsarcastNode`).
 
 from __future__ import annotations
 
+import enum
 import heapq
 import random
 from collections import OrderedDict, deque
@@ -92,7 +102,7 @@ from pulsarcast_ipfs.core._cid import CID
 
 from ._filters import Filter
 
-__all__ = ["ACK_HEADS", "Blame", "RelayGuard", "WatchPlan"]
+__all__ = ["ACK_HEADS", "Blame", "RelayGuard", "WatchPlan", "WatchVerdict"]
 
 SCORE_WINDOW = 16
 """Announced events remembered per parent (and per publisher through it)."""
@@ -119,6 +129,8 @@ MAX_PENDING = 4096
 MAX_SCORED = 4096
 MAX_PENALISED = 4096
 MAX_REJECTED = 64
+MAX_OFFERED = 64
+"""Peers of the author's own list kept as witness candidates."""
 REJECT_TTL = 60.0
 """Seconds a witness dropped as silent is not chosen again in that topic. Not for
 good: an honest one's answer to a WATCH refresh is lost now and then (5 % loss each
@@ -161,6 +173,15 @@ class _Own:
     tries: int = 0
 
 
+class WatchVerdict(enum.Enum):
+    """What a witness did with a WATCH."""
+
+    TAKEN = "taken"
+    STOPPED = "stopped"
+    FULL = "full"
+    COLOCATED = "colocated"
+
+
 @dataclass(frozen=True, slots=True)
 class WatchPlan:
     """WATCH messages to send for one topic: ``(peer, ttl)`` (ttl 0: stop)."""
@@ -186,7 +207,13 @@ class _TreeGuard:
     """Witnesses dropped as silent: not chosen again in this topic until then."""
     former: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Witnesses stopped (a HEADS of theirs still on its way is not a tree edge's)."""
-    watchers: dict[str, tuple[float, tuple[Filter, ...] | None]] = field(default_factory=dict)
+    watchers: dict[str, tuple[float, tuple[Filter, ...] | None, str | None]] = field(
+        default_factory=dict
+    )
+    """(witness side) Peer -> (until, its filters, its colocation key)."""
+    offered: tuple[str, ...] = ()
+    """The root's list as the author itself sent it, refusing a WATCH (its table
+    full): witnesses this node's parent did not choose."""
     scored: OrderedDict[CID, None] = field(default_factory=OrderedDict)
     """Events already scored (or waiting to be): a second witness's announcement of
     one is not scored again."""
@@ -217,9 +244,11 @@ class RelayGuard:
         blame_window: float,
         penalty_ttl: float,
         silent_rounds: int,
+        subnet_watchers: int,
         rng: random.Random,
     ) -> None:
         self.witnesses = witnesses
+        self.subnet_watchers = subnet_watchers
         self.witness_grace = witness_grace
         self.blame_window = blame_window
         self.penalty_ttl = penalty_ttl
@@ -244,6 +273,8 @@ class RelayGuard:
         """Announced events fetched (not come from the parent within the grace)."""
         self.own_pushes = 0
         """Own events pushed again to the witnesses and the author (none announced)."""
+        self.watches_refused = 0
+        """WATCHes not taken: the table full, or the watcher's network at its bound."""
 
     # ------------------------------------------------------------ state
 
@@ -412,6 +443,11 @@ class RelayGuard:
             picks: list[str] = []
             if tg.rejected and usable(author):
                 picks.append(author)  # a witness failed: the one peer no attacker holds
+            # The author's own list first (the parent did not choose it), then the
+            # list the parent passed on.
+            offered = [p for p in tg.offered if p != author and usable(p)]
+            self._rng.shuffle(offered)
+            picks += offered[: max(0, want - len(picks))]
             candidates = [p for p in members if p != author and usable(p) and p not in picks]
             self._rng.shuffle(candidates)
             picks += candidates[: max(0, want - len(picks))]
@@ -578,23 +614,60 @@ class RelayGuard:
     # ------------------------------------------------------------ witness side
 
     def on_watch(
-        self, now: float, key: CID, peer: str, ttl: int, filters: tuple[Filter, ...] | None
-    ) -> bool:
-        """A WATCH: whether it is taken (then answered at once); ``ttl`` 0 ends one."""
+        self,
+        now: float,
+        key: CID,
+        peer: str,
+        ttl: int,
+        filters: tuple[Filter, ...] | None,
+        *,
+        subnet: str | None = None,
+    ) -> WatchVerdict:
+        """A WATCH: whether it is taken (then answered at once); ``ttl`` 0 ends one.
+        A new watcher is refused while ``subnet_watchers`` watchers of the topic share
+        its colocation key (Sybil identities are free, networks are not), or while
+        the table is full of live watchers this node has not penalised."""
         tg = self._tg(key)
         if ttl == 0:
             tg.watchers.pop(peer, None)
-            return False
-        if peer not in tg.watchers and len(tg.watchers) >= MAX_WATCHERS:
-            self._expire_watchers(now, tg)
-            if len(tg.watchers) >= MAX_WATCHERS:
-                return False  # full: unanswered, the watcher finds another witness
-        tg.watchers[peer] = (now + ttl, filters)
-        return True
+            return WatchVerdict.STOPPED
+        watchers = tg.watchers
+        if peer not in watchers:
+            if subnet is not None and self.subnet_watchers > 0:
+                self._expire_watchers(now, tg)
+                same = sum(1 for _, _, s in watchers.values() if s == subnet)
+                if same >= self.subnet_watchers:
+                    self.watches_refused += 1
+                    return WatchVerdict.COLOCATED
+            if len(watchers) >= MAX_WATCHERS:
+                self._expire_watchers(now, tg)
+                if len(watchers) >= MAX_WATCHERS:
+                    bad = next((p for p in watchers if self.penalised(now, p)), None)
+                    if bad is None:
+                        self.watches_refused += 1
+                        return WatchVerdict.FULL  # the watcher finds another witness
+                    del watchers[bad]
+        watchers[peer] = (now + ttl, filters, subnet)
+        return WatchVerdict.TAKEN
+
+    def author_list(self, now: float, key: CID, author: str, members: tuple[str, ...]) -> None:
+        """(watcher) The author refused our WATCH (its table full) and sent the root's
+        list instead: choose witnesses from it, and the author not again for
+        ``REJECT_TTL``."""
+        tg = self._trees.get(key)
+        if tg is None:
+            return
+        tg.offered = members[:MAX_OFFERED]
+        if tg.watching.pop(author, None) is not None:
+            self._note_former(tg, author)
+            tg.rejected[author] = now + REJECT_TTL
+            tg.rejected.move_to_end(author)
+            while len(tg.rejected) > MAX_REJECTED:
+                tg.rejected.popitem(last=False)
 
     @staticmethod
     def _expire_watchers(now: float, tg: _TreeGuard) -> None:
-        for peer in [p for p, (until, _) in tg.watchers.items() if until <= now]:
+        for peer in [p for p, (until, _, _) in tg.watchers.items() if until <= now]:
             del tg.watchers[peer]
 
     def watchers(self, now: float, key: CID) -> list[tuple[str, tuple[Filter, ...] | None]]:
@@ -604,7 +677,7 @@ class RelayGuard:
             return []
         out = []
         expired = False
-        for peer, (until, filters) in tg.watchers.items():
+        for peer, (until, filters, _) in tg.watchers.items():
             if until <= now:
                 expired = True
                 continue

@@ -228,6 +228,7 @@ class PulsarcastNode(
             silent_rounds=max(6, math.ceil(c.silent_child_after / c.heads_interval))
             if c.silent_child_after > 0
             else 0,
+            subnet_watchers=c.subnet_children,
             rng=rng,
         )
         self._gate = JoinGate(

@@ -179,6 +179,10 @@ class FirstHopPush(NodeBase):
             # parent we are joining sends its list right after its JOIN_ACK, and on
             # a transport that does not keep order the list can come first: kept, it
             # is used once the JOIN_ACK makes that peer our parent.
+            if peer == tree.author and rpc.base is None:
+                # The author refused our WATCH and sent its list: witnesses to choose
+                # from that our parent did not pick (._guard).
+                self._guard.author_list(now, tree.key, peer, rpc.members)
             return
         summaries: dict[str, tuple[Filter, ...]]
         if rpc.base is None:
@@ -244,6 +248,17 @@ class FirstHopPush(NodeBase):
             tree.members_sent[peer] = tree.member_epoch
             return
         self._members_to_new_child(now, tree, peer)
+
+    def _offer_members(self, now: float, tree: Tree, peer: str) -> None:
+        """(author) A WATCH it cannot take: the root's list instead (as it stands, sent
+        or not yet), for the watcher to choose witnesses its parent did not
+        (``._guard``). Not a child's list: ``members_sent`` is left alone."""
+        if not self._is_root(tree):
+            return
+        members = self._members_known(tree)
+        if len(members) > 1:
+            rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members)
+            self._send(now, peer, rpc, tree.name)
 
     def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None:
         """A new child of a non-root node gets the root's list it holds."""

@@ -14,7 +14,7 @@ from pulsarcast_ipfs.records import RecordKind
 from ._base import NodeBase
 from ._codec import Heads, Leave, Watch
 from ._filters import matches_any, parse_filter
-from ._guard import ACK_HEADS, Blame
+from ._guard import ACK_HEADS, Blame, WatchVerdict
 from ._moves import entry_point
 from ._tree import Tree
 
@@ -115,7 +115,14 @@ class RelayDefence(NodeBase):
         filters = None
         if rpc.filters is not None:
             filters = tuple(parse_filter(t) for t in rpc.filters)  # checked by the codec
-        if not self._guard.on_watch(now, tree.key, peer, rpc.ttl, filters):
+        verdict = self._guard.on_watch(
+            now, tree.key, peer, rpc.ttl, filters, subnet=self._gate.subnet(peer)
+        )
+        if verdict is WatchVerdict.FULL and tree.author == self.peer_id:
+            # The witness of last resort cannot take it: it sends the root's list
+            # instead, witnesses the watcher's parent did not choose (wire 2.12).
+            self._offer_members(now, tree, peer)
+        if verdict is not WatchVerdict.TAKEN:
             return
         # The answer: our newest few events it wants (maybe none), at once.
         entries: list[tuple[CID, float]] = []
