@@ -179,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         "withholding them is noticed and left (default 2, at most 8; 0: off)",
     )
     p.add_argument(
+        "--penalty-ttl",
+        type=float,
+        metavar="SECONDS",
+        help="relays that lie: how long a peer caught lying is avoided and its JOINs "
+        "refused (default 600)",
+    )
+    p.add_argument(
         "--misbehave",
         metavar="SPEC",
         help="TEST ONLY: be a relay that lies (blackhole, silent, censor=PEER or "

@@ -157,6 +157,9 @@ class SidecarConfig:
     parent is not the topic's author asks this many peers its parent does not feed to
     announce the topic's events to it, and leaves a parent that withholds them
     (``NodeConfig.witnesses``; 0: off, at most 8)."""
+    penalty_ttl: float = 600.0
+    """Seconds a peer caught lying (a withholding parent left, a silent child dropped) is
+    avoided and its JOINs refused (``NodeConfig.penalty_ttl``; 1 to 86,400)."""
     misbehave: str = ""
     """Test only (docs/sidecar.md "Misbehaving on purpose"): ``blackhole``, ``silent``,
     ``censor=PEER`` or ``delay=SECONDS`` makes this sidecar a relay that lies, for
@@ -233,6 +236,8 @@ class SidecarConfig:
             raise ConfigError(f"flat_fanout: between 0 and 64, got {self.flat_fanout}")
         if not 0 <= self.witnesses <= 8:
             raise ConfigError(f"witnesses: between 0 and 8, got {self.witnesses}")
+        if not 1.0 <= self.penalty_ttl <= 86_400.0:
+            raise ConfigError(f"penalty_ttl: between 1 and 86400 s, got {self.penalty_ttl}")
         if self.misbehave:
             if os.environ.get(ALLOW_ENV) != "1":
                 raise ConfigError(

@@ -149,6 +149,7 @@ class Driver:
             group_capacity=config.group_capacity,
             flat_fanout=config.flat_fanout,
             witnesses=config.witnesses,
+            penalty_ttl=config.penalty_ttl,
             tree_filters=config.tree_filters,
             group_spare=config.group_spare,
             group_refresh=config.group_refresh,

@@ -193,6 +193,11 @@ FAMILIES: Final[tuple[Family, ...]] = (
         _C,
         "Own events no witness announced back, pushed again to the witnesses and the author.",
     ),
+    _f(
+        "pulsarcast_watches_refused_total",
+        _C,
+        "WATCHes not taken: the topic's watcher table full, or the watcher's network at its bound.",
+    ),
     _f("pulsarcast_neighbour_connections", _G, "Open tree connections."),
     _f("pulsarcast_deliveries_total", _C, "Deliveries appended to the delivery log."),
     _f(
@@ -531,6 +536,7 @@ class SidecarCollector(Collector):
             "pulsarcast_silent_children_dropped_total": guard.get("evictions", 0),
             "pulsarcast_witnesses_dropped_total": guard.get("witness_drops", 0),
             "pulsarcast_own_events_pushed_again_total": guard.get("own_pushes", 0),
+            "pulsarcast_watches_refused_total": guard.get("watches_refused", 0),
             "pulsarcast_neighbour_connections": len(transport.neighbours),
             "pulsarcast_deliveries_total": d.state.last_seq,
             "pulsarcast_duplicates_suppressed_total": d.duplicates_suppressed,

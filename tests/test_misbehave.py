@@ -120,6 +120,18 @@ def test_witnesses_reach_the_core_and_are_bounded(tmp_path: Path) -> None:
         load_config(env={}, flags={"state_dir": str(tmp_path), "witnesses": 9})
 
 
+def test_penalty_ttl_reaches_the_core_and_is_bounded(tmp_path: Path) -> None:
+    flags = {"state_dir": str(tmp_path)}
+    cfg = load_config(env={"PULSARCAST_PENALTY_TTL": "30"}, flags=flags)
+    assert Driver(cfg).node_config.penalty_ttl == 30.0
+    assert Driver(load_config(env={}, flags=flags)).node_config.penalty_ttl == 600.0
+    for bad in ("0", "86401"):
+        with pytest.raises(ConfigError, match="penalty_ttl: between 1 and 86400 s"):
+            load_config(env={}, flags={**flags, "penalty_ttl": bad})
+    with pytest.raises(ConfigError, match="PULSARCAST_PENALTY_TTL"):
+        load_config(env={"PULSARCAST_PENALTY_TTL": "long"}, flags=flags)
+
+
 def test_the_cli_refusal_is_one_line(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     r = subprocess.run(

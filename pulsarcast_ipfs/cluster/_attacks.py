@@ -18,7 +18,9 @@ attackers are not checked: they are not trusted to tell). Figures: the slowest
 honest delivery (the "recovery" of the summary), the ``peer_penalised`` records the
 honest nodes wrote (from their metric records) in all, naming an attacker, naming
 an honest peer (false), and written by an attacker's child about it. The attackers
-are restarted honest at the end, so the cluster is whole for the next scenario.
+are restarted honest at the end and the scenario waits out the cluster's short
+``penalty_ttl`` (:data:`ATTACK_PENALTY_TTL`), so the cluster is whole for the next
+scenario.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ __all__ = [
 TOPIC_TRIES: Final = 4
 """Attack topics set up at most, until the attackers have children in one."""
 
+ATTACK_PENALTY_TTL: Final = 30.0
+"""``penalty_ttl`` of the attack cluster: honest nodes avoid a caught liar this long.
+A scenario ends by waiting it out after restarting its attackers honest, so that the
+next scenario's trees take them in again (with the default 600 s the honest nodes
+still refused their JOINs)."""
+
 ATTACK_FANOUT: Final = 3
 """``flat_fanout`` of the attack cluster: the root's list names itself and two
 children; everyone else hangs below them (relays with children)."""
@@ -78,6 +86,8 @@ def attack_cluster(
             str(flat_fanout),
             "--witnesses",
             str(witnesses),
+            "--penalty-ttl",
+            str(ATTACK_PENALTY_TTL),
         ],
     )
 
@@ -209,7 +219,10 @@ async def scenario_lying_relays(
         )
     finally:
         with anyio.CancelScope(shield=True):
-            await _restart(sc, liars, None)  # whole again for the next scenario
+            await _restart(sc, liars, None)
+            # Whole again for the next scenario once the honest nodes' penalties of
+            # the former attackers have lapsed.
+            await anyio.sleep(ATTACK_PENALTY_TTL)
 
 
 async def scenario_silent_relays(sc: LocalSidecarCluster, *, tag: str = "") -> FaultResult:

@@ -281,12 +281,13 @@ class RelayGuard:
     @property
     def counts(self) -> dict[str, int]:
         """Parents left as withholding, silent children dropped, silent witnesses, own
-        events pushed again."""
+        events pushed again, WATCHes refused."""
         return {
             "detections": self.detections,
             "evictions": self.evictions,
             "witness_drops": self.witness_drops,
             "own_pushes": self.own_pushes,
+            "watches_refused": self.watches_refused,
         }
 
     def _tg(self, key: CID) -> _TreeGuard:
