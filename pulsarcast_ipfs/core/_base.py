@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ._acks import AckBook
     from ._admission import Admission
     from ._fastgroup import FastGroups
-    from ._liveness import _PingWait
+    from ._links import ParentLinks
     from ._repair import _Fetch
     from ._requests import _Request
     from ._signqueue import SigningQueue
@@ -103,12 +103,7 @@ class NodeBase:
     _requests: dict[str, _Request]
     _known: dict[str, int]
     _suspect: dict[str, float]
-    _last_heard: dict[str, float]
-    _pings: dict[str, _PingWait]
-    _next_probe: dict[str, float]
-    _srtt: dict[str, float]
-    _rtt_min: dict[str, float]
-    _lag_at: float | None
+    _links: ParentLinks
     _in_tree_input: bool = False  # inside a checked tree input (._moves)
     _stale_told: LRU
     _admission: Admission
@@ -262,8 +257,6 @@ class NodeBase:
         def _on_pong(self, now: float, peer: str, rpc: Pong) -> None: ...
 
         def _probe_parent(self, now: float, peer: str) -> None: ...
-
-        def _lag_limit(self, peer: str) -> float: ...
 
         def _check_lag(self, now: float) -> None: ...
 

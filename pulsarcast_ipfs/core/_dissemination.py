@@ -87,7 +87,7 @@ class Dissemination(NodeBase):
                 self._stale_edge(now, peer, tree.key, tree.name)
         if peer == tree.parent:
             self._guard.parent_sent(tree.key, peer, ev.cid)  # (witnesses score the parent)
-        if peer == tree.parent and now - ev.created_ts > self._lag_limit(peer) / 2:
+        if peer == tree.parent and now - ev.created_ts > self._links.lag_limit(peer) / 2:
             self._probe_parent(now, peer)  # a late event: is the parent lagging?
         asking = rpc.ack is not None and self._ack_before(peer, tree, rpc, ev)
         seen_parents = rpc.parents

@@ -154,7 +154,7 @@ class Membership(NodeBase):
     def _join_next(self, now: float, tree: Tree, tried: set[str]) -> None:
         move = tree.join
         if move is not None and move.single and tree.parent is not None:
-            heard = self._last_heard.get(tree.parent)
+            heard = self._links.last_heard(tree.parent)
             if move.away_since is None or (heard is not None and heard >= move.away_since):
                 tree.join = None  # a move that did not happen: stay with the parent
                 return
@@ -303,8 +303,7 @@ class Membership(NodeBase):
     def _peer_failed(self, now: float, peer: str) -> None:
         """A neighbour is gone: drop it from every tree, re-join where it was the parent."""
         self._suspect[peer] = now + self.config.suspect_ttl
-        self._last_heard.pop(peer, None)
-        self._pings.pop(peer, None)
+        self._links.forget(peer)
         for tree in list(self._trees.values()):
             changed = False
             if peer in tree.children:
@@ -418,7 +417,7 @@ class Membership(NodeBase):
             self._readopted(tree, peer)
             self._stale_told.pop((peer, tree.key))
         tree.children[peer] = None
-        self._last_heard[peer] = now
+        self._links.heard(now, peer)
         block = self._meta_block(tree) if meta else None
         self._send(now, peer, JoinAck(topic=tree.key, ok=True, meta=block), tree.name)
         if new:
@@ -446,7 +445,7 @@ class Membership(NodeBase):
         tree.parent = peer
         tree.joined = True
         tree.recheck_at = None
-        self._last_heard[peer] = now
+        self._links.heard(now, peer)
         self._tree_changed(now, tree)
         # Events published while outside the tree, then HEADS (repair after (re)join).
         for cid in tree.unsent:

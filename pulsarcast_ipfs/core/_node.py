@@ -33,17 +33,18 @@ are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
 :class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
-:class:`~._admission.Admission`); the others are still mixins over
-:class:`~._base.NodeBase` (the shared state and helpers, and the signatures one part
-calls in another, checked by mypy). :mod:`._moves` checks each tree input against
-the transition table.
+:class:`~._admission.Admission`, ``_links`` :class:`~._links.ParentLinks`); the others
+are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
+signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
+tree input against the transition table.
 
 =====================  =========================================================
 :mod:`._membership`    JOIN / JOIN_ACK / LEAVE, parent lost, acting root recheck
 :mod:`._treestate`     the tree states and the transition table (data)
 :mod:`._dissemination` verify, forward, deliver in causal order; topic versions
 :mod:`._repair`        block fetches, gap repair, topic resolution, history fill
-:mod:`._liveness`      PING/PONG, lag detection, suspects
+:mod:`._liveness`      PING/PONG, parents that lag or die, suspects (the link
+                       figures and decisions: :mod:`._links`, a component)
 :mod:`._admission`     token buckets and bans (flood protection; a component)
 :mod:`._signqueue`     operations waiting for signatures; signature checks
                        (a component)
@@ -107,6 +108,7 @@ from ._guard import RelayGuard
 from ._historypages import HistoryPages
 from ._io import Output
 from ._joingate import JoinGate
+from ._links import ParentLinks
 from ._liveness import Liveness
 from ._membership import Membership
 from ._pruning import Pruning
@@ -187,12 +189,7 @@ class PulsarcastNode(
         self._requests = {}
         self._known = {}  # peer -> keyspace position
         self._suspect = {}
-        self._last_heard = {}
-        self._pings = {}  # parent -> PINGs it has not answered
-        self._next_probe = {}  # parent -> no late-event probe before
-        self._srtt = {}  # parent -> smoothed PING round trip (in time)
-        self._rtt_min = {}  # parent -> shortest PING round trip seen (its link's delay)
-        self._lag_at = None  # when the next _PingWait falls due (or earlier)
+        self._links = ParentLinks(slow_parent_after=c.slow_parent_after)
         self._stale_told = LRU(c.rate_limit_peers)  # (peer, topic) -> LEAVE sent at
         self._admission = Admission(
             config=c, drop=self._drop, emit=self._emit, peer_failed=self._peer_failed
@@ -264,7 +261,7 @@ class PulsarcastNode(
             return  # disconnected for flooding: ignored, without records, until the ban ends
         if not self._admission.admit(now, peer, rpc):
             return
-        self._last_heard[peer] = now
+        self._links.heard(now, peer)
         if self.config.rpc_records:
             topic_cid = rpc.topic_cid
             tree = self._trees.get(topic_cid) if topic_cid is not None else None
@@ -346,7 +343,7 @@ class PulsarcastNode(
                 at = tree.summary_due
                 if at is not None and at < best:
                     best = at
-        at = self._lag_at
+        at = self._links.due
         if at is not None and (best is None or at < best):
             best = at
         at = self._fast.due
@@ -378,7 +375,8 @@ class PulsarcastNode(
             self._heads_tick += 1
             self._heads_round(now)
             self._guard_round(now)
-        if self._lag_at is not None and now >= self._lag_at:
+        at = self._links.due
+        if at is not None and now >= at:
             self._check_lag(now)
         at = self._fast.due
         if at is not None and now >= at:

@@ -156,7 +156,7 @@ class RelayDefence(NodeBase):
         bound = self._heads_bound(now, tree)
         grace = self.config.witness_grace
         if tree.parent is not None:
-            grace += max(0.0, self._lag_limit(tree.parent) - self.config.slow_parent_after)
+            grace += max(0.0, self._links.lag_limit(tree.parent) - self.config.slow_parent_after)
         hint = tree.parent if tree.parent is not None else peer
         created = dict(rpc.heads)
         for cid in cids:
