@@ -48,11 +48,11 @@ def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
 
 def test_no_part_reaches_into_a_components_state() -> None:
     """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``, ``_fast``,
-    ``_admission``, ``_links``) own their state:
+    ``_admission``, ``_links``, ``_requests``) own their state:
     the node and its parts call them, and never read or write their private fields."""
     import re
 
-    reach = re.compile(r"\._(signing|acks|gate|guard|fast|admission|links)\._[a-z]")
+    reach = re.compile(r"\._(signing|acks|gate|guard|fast|admission|links|requests)\._[a-z]")
     found = [
         f"{path.name}:{i}"
         for path in sorted(CORE.glob("*.py"))
@@ -94,8 +94,9 @@ def test_components_are_no_mixins() -> None:
     from pulsarcast_ipfs.core._admission import Admission
     from pulsarcast_ipfs.core._fastgroup import FastGroups
     from pulsarcast_ipfs.core._links import ParentLinks
+    from pulsarcast_ipfs.core._requests import PublishRequests
 
-    for k in (FastGroups, Admission, ParentLinks):
+    for k in (FastGroups, Admission, ParentLinks, PublishRequests):
         assert not issubclass(k, NodeBase) and k not in PulsarcastNode.__mro__, k
         assert "._base" not in Path(inspect.getfile(k)).read_text(), k
 

@@ -215,7 +215,7 @@ def test_s8_request_to_publish_goes_up_once_and_checks_requester() -> None:
         s for p in net.peers for s in net.logs[p].sent if isinstance(s.rpc, RequestToPublish)
     ]
     assert len(rtp_sends) <= _depth(net, topic, requester, author)  # one path, never flooded
-    assert not net.nodes[requester]._requests  # acknowledged
+    assert net.nodes[requester]._requests.waiting == 0  # acknowledged
     for p in members:
         assert len([e for e in net.delivered(p, topic)]) == 1
     # a requester outside the whitelist is refused locally ...
@@ -266,11 +266,12 @@ def test_s8_request_retries_publish_once() -> None:
     net.drop_if = lambda s, r, rpc: r == req and rpc.op == "REQUEST_ACK"
     net.call(req, "publish", topic, b"x")
     net.run_for(10)  # several retries, every ACK lost
-    rpc = net.nodes[req]._requests[next(iter(net.nodes[req]._requests))].rpc
-    assert net.nodes[req]._requests[rpc.request_id].attempts >= 3
+    sent = [s.rpc for s in net.logs[req].sent if isinstance(s.rpc, RequestToPublish)]
+    assert len(sent) >= 3 and len({r.request_id for r in sent}) == 1  # the same request
+    assert net.nodes[req]._requests.waiting == 1
     net.drop_if = None
     net.run_for(5)
-    assert not net.nodes[req]._requests
+    assert net.nodes[req]._requests.waiting == 0
     pubs = [
         r
         for r in net.all_records()

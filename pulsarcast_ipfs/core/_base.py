@@ -29,8 +29,6 @@ from ._codec import (
     Members,
     MembersWant,
     Pong,
-    RequestAck,
-    RequestToPublish,
     Rpc,
     encode_frame,
 )
@@ -54,7 +52,7 @@ if TYPE_CHECKING:
     from ._fastgroup import FastGroups
     from ._links import ParentLinks
     from ._repair import _Fetch
-    from ._requests import _Request
+    from ._requests import PublishRequests
     from ._signqueue import SigningQueue
 
 __all__ = ["NodeBase"]
@@ -91,7 +89,6 @@ class NodeBase:
     _linked: LRU
     _delivered: LRU
     _gave_up: LRU
-    _published_requests: LRU
     _waiting: dict[CID, list[tuple[CID, CID, bool]]]
     _waiting_count: int
     _stash: dict[CID, list[tuple[CID, bytes, str | None]]]
@@ -100,14 +97,13 @@ class NodeBase:
     _resume_since: dict[CID, float]
     _pending_filters: dict[CID, tuple[Filter, ...] | None]
     _read_holders: dict[CID, tuple[str, ...]]
-    _requests: dict[str, _Request]
+    _requests: PublishRequests
     _known: dict[str, int]
     _suspect: dict[str, float]
     _links: ParentLinks
     _in_tree_input: bool = False  # inside a checked tree input (._moves)
     _stale_told: LRU
     _admission: Admission
-    _signing_requests: set[str]
     _signing: SigningQueue
     _seq: int
     _ping_at: float
@@ -272,15 +268,6 @@ class NodeBase:
             via: Literal["direct", "request"],
             inject_id: str | None,
         ) -> CID: ...
-
-        # _requests
-        def _request_timers(self, now: float) -> None: ...
-
-        def _send_request(self, now: float, req: _Request) -> None: ...
-
-        def _on_request(self, now: float, peer: str, rpc: RequestToPublish) -> None: ...
-
-        def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None: ...
 
         # _topics
         def _subscribe_tree(self, now: float, tree: Tree) -> None: ...

@@ -323,9 +323,7 @@ class Membership(NodeBase):
             if changed:
                 self._tree_changed(now, tree)
                 self._maybe_leave(now, tree)
-        for req in self._requests.values():
-            if req.via == peer:
-                req.due = now
+        self._requests.peer_failed(now, peer)
         self._fast.peer_failed(now, peer)
 
     def set_known_peers(self, now: float, peers: Iterable[str]) -> None:

@@ -33,7 +33,8 @@ are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
 :class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
-:class:`~._admission.Admission`, ``_links`` :class:`~._links.ParentLinks`); the others
+:class:`~._admission.Admission`, ``_links`` :class:`~._links.ParentLinks`, ``_requests``
+:class:`~._requests.PublishRequests`); the others
 are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
 signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
 tree input against the transition table.
@@ -49,7 +50,7 @@ tree input against the transition table.
 :mod:`._signqueue`     operations waiting for signatures; signature checks
                        (a component)
 :mod:`._publish`       publish (Algorithm 3)
-:mod:`._requests`      request to publish (Algorithm 4)
+:mod:`._requests`      request to publish (Algorithm 4; a component)
 :mod:`._topics`        create / update topic, subscribe, unsubscribe, read
 :mod:`._historypages`  pages of the retained history (bodies read by the driver)
 :mod:`._antientropy`   HEADS deltas and DIGESTs
@@ -116,7 +117,7 @@ from ._publish import Publishing
 from ._push import FirstHopPush
 from ._relays import RelayDefence
 from ._repair import Repair
-from ._requests import Requests
+from ._requests import PublishRequests
 from ._signqueue import SigningQueue
 from ._summaries import Summaries
 from ._topics import Topics
@@ -129,7 +130,6 @@ class PulsarcastNode(
     Topics,
     HistoryPages,
     Publishing,
-    Requests,
     Dissemination,
     Repair,
     Membership,
@@ -177,7 +177,6 @@ class PulsarcastNode(
         self._linked = LRU(c.seen_cache_size)  # CIDs some seen event names as a parent
         self._delivered = LRU(c.delivered_cache_size)
         self._gave_up = LRU(c.seen_cache_size)
-        self._published_requests = LRU(c.request_cache_size)  # request id -> event CID
         self._waiting = {}  # parent -> (tree, ev, rec)
         self._waiting_count = 0
         self._stash = {}  # version -> events
@@ -186,7 +185,6 @@ class PulsarcastNode(
         self._resume_since = {}
         self._pending_filters = {}  # subscribe(filter=) of a topic being resolved
         self._read_holders = {}  # read() -> _read_tree()
-        self._requests = {}
         self._known = {}  # peer -> keyspace position
         self._suspect = {}
         self._links = ParentLinks(slow_parent_after=c.slow_parent_after)
@@ -201,7 +199,9 @@ class PulsarcastNode(
             emit=self._emit,
             now=now,
         )
-        self._signing_requests = set()  # requests to publish being signed
+        self._requests = PublishRequests(
+            peer_id=peer_id, config=c, trees=self._trees, signing=self._signing, host=self
+        )
         self._seq = 0
         self._ping_at = now + rng.uniform(0.0, c.ping_interval)
         self._heads_at = now + rng.uniform(0.0, c.heads_interval)
@@ -309,9 +309,9 @@ class PulsarcastNode(
         elif isinstance(rpc, Leave):
             self._on_leave(now, peer, rpc)
         elif isinstance(rpc, RequestToPublish):
-            self._on_request(now, peer, rpc)
+            self._requests.on_request(now, peer, rpc)
         elif isinstance(rpc, RequestAck):
-            self._on_request_ack(now, peer, rpc)
+            self._requests.on_ack(now, peer, rpc)
         elif isinstance(rpc, Summary):
             self._on_summary(now, peer, rpc)
         elif isinstance(rpc, GROUP_RPCS):
@@ -355,9 +355,9 @@ class PulsarcastNode(
         for f in self._fetches.values():
             if best is None or f.due < best:
                 best = f.due
-        for r in self._requests.values():
-            if best is None or r.due < best:
-                best = r.due
+        at = self._requests.due
+        if at is not None and (best is None or at < best):
+            best = at
         if self._acks.waiting:
             at = self._acks.due()
             if at is not None and (best is None or at < best):
@@ -399,7 +399,7 @@ class PulsarcastNode(
             if tree.summary_due is not None and tree.summary_due <= now:
                 self._summary_timer(now, tree)
         self._fetch_timers(now)
-        self._request_timers(now)
+        self._requests.timers(now)
         if self._acks.waiting:
             self._offer_again(now)
 
@@ -457,6 +457,6 @@ class PulsarcastNode(
             "events": len(self._events),
             "fetches": len(self._fetches),
             "waiting": self._waiting_count,
-            "requests": len(self._requests),
+            "requests": self._requests.waiting,
             "trees": len(self._trees),
         }

@@ -176,8 +176,7 @@ class Publishing(NodeBase):
             due=self._signing.now,
             via=None,
         )
-        self._requests[request_id] = req
-        self._send_request(self._signing.now, req)
+        self._requests.request(self._signing.now, req)
         return PublishResult(
             status="requested", event_cid=None, request_id=request_id, inject_id=inject_id
         )

@@ -5,19 +5,24 @@ is passed one hop up by each node that may not publish; the first allowed node
 checks the requester, publishes with it as author, remembers the request id and
 acknowledges. The requester retries until acknowledged (bounded).
 
-(:class:`Requests` is a part of :class:`~._node.PulsarcastNode`: a mixin
-over :class:`~._base.NodeBase`, which declares the state and methods they share.)
+:class:`PublishRequests` is a component of :class:`~._node.PulsarcastNode`: it owns
+the requests this node sent and waits on, the request ids it published for others
+(a retry is acknowledged again, never published twice) and those whose signature is
+on its way; it uses the node through :class:`RequestHost` (sends, drops, the tree's
+next hop and LAST_SEEN, publishing) and the signing queue.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kademlia import peer_position
 
-from ._base import NodeBase
-from ._codec import RequestAck, RequestToPublish
+from ._codec import RequestAck, RequestToPublish, Rpc
+from ._config import NodeConfig
 from ._descriptors import (
     EventDescriptor,
     EventLinking,
@@ -27,10 +32,13 @@ from ._descriptors import (
 )
 from ._errors import DescriptorError
 from ._signing import verify_signature
-from ._signqueue import _Steps
-from ._tree import Tree
+from ._signqueue import SigningQueue, _Steps
+from ._tree import LRU, Tree
 
-__all__ = ["Requests"]
+if TYPE_CHECKING:
+    from ._history import RetainedEvent
+
+__all__ = ["PublishRequests", "RequestHost"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -44,10 +52,82 @@ class _Request:
     via: str | None
 
 
-class Requests(NodeBase):
-    """Request to publish (a part of :class:`~._node.PulsarcastNode`)."""
+class RequestHost(Protocol):
+    """What requests to publish use of the node."""
 
-    def _request_timers(self, now: float) -> None:
+    def _send(
+        self, now: float, peer: str, rpc: Rpc, topic: str | None, data: bytes | None = None
+    ) -> None: ...
+
+    def _drop(self, now: float, reason: str, **fields: Any) -> None: ...
+
+    def _next_hop(
+        self, now: float, tree: Tree, exclude: Iterable[str] = (), *, suspects: bool = False
+    ) -> str | None: ...
+
+    def _new_tree(self, now: float, root: TopicDescriptor) -> Tree: ...
+
+    def _link_heads(self, tree: Tree) -> tuple[tuple[CID, ...], int]: ...
+
+    def _known_event(self, cid: CID) -> tuple[CID, EventDescriptor | RetainedEvent] | None: ...
+
+    def _publish_event(
+        self,
+        now: float,
+        tree: Tree,
+        ev: EventDescriptor,
+        *,
+        via: Literal["direct", "request"],
+        inject_id: str | None,
+    ) -> CID: ...
+
+
+class PublishRequests:
+    """Requests to publish, both ends (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        peer_id: str,
+        config: NodeConfig,
+        trees: Mapping[CID, Tree],
+        signing: SigningQueue,
+        host: RequestHost,
+    ) -> None:
+        self.peer_id = peer_id
+        self.config = config
+        self._trees = trees
+        self._signing = signing
+        self._host = host
+        self._send = host._send
+        self._drop = host._drop
+        self._requests: dict[str, _Request] = {}
+        """Requests this node sent, not acknowledged yet."""
+        self._published_requests = LRU(config.request_cache_size)  # request id -> event CID
+        self._signing_requests: set[str] = set()  # requests to publish being signed
+
+    @property
+    def waiting(self) -> int:
+        """Own requests not acknowledged yet."""
+        return len(self._requests)
+
+    @property
+    def due(self) -> float | None:
+        """When the next own request is to be sent again (or given up)."""
+        return min((r.due for r in self._requests.values()), default=None)
+
+    def request(self, now: float, req: _Request) -> None:
+        """Send an own request to publish (``publish`` where this node may not)."""
+        self._requests[req.rpc.request_id] = req
+        self._send_request(now, req)
+
+    def peer_failed(self, now: float, peer: str) -> None:
+        """Requests that went through ``peer`` go again at the next timer."""
+        for req in self._requests.values():
+            if req.via == peer:
+                req.due = now
+
+    def timers(self, now: float) -> None:
         """Requests to publish not acknowledged in time: again, or give up."""
         for rid, req in list(self._requests.items()):
             if req.due <= now:
@@ -64,14 +144,15 @@ class Requests(NodeBase):
         if tree is not None and tree.parent is not None:
             hop = tree.parent
         elif tree is not None:
-            hop = self._next_hop(now, tree)
+            hop = self._host._next_hop(now, tree)
         req.attempts += 1
         req.due = now + self.config.request_timeout
         req.via = hop
         if hop is not None:
             self._send(now, hop, req.rpc, req.name)
 
-    def _on_request(self, now: float, peer: str, rpc: RequestToPublish) -> None:
+    def on_request(self, now: float, peer: str, rpc: RequestToPublish) -> None:
+        """A REQUEST_TO_PUBLISH: publish it here if allowed, else pass it one hop up."""
         try:
             root = TopicDescriptor.decode(rpc.descriptor, expected_cid=rpc.topic)
         except DescriptorError:
@@ -101,7 +182,7 @@ class Requests(NodeBase):
                 if tree is not None
                 else Tree(root=root, author_pos=peer_position(root.author), latest=root)
             )
-            hop = self._next_hop(now, probe, {peer})
+            hop = self._host._next_hop(now, probe, {peer})
         if hop is None or hop == peer:
             self._drop(now, "no_route", topic=root.name, peer=rpc.author)
             return
@@ -137,11 +218,11 @@ class Requests(NodeBase):
             self._refuse_request(now, rpc, root.name, refused)
             return
         if tree is None:
-            tree = self._new_tree(now, root)
-        parents, clock = self._link_heads(tree)
+            tree = self._host._new_tree(now, root)
+        parents, clock = self._host._link_heads(tree)
         if version.event_linking == EventLinking.CUSTOM:
             parent = rpc.parent
-            pentry = self._known_event(parent) if parent is not None else None
+            pentry = self._host._known_event(parent) if parent is not None else None
             if parent is not None and pentry is None:
                 self._refuse_request(now, rpc, root.name, "unknown_parent")
                 return
@@ -197,7 +278,7 @@ class Requests(NodeBase):
             # requests queued behind another's signatures must not share a parent.
             current = self._trees.get(key)
             if current is not None:
-                parents, clock = self._link_heads(current)
+                parents, clock = self._host._link_heads(current)
                 if parents != draft.parents:
                     draft = replace(draft, parents=parents, clock=clock)
         ev = yield from self._signing.signed_event(draft, key, rpc.signature)
@@ -207,7 +288,7 @@ class Requests(NodeBase):
             self._refuse_request(self._signing.now, rpc, name, "unknown_topic")
             return
         now = self._signing.now
-        cid = self._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
+        cid = self._host._publish_event(now, tree, ev, via="request", inject_id=rpc.inject_id)
         self._published_requests.put(rpc.request_id, cid)
         self._send(
             now,
@@ -216,7 +297,7 @@ class Requests(NodeBase):
             name,
         )
 
-    def _on_request_ack(self, now: float, peer: str, rpc: RequestAck) -> None:
+    def on_ack(self, now: float, peer: str, rpc: RequestAck) -> None:
         req = self._requests.pop(rpc.request_id, None)
         if req is not None and not rpc.ok:
             self._drop(now, "request_refused", topic=req.name, peer=peer)
