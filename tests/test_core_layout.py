@@ -93,10 +93,10 @@ def test_components_are_no_mixins() -> None:
     nothing of NodeBase (no circle through core/_base.py)."""
     from pulsarcast_ipfs.core._admission import Admission
     from pulsarcast_ipfs.core._fastgroup import FastGroups
-    from pulsarcast_ipfs.core._links import ParentLinks
+    from pulsarcast_ipfs.core._links import PeerLinks
     from pulsarcast_ipfs.core._requests import PublishRequests
 
-    for k in (FastGroups, Admission, ParentLinks, PublishRequests):
+    for k in (FastGroups, Admission, PeerLinks, PublishRequests):
         assert not issubclass(k, NodeBase) and k not in PulsarcastNode.__mro__, k
         assert "._base" not in Path(inspect.getfile(k)).read_text(), k
 

@@ -1,16 +1,16 @@
-"""ParentLinks (core/_links.py): last heard, round trips and lag, with no network."""
+"""PeerLinks (core/_links.py): last heard, round trips and lag, with no network."""
 
 from __future__ import annotations
 
 import pytest
 
-from pulsarcast_ipfs.core._links import ParentLinks
+from pulsarcast_ipfs.core._links import PeerLinks
 
 P = "parent"
 
 
 def test_a_pong_within_the_links_own_delay_is_no_lag_and_a_later_one_is() -> None:
-    links = ParentLinks(slow_parent_after=1.0)
+    links = PeerLinks(slow_parent_after=1.0, suspect_ttl=30.0)
     links.sent(0.0, P, 1)
     assert links.due == 1.0
     assert links.pong(0.5, P, 1) is False  # a 0.5 s link
@@ -24,7 +24,7 @@ def test_a_pong_within_the_links_own_delay_is_no_lag_and_a_later_one_is() -> Non
 
 
 def test_an_unanswered_ping_is_probed_once_then_lag() -> None:
-    links = ParentLinks(slow_parent_after=1.0)
+    links = PeerLinks(slow_parent_after=1.0, suspect_ttl=30.0)
     links.sent(0.0, P, 1)
     assert links.overdue(0.5) == []
     assert links.overdue(1.0) == [(P, True)]  # probe (a lost message is not lag)
@@ -38,7 +38,7 @@ def test_an_unanswered_ping_is_probed_once_then_lag() -> None:
 
 
 def test_a_late_event_probes_at_most_once_per_lag_limit() -> None:
-    links = ParentLinks(slow_parent_after=1.0)
+    links = PeerLinks(slow_parent_after=1.0, suspect_ttl=30.0)
     links.sent(0.0, P, 1)
     assert links.pong(0.04, P, 1) is False
     patience = links.probe(5.0, P)
@@ -53,7 +53,7 @@ def test_a_late_event_probes_at_most_once_per_lag_limit() -> None:
 
 
 def test_silence_counts_from_first_sight_and_old_peers_are_forgotten() -> None:
-    links = ParentLinks(slow_parent_after=1.0)
+    links = PeerLinks(slow_parent_after=1.0, suspect_ttl=30.0)
     assert links.silent_for(10.0, "child") == 0.0
     assert links.silent_for(25.0, "child") == 15.0
     links.heard(30.0, "child")
@@ -62,3 +62,11 @@ def test_silence_counts_from_first_sight_and_old_peers_are_forgotten() -> None:
     links.keep_parents(set())
     links.keep_heard(())
     assert links.last_heard("child") is None and links.overdue(100.0) == []
+
+
+def test_a_suspect_is_one_until_its_time_runs_out() -> None:
+    links = PeerLinks(slow_parent_after=1.0, suspect_ttl=10.0)
+    assert not links.any_suspect and not links.is_suspect(0.0, P)
+    links.suspect(0.0, P)
+    assert links.any_suspect and links.is_suspect(9.9, P)
+    assert not links.is_suspect(10.0, P) and not links.any_suspect  # expired: forgotten

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ._acks import AckBook
     from ._admission import Admission
     from ._fastgroup import FastGroups
-    from ._links import ParentLinks
+    from ._links import PeerLinks
     from ._repair import _Fetch
     from ._requests import PublishRequests
     from ._signqueue import SigningQueue
@@ -58,18 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["NodeBase"]
 
 _MAX_VERSIONS = 256
-
-
-def _in_force(until: dict[str, float], peer: str, now: float) -> bool:
-    """Whether ``peer``'s entry in an expiring table (suspects, bans) still holds;
-    an expired entry is removed."""
-    end = until.get(peer)
-    if end is None:
-        return False
-    if end <= now:
-        del until[peer]
-        return False
-    return True
 
 
 class NodeBase:
@@ -99,8 +87,7 @@ class NodeBase:
     _read_holders: dict[CID, tuple[str, ...]]
     _requests: PublishRequests
     _known: dict[str, int]
-    _suspect: dict[str, float]
-    _links: ParentLinks
+    _links: PeerLinks
     _in_tree_input: bool = False  # inside a checked tree input (._moves)
     _stale_told: LRU
     _admission: Admission

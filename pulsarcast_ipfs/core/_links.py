@@ -1,5 +1,6 @@
-"""Links to tree neighbours: when each was last heard from, and the round trips and
-unanswered PINGs of the links to parents (§6; docs/protocol.md §11.2).
+"""Links to other peers: when each tree neighbour was last heard from, the round trips
+and unanswered PINGs of the links to parents, and the peers held suspect (§6;
+docs/protocol.md §11.2).
 
 Theory of operation
 -------------------
@@ -13,7 +14,8 @@ one probe PING (a lost message is not lag), and the probe unanswered as long aga
 lag too. An event from the parent that comes late sends a probe PING at once, with a
 shorter patience (four smoothed round trips). The link's own delay is not lag: with
 500 ± 300 ms each way every parent answered "late", and children hopped from parent
-to parent into chains eight deep (run set "s8f").
+to parent into chains eight deep (run set "s8f"). A parent that lags or fails is
+*suspect* for ``suspect_ttl``: no JOIN goes to it meanwhile.
 
 This object owns that state and decides; it sends nothing. The node draws each
 PING's nonce, sends it, and carries out what this object answers: a PING to send
@@ -30,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ParentLinks"]
+__all__ = ["PeerLinks"]
 
 _MIN_PROBE_WAIT: Final = 0.25
 """Seconds a probe PING after a late event waits at least (however short the link's
@@ -55,12 +57,14 @@ class _PingWait:
         return self.probe_due if self.probe_due is not None else self.since + slow_after
 
 
-class ParentLinks:
-    """Last-heard times of neighbours and the PING state of parent links (see the
-    module doc). A component of :class:`~._node.PulsarcastNode`."""
+class PeerLinks:
+    """Last-heard times of neighbours, the PING state of parent links and suspects
+    (see the module doc). A component of :class:`~._node.PulsarcastNode`."""
 
-    def __init__(self, *, slow_parent_after: float) -> None:
+    def __init__(self, *, slow_parent_after: float, suspect_ttl: float) -> None:
         self.slow_parent_after = slow_parent_after
+        self.suspect_ttl = suspect_ttl
+        self._suspect: dict[str, float] = {}  # peer -> suspect until
         self._last_heard: dict[str, float] = {}
         self._pings: dict[str, _PingWait] = {}  # parent -> PINGs it has not answered
         self._next_probe: dict[str, float] = {}  # parent -> no late-event probe before
@@ -99,6 +103,26 @@ class ParentLinks:
         keep = set(live)
         for peer in [p for p in self._last_heard if p not in keep]:
             del self._last_heard[peer]
+
+    # ------------------------------------------------------------ suspects
+
+    def suspect(self, now: float, peer: str) -> None:
+        """``peer`` lagged or failed: no JOIN to it for ``suspect_ttl``."""
+        self._suspect[peer] = now + self.suspect_ttl
+
+    def is_suspect(self, now: float, peer: str) -> bool:
+        until = self._suspect.get(peer)
+        if until is None:
+            return False
+        if until <= now:
+            del self._suspect[peer]
+            return False
+        return True
+
+    @property
+    def any_suspect(self) -> bool:
+        """Whether any peer is (or was, not yet looked at since) suspect."""
+        return bool(self._suspect)
 
     # ------------------------------------------------------------ round trips
 

@@ -2,7 +2,7 @@
 (§6).
 
 The links' figures (last heard, round trips, unanswered PINGs) and the decisions on
-them are :class:`~._links.ParentLinks`'s, a component that owns its state; this part
+them are :class:`~._links.PeerLinks`'s, a component that owns its state; this part
 of the node sends the PINGs and PONGs it asks for, joins a closer peer away from a
 lagging parent (make before break), and drops a parent or child gone silent.
 
@@ -12,7 +12,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
-from ._base import NodeBase, _in_force
+from ._base import NodeBase
 from ._codec import Ping, Pong
 from ._moves import entry_point
 
@@ -23,7 +23,7 @@ class Liveness(NodeBase):
     """Liveness (a part of :class:`~._node.PulsarcastNode`)."""
 
     def _is_suspect(self, now: float, peer: str) -> bool:
-        return self._admission.banned(now, peer) or _in_force(self._suspect, peer, now)
+        return self._admission.banned(now, peer) or self._links.is_suspect(now, peer)
 
     def link_rtt(self, peer: str) -> float | None:
         """The smoothed round trip (s) of the link to parent ``peer``, from its PONGs
@@ -41,7 +41,7 @@ class Liveness(NodeBase):
 
     def _probe_parent(self, now: float, peer: str) -> None:
         """An event came from ``peer`` more than half its lag limit after it was
-        created: PING it now (:meth:`~._links.ParentLinks.probe`). Unanswered in time,
+        created: PING it now (:meth:`~._links.PeerLinks.probe`). Unanswered in time,
         it is lagging: its PONG waits behind the backlog that makes its events late.
         Clock skew or an old event only costs a PING (at most one per lag limit)."""
         patience = self._links.probe(now, peer)
@@ -69,7 +69,7 @@ class Liveness(NodeBase):
         cores: docs/benchmark-history.md, session 12; ``benchmarks/lag_churn.py``); a laggard
         silent all along may be dead, and then the next peers are tried."""
         self._links.stop_waiting(peer)
-        self._suspect[peer] = now + self.config.suspect_ttl
+        self._links.suspect(now, peer)
         for tree in list(self._trees.values()):
             if tree.parent != peer or tree.join is not None:
                 continue

@@ -108,7 +108,7 @@ class Membership(NodeBase):
         mine = self._my_dist(tree)
         best: tuple[int, str] | None = None
         target = tree.author_pos
-        if not suspects and (self._admission.any_banned or self._suspect):
+        if not suspects and (self._admission.any_banned or self._links.any_suspect):
             for peer, pos in self._known.items():
                 if peer in skip or self._is_suspect(now, peer):
                     continue
@@ -302,7 +302,7 @@ class Membership(NodeBase):
     @entry_point
     def _peer_failed(self, now: float, peer: str) -> None:
         """A neighbour is gone: drop it from every tree, re-join where it was the parent."""
-        self._suspect[peer] = now + self.config.suspect_ttl
+        self._links.suspect(now, peer)
         self._links.forget(peer)
         for tree in list(self._trees.values()):
             changed = False

@@ -33,7 +33,7 @@ are components, objects that own their state and touch no other part's (the node
 holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
 :class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
-:class:`~._admission.Admission`, ``_links`` :class:`~._links.ParentLinks`, ``_requests``
+:class:`~._admission.Admission`, ``_links`` :class:`~._links.PeerLinks`, ``_requests``
 :class:`~._requests.PublishRequests`); the others
 are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
 signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
@@ -109,7 +109,7 @@ from ._guard import RelayGuard
 from ._historypages import HistoryPages
 from ._io import Output
 from ._joingate import JoinGate
-from ._links import ParentLinks
+from ._links import PeerLinks
 from ._liveness import Liveness
 from ._membership import Membership
 from ._pruning import Pruning
@@ -186,8 +186,7 @@ class PulsarcastNode(
         self._pending_filters = {}  # subscribe(filter=) of a topic being resolved
         self._read_holders = {}  # read() -> _read_tree()
         self._known = {}  # peer -> keyspace position
-        self._suspect = {}
-        self._links = ParentLinks(slow_parent_after=c.slow_parent_after)
+        self._links = PeerLinks(slow_parent_after=c.slow_parent_after, suspect_ttl=c.suspect_ttl)
         self._stale_told = LRU(c.rate_limit_peers)  # (peer, topic) -> LEAVE sent at
         self._admission = Admission(
             config=c, drop=self._drop, emit=self._emit, peer_failed=self._peer_failed
