@@ -48,11 +48,12 @@ def test_the_parts_are_small_enough_to_read_in_one_sitting() -> None:
 
 def test_no_part_reaches_into_a_components_state() -> None:
     """The components (``_signing``, ``_acks``, ``_gate``, ``_guard``, ``_fast``,
-    ``_admission``, ``_links``, ``_requests``) own their state:
+    ``_admission``, ``_links``, ``_requests``, ``_keyspace``) own their state:
     the node and its parts call them, and never read or write their private fields."""
     import re
 
-    reach = re.compile(r"\._(signing|acks|gate|guard|fast|admission|links|requests)\._[a-z]")
+    names = "signing|acks|gate|guard|fast|admission|links|requests|keyspace"
+    reach = re.compile(rf"\._({names})\._[a-z]")
     found = [
         f"{path.name}:{i}"
         for path in sorted(CORE.glob("*.py"))
@@ -93,10 +94,11 @@ def test_components_are_no_mixins() -> None:
     nothing of NodeBase (no circle through core/_base.py)."""
     from pulsarcast_ipfs.core._admission import Admission
     from pulsarcast_ipfs.core._fastgroup import FastGroups
+    from pulsarcast_ipfs.core._keyspace import Keyspace
     from pulsarcast_ipfs.core._links import PeerLinks
     from pulsarcast_ipfs.core._requests import PublishRequests
 
-    for k in (FastGroups, Admission, PeerLinks, PublishRequests):
+    for k in (FastGroups, Admission, PeerLinks, PublishRequests, Keyspace):
         assert not issubclass(k, NodeBase) and k not in PulsarcastNode.__mro__, k
         assert "._base" not in Path(inspect.getfile(k)).read_text(), k
 

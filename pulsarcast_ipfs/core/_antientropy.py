@@ -239,7 +239,9 @@ class AntiEntropy(NodeBase):
         if peer not in tree.children and peer != tree.parent:
             if tree.join is not None and tree.join.peer == peer:
                 pass  # the parent we are joining: its HEADS can overtake its JOIN_ACK
-            elif tree.joined and self._dist(peer, tree) > self._my_dist(tree):
+            elif tree.joined and self._keyspace.distance(
+                peer, tree.author_pos
+            ) > self._keyspace.my_distance(tree.author_pos):
                 self._adopt_child(now, tree, peer)  # it still takes us for its parent
             else:
                 self._stale_edge(now, peer, tree.key, tree.name)

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from pulsarcast_ipfs.core._cid import CID
-from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.records import MetricRecord, RecordKind
 
 from ._codec import (
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from ._acks import AckBook
     from ._admission import Admission
     from ._fastgroup import FastGroups
+    from ._keyspace import Keyspace
     from ._links import PeerLinks
     from ._repair import _Fetch
     from ._requests import PublishRequests
@@ -67,7 +67,6 @@ class NodeBase:
     peer_id: str
     config: NodeConfig
     _rng: random.Random
-    _pos: int
     _outputs: list[Output]
     _trees: dict[CID, Tree]
     _version_of: dict[CID, CID]
@@ -86,7 +85,7 @@ class NodeBase:
     _pending_filters: dict[CID, tuple[Filter, ...] | None]
     _read_holders: dict[CID, tuple[str, ...]]
     _requests: PublishRequests
-    _known: dict[str, int]
+    _keyspace: Keyspace
     _links: PeerLinks
     _in_tree_input: bool = False  # inside a checked tree input (._moves)
     _stale_told: LRU
@@ -391,15 +390,6 @@ class NodeBase:
 
     def _drop(self, now: float, reason: str, **fields: Any) -> None:
         self._record(now, RecordKind.EVENT_DROPPED, reason=reason, **fields)
-
-    def _dist(self, peer: str, tree: Tree) -> int:
-        pos = self._known.get(peer)
-        if pos is None:
-            pos = peer_position(peer)
-        return pos ^ tree.author_pos
-
-    def _my_dist(self, tree: Tree) -> int:
-        return self._pos ^ tree.author_pos
 
     def _tree_for(self, topic_cid: CID) -> Tree:
         if not isinstance(topic_cid, CID):

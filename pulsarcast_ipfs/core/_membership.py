@@ -15,16 +15,17 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from pulsarcast_ipfs.core._cid import CID
-from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
+from pulsarcast_ipfs.kademlia import peer_position
 from pulsarcast_ipfs.records import RecordKind
 
 from ._base import NodeBase
 from ._codec import MAX_MEMBERS, Join, JoinAck, Leave
 from ._descriptors import TopicDescriptor, cid_str, decode_cached
-from ._errors import DescriptorError, LocalProtocolError
+from ._errors import DescriptorError
 from ._io import Role
 from ._moves import entry_point
 from ._tree import JoinAttempt, Tree
@@ -105,24 +106,10 @@ class Membership(NodeBase):
         skip = set(exclude)
         skip.update(tree.children)  # never below one's own child (a reader's leaf JOIN)
         skip.update(self._guard.penalised_peers(now))  # found lying: avoided a while
-        mine = self._my_dist(tree)
-        best: tuple[int, str] | None = None
-        target = tree.author_pos
+        excluded = None
         if not suspects and (self._admission.any_banned or self._links.any_suspect):
-            for peer, pos in self._known.items():
-                if peer in skip or self._is_suspect(now, peer):
-                    continue
-                d = pos ^ target
-                if d < mine and (best is None or (d, peer) < best):
-                    best = (d, peer)
-            return None if best is None else best[1]
-        # Nobody is suspect or banned (or suspects count): only the distance matters,
-        # and the skip set is consulted for the candidates that would win.
-        for peer, pos in self._known.items():
-            d = pos ^ target
-            if d < mine and (best is None or (d, peer) < best) and peer not in skip:
-                best = (d, peer)
-        return None if best is None else best[1]
+            excluded = functools.partial(self._is_suspect, now)
+        return self._keyspace.next_hop(tree.author_pos, skip, excluded)
 
     @entry_point
     def _ensure_joined(self, now: float, tree: Tree) -> None:
@@ -328,18 +315,7 @@ class Membership(NodeBase):
 
     def set_known_peers(self, now: float, peers: Iterable[str]) -> None:
         """Routing-table snapshot plus connected peers (§3); replaces the previous one."""
-        known: dict[str, int] = {}
-        for peer in peers:
-            if peer == self.peer_id:
-                continue
-            pos = self._known.get(peer)
-            if pos is None:
-                try:
-                    pos = peer_position(peer)
-                except InvalidPeerId as exc:
-                    raise LocalProtocolError(str(exc)) from exc
-            known[peer] = pos
-        self._known = known
+        self._keyspace.set_known(peers)
         for tree in self._trees.values():
             if tree_state(tree, self.peer_id) in ACTING_ROOT_STATES:
                 if tree.recheck_at is None or tree.recheck_at > now:
@@ -391,7 +367,11 @@ class Membership(NodeBase):
                 tree.parent == peer
                 or tree.leaf
                 or (tree.join is not None and tree.join.leaf)
-                or (tree.author != self.peer_id and self._dist(peer, tree) <= self._my_dist(tree))
+                or (
+                    tree.author != self.peer_id
+                    and self._keyspace.distance(peer, tree.author_pos)
+                    <= self._keyspace.my_distance(tree.author_pos)
+                )
                 or (
                     rpc.up
                     and peer not in tree.children

@@ -34,13 +34,15 @@ holds one of each: ``_signing`` :class:`~._signqueue.SigningQueue`, ``_acks``
 :class:`~._acks.AckBook`, ``_gate`` :class:`~._joingate.JoinGate`, ``_guard``
 :class:`~._guard.RelayGuard`, ``_fast`` :class:`~._fastgroup.FastGroups`, ``_admission``
 :class:`~._admission.Admission`, ``_links`` :class:`~._links.PeerLinks`, ``_requests``
-:class:`~._requests.PublishRequests`); the others
+:class:`~._requests.PublishRequests`, ``_keyspace`` :class:`~._keyspace.Keyspace`); the others
 are still mixins over :class:`~._base.NodeBase` (the shared state and helpers, and the
 signatures one part calls in another, checked by mypy). :mod:`._moves` checks each
 tree input against the transition table.
 
 =====================  =========================================================
 :mod:`._membership`    JOIN / JOIN_ACK / LEAVE, parent lost, acting root recheck
+:mod:`._keyspace`      known peers' keyspace positions, the greedy next hop
+                       (Algorithm 2; a component)
 :mod:`._treestate`     the tree states and the transition table (data)
 :mod:`._dissemination` verify, forward, deliver in causal order; topic versions
 :mod:`._repair`        block fetches, gap repair, topic resolution, history fill
@@ -74,7 +76,7 @@ import random
 from collections.abc import Mapping
 
 from pulsarcast_ipfs.core._cid import CID
-from pulsarcast_ipfs.kademlia import InvalidPeerId, peer_position
+from pulsarcast_ipfs.kademlia import InvalidPeerId
 from pulsarcast_ipfs.records import RecordKind
 
 from ._acks import AckBook
@@ -109,6 +111,7 @@ from ._guard import RelayGuard
 from ._historypages import HistoryPages
 from ._io import Output
 from ._joingate import JoinGate
+from ._keyspace import Keyspace
 from ._links import PeerLinks
 from ._liveness import Liveness
 from ._membership import Membership
@@ -166,7 +169,7 @@ class PulsarcastNode(
         self.peer_id = peer_id
         self.config = config if config is not None else NodeConfig()
         self._rng = rng
-        self._pos = peer_position(peer_id)
+        self._keyspace = Keyspace(peer_id)
         self._outputs = []
         self._trees = {}
         self._version_of = {}
@@ -185,7 +188,6 @@ class PulsarcastNode(
         self._resume_since = {}
         self._pending_filters = {}  # subscribe(filter=) of a topic being resolved
         self._read_holders = {}  # read() -> _read_tree()
-        self._known = {}  # peer -> keyspace position
         self._links = PeerLinks(slow_parent_after=c.slow_parent_after, suspect_ttl=c.suspect_ttl)
         self._stale_told = LRU(c.rate_limit_peers)  # (peer, topic) -> LEAVE sent at
         self._admission = Admission(
