@@ -7,12 +7,12 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from types import TracebackType
-from typing import ParamSpec, Self, TypeVar
+from typing import ParamSpec, TypeVar
 
 import anyio
 import httpx
 
+from pulsarcast_ipfs._lifecycle import AsyncClosing
 from pulsarcast_ipfs.sdk import _calls
 from pulsarcast_ipfs.sdk._endpoints import Endpoints
 from pulsarcast_ipfs.sdk._errors import SdkError, SidecarUnavailable, error_from_response
@@ -25,7 +25,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class AsyncClient(Endpoints):
+class AsyncClient(Endpoints, AsyncClosing):
     """``async with AsyncClient(config=ClientConfig(api=...)) as pc:`` — one sidecar.
 
     Every method maps to one endpoint of docs/http-api.md and raises the typed
@@ -42,17 +42,6 @@ class AsyncClient(Endpoints):
     ) -> None:
         self.config = config or ClientConfig()
         self._http = httpx.AsyncClient(transport=transport, **_calls.http_options(self.config))
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         await self._http.aclose()
