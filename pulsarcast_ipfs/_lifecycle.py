@@ -34,20 +34,16 @@ class AsyncClosing:
         raise NotImplementedError
 
 
-class AsyncService:
+class AsyncService(AsyncClosing):
     """``async with x:`` starts ``x`` (:meth:`start`) and stops it at the end
-    (:meth:`stop`), shielded from cancellation so that no process is left behind."""
+    (:meth:`stop`), shielded from cancellation so that no process is left behind;
+    :meth:`aclose` is that shielded stop."""
 
     async def __aenter__(self) -> Self:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.stop()
 

@@ -75,6 +75,19 @@ def _seg(cid: str, what: str = "topic") -> str:
     return quote(cid.strip(), safe="")
 
 
+def _text(value: object, what: str) -> str:
+    """``value``, which must be a string (a filter's syntax is the sidecar's to check)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def _options(
     *,
     parent: str | None,
@@ -203,13 +216,9 @@ def unsubscribe(cid: str) -> Call[str]:
 
 def _subscribe(cid: str, *, on: bool, fast: bool = False, filter: str | None = None) -> Call[str]:
     action = "subscribe" if on else "unsubscribe"
-    if not isinstance(fast, bool):
-        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
-    body: dict[str, Any] = {"fast": True} if on and fast else {}
+    body: dict[str, Any] = {"fast": True} if _flag(fast, "fast") and on else {}
     if filter is not None:
-        if not isinstance(filter, str):
-            raise TypeError(f"filter must be a string, got {type(filter).__name__}")
-        body["filter"] = filter
+        body["filter"] = _text(filter, "filter")
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/{action}",
@@ -242,16 +251,12 @@ def open_consumer(
     """
     body: dict[str, Any] = {}
     if filter is not None:
-        if not isinstance(filter, str):
-            raise TypeError(f"filter must be a string, got {type(filter).__name__}")
-        body["filter"] = filter
+        body["filter"] = _text(filter, "filter")
     if name is not None:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a consumer name must be a non-empty string, got {name!r}")
         body["name"] = name
-    if not isinstance(fast, bool):
-        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
-    if fast:
+    if _flag(fast, "fast"):
         body["fast"] = True
     if after is not None:
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
@@ -419,9 +424,7 @@ def history_page(
         _seg(after, "after")
         params["after"] = after.strip()
     if where is not None:
-        if not isinstance(where, str):
-            raise TypeError(f"where must be a string, got {type(where).__name__}")
-        params["where"] = where
+        params["where"] = _text(where, "where")
     return Call(
         method="GET",
         path=f"/v1/topics/{_seg(cid)}/history",
