@@ -12,14 +12,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 import pytest
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import api, ok, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubo, pytest.mark.anyio]
 
@@ -30,17 +29,6 @@ PUB, SUB1, SUB2 = 0, 1, 2
 async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
     async with LocalSidecarCluster(nodes=3, run="acks") as cluster:
         yield cluster
-
-
-async def api(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> httpx.Response:
-    async with sc.client(i, timeout=60) as c:
-        return await c.request(method, path, **kw)
-
-
-async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
-    r = await api(sc, i, method, path, **kw)
-    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
-    return r.json()
 
 
 async def topic_with(sc: LocalSidecarCluster, name: str, subs: list[int]) -> str:

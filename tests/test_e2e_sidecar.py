@@ -12,7 +12,6 @@ shared by the whole module; the scenarios that kill processes come last.
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -34,7 +33,7 @@ from pulsarcast_ipfs.core import (
     format_created,
 )
 from pulsarcast_ipfs.kademlia import peer_position
-from pulsarcast_ipfs.testing import Scrape, wait_until
+from pulsarcast_ipfs.testing import Scrape, api, deliveries, ok, wait_until
 from sidecar import PROTOCOL
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.anyio]
@@ -52,25 +51,6 @@ async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
 
 
 # -- helpers -----------------------------------------------------------------------------
-
-
-async def api(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> httpx.Response:
-    async with sc.client(i) as c:
-        return await c.request(method, path, **kw)
-
-
-async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
-    r = await api(sc, i, method, path, **kw)
-    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
-    return r.json()
-
-
-async def deliveries(sc: LocalSidecarCluster, i: int, topic: str) -> list[dict[str, Any]]:
-    r = await api(
-        sc, i, "GET", "/v1/deliveries", params={"topic": topic, "after": 0, "follow": "false"}
-    )
-    assert r.status_code == 200, r.text
-    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
 
 async def peer_id(sc: LocalSidecarCluster, i: int) -> str:

@@ -22,15 +22,13 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from pulsarcast_ipfs.cluster import LocalSidecarCluster
 from pulsarcast_ipfs.core import MAX_PAYLOAD_SIZE
-from pulsarcast_ipfs.testing import wait_until
+from pulsarcast_ipfs.testing import api, ok, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubo, pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -41,17 +39,6 @@ PUB, SUBS = 0, [1, 2]
 async def sc(anyio_backend: str) -> AsyncIterator[LocalSidecarCluster]:
     async with LocalSidecarCluster(nodes=3, run="payload") as cluster:
         yield cluster
-
-
-async def api(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> httpx.Response:
-    async with sc.client(i, timeout=60) as c:
-        return await c.request(method, path, **kw)
-
-
-async def ok(sc: LocalSidecarCluster, i: int, method: str, path: str, **kw: Any) -> Any:
-    r = await api(sc, i, method, path, **kw)
-    assert r.status_code in (200, 201), f"node{i} {method} {path}: {r.status_code} {r.text}"
-    return r.json()
 
 
 @pytest.fixture(scope="module")

@@ -204,6 +204,101 @@ async def test_requests_carry_token_and_the_contract_bodies() -> None:
     assert topic.meta == "bafyreimeta" and topic.created.tzinfo is not None
 
 
+def every_endpoint_handler(seen: list[httpx.Request]) -> Handler:
+    """Answers each one-request endpoint of docs/http-api.md with a valid body."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json={"status": "ok", "kubo": "up"})
+        if path.endswith(("/subscribe", "/unsubscribe")):
+            return httpx.Response(200, json={"topic": CID_T, "subscribed": "/sub" in path})
+        if path.endswith("/publish"):
+            return httpx.Response(
+                200, json={"status": "published", "event": f"{CID_E}1", "request_id": None}
+            )
+        if path.endswith("/history"):
+            page = {"events": [event_json(1)], "next": None, "complete": True, "missing": []}
+            page.update(heads=[f"{CID_E}1"], retained=1, order="oldest")
+            return httpx.Response(200, json=page)
+        if path.startswith("/v1/events/"):
+            return httpx.Response(200, json=event_json(1))
+        if path.startswith("/v1/topics"):
+            return httpx.Response(201 if request.method == "POST" else 200, json=topic_json())
+        raise AssertionError(path)
+
+    return handler
+
+
+def _requests(seen: list[httpx.Request]) -> list[tuple[str, str, str, bytes, str]]:
+    return [
+        (r.method, r.url.path, str(r.url.params), r.content, r.headers["authorization"])
+        for r in seen
+    ]
+
+
+async def test_both_clients_send_the_same_request_for_every_shared_method() -> None:
+    """The one-request methods are written once (``sdk._endpoints``) for both clients:
+    the blocking and the async one must send the same requests and parse the same."""
+    a_seen: list[httpx.Request] = []
+    s_seen: list[httpx.Request] = []
+    async with aclient(every_endpoint_handler(a_seen), token="tok") as apc:
+        a_out = [
+            await apc.health(),
+            await apc.create_topic("news", parent=CID_T, request_to_publish=[PEER]),
+            await apc.get_topic(CID_T),
+            await apc.update_topic(CID_T, event_linking=EventLinking.CUSTOM),
+            await apc.subscribe(CID_T, fast=True, filter="ups > 1"),
+            await apc.unsubscribe(CID_T),
+            await apc.publish(CID_T, b"\x00", ack="local", attributes={"a": 1}),
+            await apc.get_event(f"{CID_E}1"),
+            await apc.history(CID_T, order="oldest", after=f"{CID_E}0", limit=3, where="a = 1"),
+        ]
+    with sclient(every_endpoint_handler(s_seen), token="tok") as spc:
+        s_out = [
+            spc.health(),
+            spc.create_topic("news", parent=CID_T, request_to_publish=[PEER]),
+            spc.get_topic(CID_T),
+            spc.update_topic(CID_T, event_linking=EventLinking.CUSTOM),
+            spc.subscribe(CID_T, fast=True, filter="ups > 1"),
+            spc.unsubscribe(CID_T),
+            spc.publish(CID_T, b"\x00", ack="local", attributes={"a": 1}),
+            spc.get_event(f"{CID_E}1"),
+            spc.history(CID_T, order="oldest", after=f"{CID_E}0", limit=3, where="a = 1"),
+        ]
+    assert len(a_seen) == len(s_seen) == 9
+    assert _requests(a_seen) == _requests(s_seen)
+    assert a_out == s_out
+    assert s_out[4] == CID_T and s_out[6].published
+    # the methods are the builders': their names, signatures and docstrings
+    assert spc.publish.__name__ == apc.publish.__name__ == "publish"
+    assert sdk.Client.history.__doc__ == sdk.AsyncClient.history.__doc__
+    assert "before" in (sdk.Client.history.__doc__ or "")
+
+
+async def test_both_clients_refuse_bad_arguments_when_called_or_awaited() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request expected")
+
+    with sclient(handler) as spc, pytest.raises(ValueError, match="non-empty name"):
+        spc.create_topic(" ")
+    async with aclient(handler) as apc:
+        pending = apc.create_topic(" ")  # nothing is checked before the await
+        with pytest.raises(ValueError, match="non-empty name"):
+            await pending
+
+
+def test_the_deprecated_history_cursor_warning_names_the_callers_line() -> None:
+    seen: list[httpx.Request] = []
+    with sclient(every_endpoint_handler(seen)) as pc:
+        with pytest.warns(DeprecationWarning) as caught:
+            pc.history(CID_T, before=f"{CID_E}4")
+        with pytest.warns(DeprecationWarning) as walked:
+            list(pc.iter_history(CID_T, before=f"{CID_E}4"))
+    assert caught[0].filename == walked[0].filename == __file__
+
+
 async def test_bad_arguments_are_refused_before_any_request() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise AssertionError("no request expected")

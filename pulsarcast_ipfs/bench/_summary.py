@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Final
 
-from pulsarcast_ipfs.bench._config import payload_label, rate_label
+from pulsarcast_ipfs.bench._config import SYSTEMS, payload_label, rate_label
 from pulsarcast_ipfs.core import Filter, FilterSyntaxError, matches, parse_filter
 from pulsarcast_ipfs.measures import (
     CoverageFigures,
@@ -829,15 +829,8 @@ def _rate_outcome(rate: float, runs: Sequence[RunSummary]) -> RateOutcome:
 
 
 def _system_order(name: str) -> tuple[int, str]:
-    order = (
-        "pulsarcast",
-        "pulsarcast-ordered",
-        "pulsarcast-fast",
-        "pulsarcast-filtered",
-        "gossipsub",
-        "floodsub",
-    )
-    return (order.index(name) if name in order else len(order), name)
+    """The order of :data:`SYSTEMS`; a name not in it after them, by name."""
+    return (SYSTEMS.index(name) if name in SYSTEMS else len(SYSTEMS), name)
 
 
 def knees(summaries: Sequence[RunSummary]) -> list[Knee]:

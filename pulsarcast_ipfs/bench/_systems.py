@@ -25,13 +25,13 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Self
 
 import anyio
 import httpx
 from anyio.abc import TaskStatus
 
+from pulsarcast_ipfs._lifecycle import AsyncClosing
 from pulsarcast_ipfs.bench._config import BenchError, Latency
 from pulsarcast_ipfs.bench._filters import FilterPlan
 from pulsarcast_ipfs.bench._ready import topic_waiting
@@ -88,7 +88,7 @@ PULSARCAST_PROTOCOLS: tuple[str, ...] = (
 the earlier ones, for older run sets."""
 
 
-class System(abc.ABC):
+class System(AsyncClosing, abc.ABC):
     """One system on one fresh cluster (see the module docstring)."""
 
     name: str
@@ -160,9 +160,7 @@ class System(abc.ABC):
                 self.say(f"latency toxic {self.latency} on every node's inbound data")
                 await self._apply_latency(self.latency)
         except BaseException:
-            await self._close_task_group()
-            with anyio.CancelScope(shield=True):
-                await self._stack.aclose()
+            await self.aclose()
             raise
         return self
 
@@ -193,12 +191,8 @@ class System(abc.ABC):
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """The background tasks first, then the teardowns on ``self._stack`` (shielded)."""
         try:
             await self._close_task_group()
         finally:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import json
 import re
 import sys
@@ -75,15 +76,20 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
     )
 
 
+def _command(sub: Any, name: str, handler: Handler, **kw: Any) -> argparse.ArgumentParser:
+    """A sub-command of ``sub`` (a ``pulsarcast`` command or a ``topic`` action) that
+    talks to the sidecar: it takes the connection options and runs ``handler``."""
+    p: argparse.ArgumentParser = sub.add_parser(name, **kw)
+    add_global_options(p, suppress=True)
+    p.set_defaults(handler=lambda args: _run(args, handler))
+    return p
+
+
 def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
     """Register ``topic``, ``sub``, ``unsub``, ``pub``, ``history`` and ``status``."""
     add_global_options(root)
 
-    def command(name: str, handler: Handler, **kw: Any) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, **kw)
-        add_global_options(p, suppress=True)
-        p.set_defaults(handler=lambda args: _run(args, handler))
-        return p
+    command = functools.partial(_command, sub)
 
     # topic create|show|update
     topic: argparse.ArgumentParser = sub.add_parser(
@@ -93,12 +99,7 @@ def add_parsers(sub: Any, *, root: argparse.ArgumentParser) -> None:
     )
     actions = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def action(name: str, handler: Handler, **kw: Any) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = actions.add_parser(name, **kw)
-        add_global_options(p, suppress=True)
-        p.set_defaults(handler=lambda args: _run(args, handler))
-        return p
-
+    action = functools.partial(_command, actions)
     create = action(
         "create",
         _topic_create,

@@ -366,6 +366,49 @@ def _index_of(sc: LocalSidecarCluster, peer: str | None) -> int | None:
 # -- scenarios -------------------------------------------------------------------------
 
 
+async def delivery_result(
+    sc: LocalSidecarCluster,
+    topic: str,
+    subscribers: Sequence[int],
+    pub: Publishing,
+    *,
+    scenario: str,
+    fault_end: float,
+    figures: dict[str, float] | None = None,
+    notes: Sequence[str] = (),
+    problems: Sequence[str] = (),
+) -> FaultResult:
+    """The common end of a scenario whose publishers have stopped: every event
+    ``pub`` published must reach every one of ``subscribers`` exactly once; recovery
+    counts from ``fault_end``. ``figures`` and ``notes`` come first, then the latency
+    and failed-publish figures and the diagnosis (with the trees and the missing
+    events' publishers when something is missing)."""
+    want = set(pub.ok)
+    got, missing, dups = await check_delivery(sc, topic, subscribers, want)
+    found = diagnose(sc, got, missing)
+    if any(missing.values()):
+        found.append(f"trees: {await tree_of(sc, topic, subscribers)}")
+        by_pub = Counter(pub.ok[c][0] for cids in missing.values() for c in cids)
+        found.append(f"missing events by publishing node: {dict(by_pub)}")
+    lat = latencies(got, want)
+    return FaultResult(
+        scenario=scenario,
+        published=len(want),
+        subscribers=tuple(subscribers),
+        missing=missing,
+        duplicates=dups,
+        problems=tuple(problems),
+        recovery_seconds=recovery_after(got, want, fault_end),
+        figures={
+            **(figures or {}),
+            "max_latency_s": max(lat, default=0.0),
+            "p50_latency_s": _p50(lat),
+            "failed_publish_calls": float(sum(pub.failed.values())),
+        },
+        notes=(*notes, *found),
+    )
+
+
 async def scenario_kill_nodes(sc: LocalSidecarCluster, *, tag: str = "") -> FaultResult:
     """20 % of the nodes SIGKILLed mid-run (Kubo and sidecar): the topic's author (the
     root) and an interior relay. Publishing goes on from three other nodes (root
@@ -404,30 +447,21 @@ async def scenario_kill_nodes(sc: LocalSidecarCluster, *, tag: str = "") -> Faul
         await anyio.sleep(6)
         pub.stop.set()
     live = [i for i in subs if i != relay]
-    want = set(pub.ok)
-    got, missing, dups = await check_delivery(sc, topic, live, want)
-    notes += diagnose(sc, got, missing)
-    if any(missing.values()):
-        notes.append(f"trees: {await tree_of(sc, topic, live)}")
-        by_pub = Counter(pub.ok[c][0] for cids in missing.values() for c in cids)
-        notes.append(f"missing events by publishing node: {dict(by_pub)}")
-    await sc.start_node(relay)  # leave the cluster whole for the next scenario
-    return FaultResult(
+    result = await delivery_result(
+        sc,
+        topic,
+        live,
+        pub,
         scenario="kill_20pct",
-        published=len(want),
-        subscribers=tuple(live),
-        missing=missing,
-        duplicates=dups,
-        recovery_seconds=recovery_after(got, want, t_restart),
+        fault_end=t_restart,
         figures={
             "killed_root_and_relay_at": t_kill - t_kill,
             "author_restart_after_kill_s": t_restart - t_kill,
-            "max_latency_s": max(latencies(got, want), default=0.0),
-            "p50_latency_s": _p50(latencies(got, want)),
-            "failed_publish_calls": float(sum(pub.failed.values())),
         },
         notes=(f"killed node{author} (author/root) and node{relay} (relay)", *notes),
     )
+    await sc.start_node(relay)  # leave the cluster whole for the next scenario
+    return result
 
 
 async def scenario_restarts(sc: LocalSidecarCluster, *, tag: str = "") -> FaultResult:
@@ -478,25 +512,15 @@ async def scenario_restarts(sc: LocalSidecarCluster, *, tag: str = "") -> FaultR
 
     if not await _wait(healthy, 20, 0.5):
         problems.append(f"node{kubo_node} /health not ok within 20 s after Kubo came back")
-    want = set(pub.ok)
-    got, missing, dups = await check_delivery(sc, topic, subs, want)
-    notes = diagnose(sc, got, missing)
-    if any(missing.values()):
-        notes.append(f"trees: {await tree_of(sc, topic, subs)}")
-    return FaultResult(
+    return await delivery_result(
+        sc,
+        topic,
+        subs,
+        pub,
         scenario="restarts",
-        published=len(want),
-        subscribers=tuple(subs),
-        missing=missing,
-        duplicates=dups,
-        problems=tuple(problems),
-        recovery_seconds=recovery_after(got, want, t_kubo_back),
-        figures={
-            "max_latency_s": max(latencies(got, want), default=0.0),
-            "p50_latency_s": _p50(latencies(got, want)),
-            "failed_publish_calls": float(sum(pub.failed.values())),
-        },
-        notes=(f"sidecar of node{side} killed; Kubo of node{kubo_node} killed", *notes),
+        fault_end=t_kubo_back,
+        notes=(f"sidecar of node{side} killed; Kubo of node{kubo_node} killed",),
+        problems=problems,
     )
 
 
@@ -524,24 +548,15 @@ async def scenario_partition(
         t_heal = time.time()
         await anyio.sleep(5)
         pub.stop.set()
-    want = set(pub.ok)
-    got, missing, dups = await check_delivery(sc, topic, subs, want)
-    notes = [f"cut nodes {cut} for {t_heal - t_cut:.1f} s", *diagnose(sc, got, missing)]
-    if any(missing.values()):
-        notes.append(f"trees: {await tree_of(sc, topic, subs)}")
-    return FaultResult(
+    return await delivery_result(
+        sc,
+        topic,
+        subs,
+        pub,
         scenario="partition",
-        published=len(want),
-        subscribers=tuple(subs),
-        missing=missing,
-        duplicates=dups,
-        recovery_seconds=recovery_after(got, want, t_heal),
-        figures={
-            "partition_s": t_heal - t_cut,
-            "max_latency_s": max(latencies(got, want), default=0.0),
-            "failed_publish_calls": float(sum(pub.failed.values())),
-        },
-        notes=tuple(notes),
+        fault_end=t_heal,
+        figures={"partition_s": t_heal - t_cut},
+        notes=(f"cut nodes {cut} for {t_heal - t_cut:.1f} s",),
     )
 
 

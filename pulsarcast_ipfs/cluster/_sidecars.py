@@ -37,12 +37,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import anyio
 import httpx
 
+from pulsarcast_ipfs._lifecycle import AsyncService
 from pulsarcast_ipfs.cluster._config import ClusterConfig
 from pulsarcast_ipfs.cluster._errors import ClusterError
 from pulsarcast_ipfs.cluster._node import ClusterNode
@@ -100,7 +99,7 @@ class SidecarProcess:
         return None if child is None else child.poll()
 
 
-class LocalSidecarCluster:
+class LocalSidecarCluster(AsyncService):
     """``nodes`` Kubo daemons (a :class:`LocalCluster`) with one sidecar each."""
 
     def __init__(
@@ -129,19 +128,6 @@ class LocalSidecarCluster:
         self.extra_args = list(extra_args)
         self.start_timeout = start_timeout
         self.sidecars: dict[int, SidecarProcess] = {}
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.stop()
 
     def __len__(self) -> int:
         return len(self.cluster)

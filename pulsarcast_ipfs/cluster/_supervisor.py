@@ -46,11 +46,10 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import anyio
 
+from pulsarcast_ipfs._lifecycle import AsyncService
 from pulsarcast_ipfs.cluster._config import ClusterConfig
 from pulsarcast_ipfs.cluster._errors import ClusterError, single_error
 from pulsarcast_ipfs.cluster._kubo import configure_repo, daemon_command, init_repo, kubo_settings
@@ -79,7 +78,7 @@ def _cleanup_at_exit() -> None:
             cluster.stop_now()
 
 
-class LocalCluster:
+class LocalCluster(AsyncService):
     """N local Kubo daemons; ``async with LocalCluster(config=ClusterConfig(nodes=4)) as c:``.
 
     ``detached=True`` (used by ``pulsarcast cluster up``) leaves the daemons running
@@ -101,19 +100,6 @@ class LocalCluster:
         self._stopped = False
 
     # context management
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.stop()
 
     def __len__(self) -> int:
         return len(self.nodes)

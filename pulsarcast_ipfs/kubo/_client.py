@@ -22,13 +22,13 @@ import math
 import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
 import httpx
 from multiformats import multibase
 
+from pulsarcast_ipfs._lifecycle import AsyncClosing
 from pulsarcast_ipfs.core import cid_str
 from pulsarcast_ipfs.core._cid import CID
 from pulsarcast_ipfs.kubo._car import encode_car
@@ -172,7 +172,7 @@ def _check_cid(cid: str | CID, endpoint: str) -> str:
     return cid_str(cid) if isinstance(cid, CID) else str(cid)
 
 
-class PubsubSubscription:
+class PubsubSubscription(AsyncClosing):
     """An open ``pubsub/sub`` stream: an async context manager and async iterator.
 
     ``async with client.pubsub_sub("t") as sub:`` returns once Kubo has subscribed
@@ -211,14 +211,6 @@ class PubsubSubscription:
         self._response = response
         self._lines = response.aiter_lines()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         if self._response is not None:
@@ -272,7 +264,7 @@ def multipart_body(parts: Sequence[bytes]) -> tuple[dict[str, str], bytes]:
     return {"Content-Type": f"multipart/form-data; boundary={boundary}"}, body
 
 
-class KuboClient:
+class KuboClient(AsyncClosing):
     """Async client of one Kubo daemon's RPC API.
 
     Use as ``async with KuboClient(config=KuboConfig(base_url=...)) as kubo:``.
@@ -297,17 +289,6 @@ class KuboClient:
         self._pool = (
             ConnectionPool.for_base_url(self.config.base_url) if transport is None else None
         )
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -3,8 +3,10 @@
 Both :class:`~pulsarcast_ipfs.sdk.AsyncClient` and :class:`~pulsarcast_ipfs.sdk.Client`
 turn a method call into a :class:`Call` here, send it with their own httpx client,
 and hand the answer back to :meth:`Call.parse`; the delivery stream's resume logic
-is :class:`DeliveryCursor`. So the two clients cannot drift apart, and all of this
-is tested without a socket.
+is :class:`DeliveryCursor`. The public builders below (``health`` to ``get_event``)
+have the clients' signatures and docstrings: each is one method of both clients
+(:mod:`pulsarcast_ipfs.sdk._endpoints`). So the two clients cannot drift apart, and
+all of this is tested without a socket.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from urllib.parse import quote
 from pulsarcast_ipfs.sdk._errors import InvalidResponse, error_from_response
 from pulsarcast_ipfs.sdk._types import (
     AttributeValue,
+    ClientConfig,
     Consumer,
     Delivery,
     Event,
@@ -36,6 +39,7 @@ from pulsarcast_ipfs.sdk._types import (
 __all__ = ["Call", "DeliveryCursor", "LineSplitter"]
 
 T = TypeVar("T")
+Peers = PeerSet | bool | Sequence[str] | None
 
 MAX_HISTORY_LIMIT = 500
 MAX_LINE = 4 * 1024 * 1024  # a delivery line carries at most a 512 KiB payload, base64'd
@@ -71,11 +75,24 @@ def _seg(cid: str, what: str = "topic") -> str:
     return quote(cid.strip(), safe="")
 
 
+def _text(value: object, what: str) -> str:
+    """``value``, which must be a string (a filter's syntax is the sidecar's to check)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def _options(
     *,
     parent: str | None,
-    allowed_publishers: PeerSet | bool | Sequence[str] | None,
-    request_to_publish: PeerSet | bool | Sequence[str] | None,
+    allowed_publishers: Peers,
+    request_to_publish: Peers,
     event_linking: EventLinking | str | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {}
@@ -91,22 +108,40 @@ def _options(
     return body
 
 
+def http_options(config: ClientConfig) -> dict[str, Any]:
+    """The keyword arguments of both clients' ``httpx`` client, but the transport."""
+    headers = {"User-Agent": "pulsarcast-sdk", "Accept": "application/json"}
+    if config.token:
+        headers["Authorization"] = f"Bearer {config.token}"
+    return {
+        "base_url": config.api,
+        "headers": headers,
+        "timeout": config.timeout,
+        "trust_env": False,
+    }
+
+
 def health() -> Call[Health]:
+    """``GET /health`` (raises :class:`KuboUnavailable` when Kubo is down)."""
     return Call(method="GET", path="/health", parse_json=Health.from_json, ok=(200,))
 
 
 def status() -> Call[NodeStatus]:
+    """``GET /v1/status``: peer ID, versions, and every topic's tree position."""
     return Call(method="GET", path="/v1/status", parse_json=NodeStatus.from_json, ok=(200,))
 
 
 def create_topic(
     name: str,
     *,
-    parent: str | None,
-    allowed_publishers: PeerSet | bool | Sequence[str] | None,
-    request_to_publish: PeerSet | bool | Sequence[str] | None,
-    event_linking: EventLinking | str | None,
+    parent: str | None = None,
+    allowed_publishers: Peers = None,
+    request_to_publish: Peers = None,
+    event_linking: EventLinking | str | None = None,
 ) -> Call[Topic]:
+    """Create a topic (docs/protocol.md §5 "Create topic"); with ``parent``, a sub-topic
+    or new version sharing the parent's meta topic. Options left ``None`` take the
+    sidecar's defaults; a list of peers enables the set for exactly those peers."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a topic needs a non-empty name, got {name!r}")
     body = {"name": name}
@@ -122,16 +157,18 @@ def create_topic(
 
 
 def get_topic(cid: str) -> Call[Topic]:
+    """A topic descriptor (fetched from IPFS if the sidecar lacks it)."""
     return Call(method="GET", path=f"/v1/topics/{_seg(cid)}", parse_json=Topic.from_json, ok=(200,))
 
 
 def update_topic(
     cid: str,
     *,
-    allowed_publishers: PeerSet | bool | Sequence[str] | None,
-    request_to_publish: PeerSet | bool | Sequence[str] | None,
-    event_linking: EventLinking | str | None,
+    allowed_publishers: Peers = None,
+    request_to_publish: Peers = None,
+    event_linking: EventLinking | str | None = None,
 ) -> Call[Topic]:
+    """Publish a new version of a topic on its meta topic (docs/protocol.md §5)."""
     body = _options(
         parent=None,
         allowed_publishers=allowed_publishers,
@@ -156,15 +193,32 @@ def _subscription(doc: Any) -> str:
     return str(doc["topic"])
 
 
-def subscribe(cid: str, *, on: bool, fast: bool = False, filter: str | None = None) -> Call[str]:
+def subscribe(cid: str, *, fast: bool = False, filter: str | None = None) -> Call[str]:
+    """Subscribe this node (docs/protocol.md §5 "Subscribe"); returns the topic's root CID.
+
+    ``fast``: also join the fast group of each publisher of the topic, which then
+    sends its events here directly, in two hops at most (docs/sdk.md "Fast
+    subscriptions"); subscribing again with another ``fast`` changes only that.
+
+    ``filter`` (docs/http-api.md "Filters"), e.g. ``"ups >= 10 and user = 'alice'"``:
+    the node delivers only the events it matches (live and recovered, fast-group
+    copies included); subscribing again replaces it, and without it the subscription
+    has none. A filter that does not parse is a :class:`BadRequest` saying at which
+    position and what was expected.
+    """
+    return _subscribe(cid, on=True, fast=fast, filter=filter)
+
+
+def unsubscribe(cid: str) -> Call[str]:
+    """Unsubscribe this node; it may stay in the tree as a relay."""
+    return _subscribe(cid, on=False)
+
+
+def _subscribe(cid: str, *, on: bool, fast: bool = False, filter: str | None = None) -> Call[str]:
     action = "subscribe" if on else "unsubscribe"
-    if not isinstance(fast, bool):
-        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
-    body: dict[str, Any] = {"fast": True} if on and fast else {}
+    body: dict[str, Any] = {"fast": True} if _flag(fast, "fast") and on else {}
     if filter is not None:
-        if not isinstance(filter, str):
-            raise TypeError(f"filter must be a string, got {type(filter).__name__}")
-        body["filter"] = filter
+        body["filter"] = _text(filter, "filter")
     return Call(
         method="POST",
         path=f"/v1/topics/{_seg(cid)}/{action}",
@@ -174,27 +228,35 @@ def subscribe(cid: str, *, on: bool, fast: bool = False, filter: str | None = No
 
 
 def open_consumer(
-    cid: str,
+    topic: str,
     *,
     filter: str | None = None,
     name: str | None = None,
     fast: bool = False,
     after: int | None = None,
 ) -> Call[Consumer]:
-    """``POST /v1/topics/{cid}/consumers``: a consumer with its own filter and cursor
-    (201 a new one, 200 a named one taken up again)."""
+    """Open a consumer of ``topic``: this application's own subscription, with its
+    own ``filter`` and cursor, beside any other application's on the same sidecar
+    (the node subscribes with the union of them all). Read it with
+    ``deliveries(consumer=c.id)``; close it with :meth:`close_consumer`.
+
+    Without ``name`` the sidecar closes it once no stream of it has been open for
+    its grace (60 s by default). With ``name`` it is durable: opening the same name
+    again (also after a restart of the application or the sidecar) takes it up
+    with its own cursor, and the new ``filter``/``fast``. ``after``: start after
+    that delivery ``seq`` instead (default: only new deliveries, or the named
+    consumer's cursor).
+
+    ``POST /v1/topics/{cid}/consumers`` (201 a new one, 200 a named one taken up again).
+    """
     body: dict[str, Any] = {}
     if filter is not None:
-        if not isinstance(filter, str):
-            raise TypeError(f"filter must be a string, got {type(filter).__name__}")
-        body["filter"] = filter
+        body["filter"] = _text(filter, "filter")
     if name is not None:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a consumer name must be a non-empty string, got {name!r}")
         body["name"] = name
-    if not isinstance(fast, bool):
-        raise TypeError(f"fast must be a bool, got {type(fast).__name__}")
-    if fast:
+    if _flag(fast, "fast"):
         body["fast"] = True
     if after is not None:
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
@@ -202,7 +264,7 @@ def open_consumer(
         body["after"] = after
     return Call(
         method="POST",
-        path=f"/v1/topics/{_seg(cid)}/consumers",
+        path=f"/v1/topics/{_seg(topic)}/consumers",
         body=body,
         parse_json=Consumer.from_json,
     )
@@ -215,6 +277,7 @@ def _consumer_seg(consumer_id: str) -> str:
 
 
 def get_consumer(consumer_id: str) -> Call[Consumer]:
+    """One consumer (:class:`NotFound` once it is closed or expired)."""
     return Call(
         method="GET",
         path=f"/v1/consumers/{_consumer_seg(consumer_id)}",
@@ -230,6 +293,7 @@ def _consumers(doc: Any) -> tuple[Consumer, ...]:
 
 
 def consumers() -> Call[tuple[Consumer, ...]]:
+    """Every consumer of the sidecar (all applications')."""
     return Call(method="GET", path="/v1/consumers", parse_json=_consumers, ok=(200,))
 
 
@@ -240,7 +304,8 @@ def _closed(doc: Any) -> bool:
 
 
 def close_consumer(consumer_id: str) -> Call[bool]:
-    """``DELETE /v1/consumers/{id}``; the answer: whether the node is still subscribed."""
+    """Close a consumer (its streams end); the node leaves the topic with its last
+    consumer unless it was subscribed explicitly. Whether it is still subscribed."""
     return Call(
         method="DELETE",
         path=f"/v1/consumers/{_consumer_seg(consumer_id)}",
@@ -266,20 +331,27 @@ def _attributes(attributes: Mapping[str, AttributeValue] | None) -> dict[str, At
 
 
 def publish(
-    cid: str,
+    topic: str,
     data: bytes | str,
     *,
-    parent: str | None,
+    parent: str | None = None,
     inject_id: str | None = None,
     attributes: Mapping[str, AttributeValue] | None = None,
     ack: int | Literal["local"] | None = None,
     ack_timeout: float | None = None,
     idempotency_key: str | None = None,
 ) -> Call[PublishOutcome]:
-    """``ack``: ``"local"``, or how many other nodes must hold the event before the
-    answer (the sidecar's default, 1, when None); ``ack_timeout``: for at most this
-    many seconds (then :class:`NotAcknowledged`); ``idempotency_key``: the same key
-    again makes no second event (docs/http-api.md "Publish")."""
+    """Publish ``data`` (docs/protocol.md §5 "Publish"): ``str`` travels as UTF-8 text,
+    ``bytes`` as they are. A node that may only request to publish gets
+    ``status == "requested"``; one that may do neither gets :class:`NotAllowed`.
+    ``inject_id`` labels the publish in the metric records (benchmarks).
+    ``attributes`` (at most 16 names to strings or finite numbers; docs/sdk.md)
+    go into the event descriptor, for subscribers' filters to select on.
+    ``ack``: ``"local"`` (answered once the event is in this node), or how many
+    *other* nodes must hold it (stored and pinned) first — the sidecar's default
+    is 1 — for at most ``ack_timeout`` seconds, else :class:`NotAcknowledged`
+    (the event exists and is offered on). ``idempotency_key``: a retry with the
+    same key makes no second event (docs/http-api.md "Publish")."""
     body: dict[str, Any]
     if isinstance(data, str):
         body = {"text": data}
@@ -308,13 +380,32 @@ def publish(
         body["idempotency_key"] = idempotency_key
     return Call(
         method="POST",
-        path=f"/v1/topics/{_seg(cid)}/publish",
+        path=f"/v1/topics/{_seg(topic)}/publish",
         body=body,
         parse_json=PublishOutcome.from_json,
     )
 
 
 def history(
+    topic: str,
+    *,
+    order: HistoryOrder = "newest",
+    after: str | None = None,
+    limit: int = 50,
+    before: str | None = None,
+    where: str | None = None,
+) -> Call[HistoryPage]:
+    """One page of the topic's history (docs/protocol.md §5 "History"), in the order
+    ``(clock, CID)`` that is the same on every node: ``newest`` first or ``oldest``
+    first, strictly after the cursor ``after`` (the previous page's ``next``).
+    ``before`` is the deprecated old name of ``after`` (newest first only).
+    ``where``: only the events this filter matches; a page may then be short, or
+    empty with a ``next``: go on from ``next`` (:meth:`iter_history` does)."""
+    cursor = history_cursor(order, after, before, stacklevel=4)
+    return history_page(topic, order=order, after=cursor, limit=limit, where=where)
+
+
+def history_page(
     cid: str,
     *,
     order: HistoryOrder = "newest",
@@ -333,9 +424,7 @@ def history(
         _seg(after, "after")
         params["after"] = after.strip()
     if where is not None:
-        if not isinstance(where, str):
-            raise TypeError(f"where must be a string, got {type(where).__name__}")
-        params["where"] = where
+        params["where"] = _text(where, "where")
     return Call(
         method="GET",
         path=f"/v1/topics/{_seg(cid)}/history",
@@ -345,12 +434,17 @@ def history(
     )
 
 
-def history_cursor(order: HistoryOrder, after: str | None, before: str | None) -> str | None:
-    """``after``, or the deprecated ``before`` (its old name, newest first only)."""
+def history_cursor(
+    order: HistoryOrder, after: str | None, before: str | None, *, stacklevel: int = 3
+) -> str | None:
+    """``after``, or the deprecated ``before`` (its old name, newest first only); the
+    warning names the frame ``stacklevel`` up (the caller of the client's method)."""
     if before is None:
         return after
     warnings.warn(
-        "history(before=...) is deprecated: the cursor is now after=", DeprecationWarning, 3
+        "history(before=...) is deprecated: the cursor is now after=",
+        DeprecationWarning,
+        stacklevel,
     )
     if after is not None:
         raise ValueError("give after= (the cursor) or before=, not both")
@@ -360,6 +454,7 @@ def history_cursor(order: HistoryOrder, after: str | None, before: str | None) -
 
 
 def get_event(cid: str) -> Call[Event]:
+    """An event descriptor by CID (from any node, through IPFS)."""
     return Call(
         method="GET", path=f"/v1/events/{_seg(cid, 'event')}", parse_json=Event.from_json, ok=(200,)
     )
@@ -393,7 +488,7 @@ class HistoryWalk:
         self.call()  # bad arguments fail here, before any request
 
     def call(self) -> Call[HistoryPage]:
-        return history(
+        return history_page(
             self.cid, order=self.order, after=self.after, limit=self.page_size, where=self.where
         )
 

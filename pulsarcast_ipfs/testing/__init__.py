@@ -8,7 +8,8 @@
 runs a real driver and its HTTP API on them. The pure core's own test networks are
 :class:`pulsarcast_ipfs.core.testing.CoreNet`; :class:`SigningWorld`, :func:`subscribed_tree`,
 :data:`GOLDEN_SCENARIOS` and their kin set it up as several core tests need;
-:func:`ok`, :func:`deliveries` and :func:`wait_joined` call a local cluster's sidecars;
+:func:`api`, :func:`ok`, :func:`deliveries` and :func:`wait_joined` call a local
+cluster's sidecars;
 :func:`to_mf` and :func:`from_mf` convert CIDs for checks against ``dag_cbor``;
 :data:`SPARK_TEST_JVM_OPTIONS` are the JVM options of the tests' Spark. The local
 Kubo and sidecar clusters the tests start are production code and live in
@@ -21,7 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pulsarcast_ipfs.testing._cluster_http import deliveries, ok, wait_joined
+    from pulsarcast_ipfs.testing._cluster_http import api, deliveries, ok, wait_joined
     from pulsarcast_ipfs.testing._corenets import (
         DELEGATE_SEED_A,
         DELEGATE_SEED_B,
@@ -76,6 +77,7 @@ _WHERE: dict[str, str] = {
     "Sidecar": "_sidecar",
     "SigningWorld": "_corenets",
     "StrictKubo": "_fakekubo",
+    "api": "_cluster_http",
     "below_a_relay": "_corenets",
     "create_topic": "_sidecar",
     "delegate": "_corenets",
@@ -127,6 +129,7 @@ __all__ = [
     "Sidecar",
     "SigningWorld",
     "StrictKubo",
+    "api",
     "below_a_relay",
     "create_topic",
     "delegate",
