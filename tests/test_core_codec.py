@@ -17,6 +17,7 @@ from pulsarcast_ipfs.core import (
     Join,
     JoinAck,
     Leave,
+    Members,
     Ping,
     Pong,
     RemoteProtocolError,
@@ -59,6 +60,7 @@ SAMPLES: list[Rpc] = [
     Ping(nonce=5),
     Pong(nonce=2**62),
     Heads(topic=C, heads=((compute_cid(b"a"), 1.5), (compute_cid(b"b"), 2.0))),
+    Members(topic=C, epoch=3, members=(PEER,), offer=True),
 ]
 STREAM = b"".join(encode_frame(r) for r in SAMPLES)
 
@@ -148,6 +150,9 @@ def test_decoder_refuses_input_after_an_error() -> None:
         {"op": "LEAVE", "topic": "bafy"},
         {"op": "HEADS", "topic": C, "heads": [[C]]},
         {"op": "HEADS", "topic": C, "heads": [[C, 1]]},
+        {"op": "MEMBERS", "topic": C, "epoch": 1, "members": [PEER], "offer": False},
+        {"op": "MEMBERS", "topic": C, "epoch": 1, "members": [PEER], "offer": None},
+        {"op": "MEMBERS", "topic": C, "epoch": 2, "members": [], "base": 1, "offer": True},
         [1, 2],
     ],
 )

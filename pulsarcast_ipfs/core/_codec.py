@@ -561,7 +561,11 @@ class Members(_Message):
     """(wire 2.6) A delta from the list of this epoch (smaller than ``epoch``)."""
     removed: tuple[str, ...] | None = None
     """(wire 2.6, deltas only) The peers of epoch ``base``'s list that are gone."""
-    _optional: ClassVar[frozenset[str]] = frozenset({"summaries", "base", "removed"})
+    offer: bool | None = None
+    """(wire 2.12) True: the author's whole list sent to a watcher instead of taking its
+    WATCH (the author's watcher table full), as witness candidates; not a list for a
+    child. Left out otherwise (never false on the wire)."""
+    _optional: ClassVar[frozenset[str]] = frozenset({"summaries", "base", "removed", "offer"})
 
     def _validate(self) -> None:
         _cid(self.topic, "topic")
@@ -575,10 +579,14 @@ class Members(_Message):
                 raise _bad("summaries: expected one summary per member")
             for summary in self.summaries:
                 _summary(summary, "summaries[]")
+        if self.offer is not None and self.offer is not True:
+            raise _bad("offer: true when present")
         if self.base is None:
             if self.removed is not None:
                 raise _bad("removed: only in a delta (with base)")
             return
+        if self.offer is not None:
+            raise _bad("offer: only with a whole list, not a delta")
         _uint(self.base, "base")
         if self.base >= self.epoch:
             raise _bad("base: expected an epoch before epoch")

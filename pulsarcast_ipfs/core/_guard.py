@@ -635,8 +635,7 @@ class RelayGuard:
         watchers = tg.watchers
         if peer not in watchers:
             if subnet is not None and self.subnet_watchers > 0:
-                self._expire_watchers(now, tg)
-                same = sum(1 for _, _, s in watchers.values() if s == subnet)
+                same = sum(1 for until, _, s in watchers.values() if s == subnet and until > now)
                 if same >= self.subnet_watchers:
                     self.watches_refused += 1
                     return WatchVerdict.COLOCATED
@@ -653,18 +652,18 @@ class RelayGuard:
 
     def author_list(self, now: float, key: CID, author: str, members: tuple[str, ...]) -> None:
         """(watcher) The author refused our WATCH (its table full) and sent the root's
-        list instead: choose witnesses from it, and the author not again for
-        ``REJECT_TTL``."""
+        list instead (MEMBERS ``offer``): choose witnesses from it, and the author not
+        again for ``REJECT_TTL``."""
         tg = self._trees.get(key)
         if tg is None:
             return
         tg.offered = members[:MAX_OFFERED]
         if tg.watching.pop(author, None) is not None:
             self._note_former(tg, author)
-            tg.rejected[author] = now + REJECT_TTL
-            tg.rejected.move_to_end(author)
-            while len(tg.rejected) > MAX_REJECTED:
-                tg.rejected.popitem(last=False)
+        tg.rejected[author] = now + REJECT_TTL
+        tg.rejected.move_to_end(author)
+        while len(tg.rejected) > MAX_REJECTED:
+            tg.rejected.popitem(last=False)
 
     @staticmethod
     def _expire_watchers(now: float, tg: _TreeGuard) -> None:

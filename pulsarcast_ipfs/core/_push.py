@@ -179,7 +179,7 @@ class FirstHopPush(NodeBase):
             # parent we are joining sends its list right after its JOIN_ACK, and on
             # a transport that does not keep order the list can come first: kept, it
             # is used once the JOIN_ACK makes that peer our parent.
-            if peer == tree.author and rpc.base is None:
+            if rpc.offer and peer == tree.author:
                 # The author refused our WATCH and sent its list: witnesses to choose
                 # from that our parent did not pick (._guard).
                 self._guard.author_list(now, tree.key, peer, rpc.members)
@@ -257,7 +257,7 @@ class FirstHopPush(NodeBase):
             return
         members = self._members_known(tree)
         if len(members) > 1:
-            rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members)
+            rpc = Members(topic=tree.key, epoch=tree.member_epoch, members=members, offer=True)
             self._send(now, peer, rpc, tree.name)
 
     def _members_to_new_child(self, now: float, tree: Tree, peer: str) -> None:
