@@ -46,7 +46,7 @@ from ._io import (
     SendRpc,
 )
 from ._joingate import JoinGate
-from ._tree import LRU, Tree
+from ._tree import LRU, Tree, TreeDues
 
 if TYPE_CHECKING:
     from ._acks import AckBook
@@ -84,6 +84,8 @@ class NodeBase:
     _pos: int
     _outputs: list[Output]
     _trees: dict[CID, Tree]
+    _tree_dues: TreeDues
+    """The earliest deadline of ``_trees`` (every tree in it has ``dues`` set to this)."""
     _version_of: dict[CID, CID]
     _topic_blocks: LRU
     _events: LRU
