@@ -104,6 +104,8 @@ class NodeBase:
     _read_holders: dict[CID, tuple[str, ...]]
     _requests: dict[str, _Request]
     _known: dict[str, int]
+    _nearest_of: dict[str, int] | None
+    _nearest_by: dict[int, tuple[tuple[str, ...], bool]]
     _suspect: dict[str, float]
     _last_heard: dict[str, float]
     _pings: dict[str, _PingWait]

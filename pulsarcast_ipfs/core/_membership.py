@@ -15,6 +15,7 @@ over :class:`~._base.NodeBase`, which declares the state and methods they share.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 
 from pulsarcast_ipfs.core._cid import CID
@@ -31,6 +32,12 @@ from ._tree import JoinAttempt, Tree
 from ._treestate import ACTING_ROOT_STATES, ROOT_STATES, TreeState, tree_state
 
 __all__ = ["Membership"]
+
+_NEAREST = 16
+"""Peers nearest an author that :meth:`Membership._nearest` keeps (a JOIN that gets
+past them all scans the whole routing table, as every JOIN did before)."""
+_NEAREST_TARGETS = 4096
+"""Authors' positions it keeps them for (then it starts afresh)."""
 
 
 class Membership(NodeBase):
@@ -110,9 +117,21 @@ class Membership(NodeBase):
         skip.update(tree.children)  # never below one's own child (a reader's leaf JOIN)
         skip.update(self._guard.penalised_peers(now))  # found lying: avoided a while
         mine = self._my_dist(tree)
-        best: tuple[int, str] | None = None
         target = tree.author_pos
-        if not suspects and (self._admission.any_banned or self._suspect):
+        check = not suspects and (self._admission.any_banned or self._suspect)
+        # The few known peers nearest the author, nearest first: the first one not
+        # skipped (nor suspect) wins. (Suspects and bans are asked about only for the
+        # peers looked at; an ended entry of another peer is forgotten when that peer
+        # is next asked about, as everywhere else.)
+        nearest, complete = self._nearest(target, mine)
+        for peer in nearest:
+            if peer in skip or (check and self._is_suspect(now, peer)):
+                continue
+            return peer
+        if complete:
+            return None
+        best: tuple[int, str] | None = None
+        if check:
             for peer, pos in self._known.items():
                 if peer in skip or self._is_suspect(now, peer):
                     continue
@@ -127,6 +146,26 @@ class Membership(NodeBase):
             if d < mine and (best is None or (d, peer) < best) and peer not in skip:
                 best = (d, peer)
         return None if best is None else best[1]
+
+    def _nearest(self, target: int, mine: int) -> tuple[tuple[str, ...], bool]:
+        """The ``_NEAREST`` known peers nearest ``target`` and nearer it than this
+        node (at ``mine``), nearest first, and whether they are all there are. Kept
+        per target until the routing table is replaced: a JOIN refused or timed out
+        tries the next hop, and a Sybil run's JOIN churn scanned the whole table for
+        each one."""
+        if self._nearest_of is not self._known:
+            self._nearest_of = self._known
+            self._nearest_by.clear()
+        got = self._nearest_by.get(target)
+        if got is None:
+            if len(self._nearest_by) >= _NEAREST_TARGETS:
+                self._nearest_by.clear()
+            closer = [(pos ^ target, peer) for peer, pos in self._known.items()]
+            closer = [c for c in closer if c[0] < mine]
+            ranked = heapq.nsmallest(_NEAREST, closer)
+            got = (tuple(peer for _, peer in ranked), len(closer) <= _NEAREST)
+            self._nearest_by[target] = got
+        return got
 
     @entry_point
     def _ensure_joined(self, now: float, tree: Tree) -> None:

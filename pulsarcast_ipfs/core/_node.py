@@ -187,6 +187,8 @@ class PulsarcastNode(
         self._read_holders = {}  # read() -> _read_tree()
         self._requests = {}
         self._known = {}  # peer -> keyspace position
+        self._nearest_of = None  # the _known that _nearest_by was sorted from
+        self._nearest_by = {}
         self._suspect = {}
         self._last_heard = {}
         self._pings = {}  # parent -> PINGs it has not answered
