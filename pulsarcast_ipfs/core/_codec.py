@@ -405,6 +405,14 @@ class Stored(_Message):
         _cid(self.event, "event")
 
 
+_CANONICAL_KEPT: Final = 4096
+_canonical: set[str] = set()
+"""Filter texts found canonical (bounded: cleared when full). Whether a text is
+canonical is a function of the text alone, and a MEMBERS list carries the same few
+summaries for every member, so each text is parsed and rendered once, not once per
+member per message (what a root's MEMBERS cost its receivers in a Sybil run)."""
+
+
 def _summary(value: object, where: str) -> tuple[str, ...]:
     """Canonical filter texts (core/_filters.py), at most MAX_SUMMARY, distinct."""
     if not isinstance(value, tuple) or len(value) > MAX_SUMMARY:
@@ -412,12 +420,17 @@ def _summary(value: object, where: str) -> tuple[str, ...]:
     for text in value:
         if not isinstance(text, str):
             raise _bad(f"{where}: filters are texts")
+        if text in _canonical:
+            continue
         try:
             canonical = render_filter(parse_filter(text))
         except FilterSyntaxError as exc:
             raise _bad(f"{where}: {exc}") from None
         if canonical != text:
             raise _bad(f"{where}: {text!r} is not in canonical form ({canonical!r})")
+        if len(_canonical) >= _CANONICAL_KEPT:
+            _canonical.clear()
+        _canonical.add(text)
     if len(set(value)) != len(value):
         raise _bad(f"{where}: a filter is given twice")
     return value

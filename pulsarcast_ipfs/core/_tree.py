@@ -262,6 +262,9 @@ class Tree:
     """(root) Send MEMBERS then (children changed): ``members_due``."""
     summaries_listed: tuple[tuple[str, ...], ...] | None = None
     """(root, tree filters) The members' summaries in the last MEMBERS sent."""
+    members_frame: tuple[object, Any, bytes] | None = field(default=None, repr=False)
+    """(child of a root) The MEMBERS a new child gets, with its frame, and what it was
+    built from: sent again as it is while the list is the same (:mod:`._push`)."""
     members_listed: tuple[str, ...] = ()
     """(root) The list of the last MEMBERS sent (epoch ``member_epoch``)."""
     members_sent: dict[str, int] = field(default_factory=dict)
