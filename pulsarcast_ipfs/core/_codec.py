@@ -846,13 +846,16 @@ _WIRE_NAMES: Final[dict[str, tuple[dict[str, str], frozenset[str]]]] = {
 ``dataclasses.fields`` per decoded frame was ~3 % of a received event)."""
 
 
-def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
-    """The map header and, in canonical key order, each key's bytes and field name."""
+def _plan(
+    cls: type[_Message], *, optional: bool = False
+) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
+    """The map header and, in canonical key order, each key's bytes and field name;
+    ``optional``: the optional fields' keys too (the header then counts them all)."""
     keys: list[tuple[bytes, str | None]] = [(b"op", None)]
     keys += [
         (cls._wire.get(f.name, f.name).encode(), f.name)
         for f in fields(cls)  # type: ignore[arg-type]
-        if f.name not in cls._optional  # left out when None: the plan is the usual shape
+        if optional or f.name not in cls._optional  # left out when None: the usual shape
     ]
     keys.sort(key=lambda kv: (len(kv[0]), kv[0]))
     head = bytearray()
@@ -869,6 +872,9 @@ def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], .
 
 
 _PLANS: Final = {cls: _plan(cls) for cls in _ALL}
+_FULL_PLANS: Final = {cls: _plan(cls, optional=True)[1] for cls in _ALL if cls._optional}
+"""Every key of the messages with optional fields: those set are written, in the same
+canonical order (leaving keys out does not reorder the others)."""
 
 
 _HEADS_MEMO_SIZE: Final = 65536
@@ -908,8 +914,25 @@ def encode_rpc(rpc: Rpc) -> bytes:
     computed once; values are encoded by the dag-cbor encoder. Messages are
     validated on construction, so the values are encodable.
     """
-    if rpc._optional and any(getattr(rpc, n) is not None for n in rpc._optional):
-        return _dagcbor.encode(rpc.to_ipld())  # optional fields set: the general encoder
+    optional = rpc._optional
+    if optional and any(getattr(rpc, n) is not None for n in optional):
+        # Optional fields set: the keys of those set and of the others (a MEMBERS
+        # list with its summaries, a JOIN with its summary: went through to_ipld).
+        items = tuple(
+            (kb, name)
+            for kb, name in _FULL_PLANS[type(rpc)]
+            if name is None or name not in optional or getattr(rpc, name) is not None
+        )
+        out = bytearray()
+        _dagcbor._head(5, len(items), out)
+        for kb, name in items:
+            out += kb
+            if name is not None:
+                value = getattr(rpc, name)
+                if isinstance(value, Mapping):
+                    value = dict(value)  # event attributes (a read-only mapping)
+                _dagcbor._enc(value, out, 1)
+        return bytes(out)
     head, items = _PLANS[type(rpc)]
     out = bytearray(head)
     enc = _dagcbor._enc
