@@ -380,8 +380,8 @@ class PulsarcastNode(
         # deadline does not walk every tree).
         dues = self._tree_dues
         if dues.earliest(self._trees.values()) <= now:
-            for tree in list(self._trees.values()):
-                if tree.key not in self._trees:
+            for key, tree in list(self._trees.items()):
+                if key not in self._trees:  # dropped meanwhile (the key is tree.key)
                     continue
                 if tree.join is not None and tree.join.deadline <= now:
                     self._join_timed_out(now, tree)
