@@ -21,10 +21,12 @@ from pulsarcast_ipfs.core import (
     DescriptorError,
     Event,
     EventDescriptor,
+    GroupJoin,
     Heads,
     Join,
     JoinAck,
     Leave,
+    Members,
     Ping,
     Pong,
     RequestAck,
@@ -104,6 +106,21 @@ def _samples() -> list[Rpc]:
             heads=tuple((compute_cid(bytes([i])), 1e9 + i / 7) for i in range(64)),
         ),
         Heads(topic=C, heads=((CID.of(_plain(b"p")), 0.0), (compute_cid(b"q"), -0.0))),
+        # optional fields set: some keys of the message are written, some left out
+        Join(topic=C, descriptor=TOPIC.encode(), summary=("*", "ups > 3"), want_meta=True),
+        Join(topic=C, descriptor=TOPIC.encode(), leaf=True, want_meta=True),
+        Members(topic=C, epoch=5, members=(PEER,), summaries=(("*",),)),
+        Members(topic=C, epoch=5, members=(PEER,), base=4, removed=()),
+        GroupJoin(topic=C, spare=2, filter="ups > 3"),
+        RequestToPublish(
+            topic=C,
+            descriptor=TOPIC.encode(),
+            request_id="r2",
+            author=PEER,
+            payload=b"p",
+            created=format_created(1e9),
+            attributes={"ups": 3, "user": "u"},
+        ),
     ]
 
 

@@ -43,7 +43,7 @@ from ._io import (
     SendRpc,
 )
 from ._joingate import JoinGate
-from ._tree import LRU, Tree
+from ._tree import LRU, Tree, TreeDues
 
 if TYPE_CHECKING:
     from ._acks import AckBook
@@ -69,6 +69,8 @@ class NodeBase:
     _rng: random.Random
     _outputs: list[Output]
     _trees: dict[CID, Tree]
+    _tree_dues: TreeDues
+    """The earliest deadline of ``_trees`` (every tree in it has ``dues`` set to this)."""
     _version_of: dict[CID, CID]
     _topic_blocks: LRU
     _events: LRU

@@ -405,6 +405,14 @@ class Stored(_Message):
         _cid(self.event, "event")
 
 
+_CANONICAL_KEPT: Final = 4096
+_canonical: set[str] = set()
+"""Filter texts found canonical (bounded: cleared when full). Whether a text is
+canonical is a function of the text alone, and a MEMBERS list carries the same few
+summaries for every member, so each text is parsed and rendered once, not once per
+member per message (what a root's MEMBERS cost its receivers in a Sybil run)."""
+
+
 def _summary(value: object, where: str) -> tuple[str, ...]:
     """Canonical filter texts (core/_filters.py), at most MAX_SUMMARY, distinct."""
     if not isinstance(value, tuple) or len(value) > MAX_SUMMARY:
@@ -412,12 +420,17 @@ def _summary(value: object, where: str) -> tuple[str, ...]:
     for text in value:
         if not isinstance(text, str):
             raise _bad(f"{where}: filters are texts")
+        if text in _canonical:
+            continue
         try:
             canonical = render_filter(parse_filter(text))
         except FilterSyntaxError as exc:
             raise _bad(f"{where}: {exc}") from None
         if canonical != text:
             raise _bad(f"{where}: {text!r} is not in canonical form ({canonical!r})")
+        if len(_canonical) >= _CANONICAL_KEPT:
+            _canonical.clear()
+        _canonical.add(text)
     if len(set(value)) != len(value):
         raise _bad(f"{where}: a filter is given twice")
     return value
@@ -841,13 +854,16 @@ _WIRE_NAMES: Final[dict[str, tuple[dict[str, str], frozenset[str]]]] = {
 ``dataclasses.fields`` per decoded frame was ~3 % of a received event)."""
 
 
-def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
-    """The map header and, in canonical key order, each key's bytes and field name."""
+def _plan(
+    cls: type[_Message], *, optional: bool = False
+) -> tuple[bytes, tuple[tuple[bytes, str | None], ...]]:
+    """The map header and, in canonical key order, each key's bytes and field name;
+    ``optional``: the optional fields' keys too (the header then counts them all)."""
     keys: list[tuple[bytes, str | None]] = [(b"op", None)]
     keys += [
         (cls._wire.get(f.name, f.name).encode(), f.name)
         for f in fields(cls)  # type: ignore[arg-type]
-        if f.name not in cls._optional  # left out when None: the plan is the usual shape
+        if optional or f.name not in cls._optional  # left out when None: the usual shape
     ]
     keys.sort(key=lambda kv: (len(kv[0]), kv[0]))
     head = bytearray()
@@ -864,6 +880,9 @@ def _plan(cls: type[_Message]) -> tuple[bytes, tuple[tuple[bytes, str | None], .
 
 
 _PLANS: Final = {cls: _plan(cls) for cls in _ALL}
+_FULL_PLANS: Final = {cls: _plan(cls, optional=True)[1] for cls in _ALL if cls._optional}
+"""Every key of the messages with optional fields: those set are written, in the same
+canonical order (leaving keys out does not reorder the others)."""
 
 
 _HEADS_MEMO_SIZE: Final = 65536
@@ -903,8 +922,25 @@ def encode_rpc(rpc: Rpc) -> bytes:
     computed once; values are encoded by the dag-cbor encoder. Messages are
     validated on construction, so the values are encodable.
     """
-    if rpc._optional and any(getattr(rpc, n) is not None for n in rpc._optional):
-        return _dagcbor.encode(rpc.to_ipld())  # optional fields set: the general encoder
+    optional = rpc._optional
+    if optional and any(getattr(rpc, n) is not None for n in optional):
+        # Optional fields set: the keys of those set and of the others (a MEMBERS
+        # list with its summaries, a JOIN with its summary: went through to_ipld).
+        items = tuple(
+            (kb, name)
+            for kb, name in _FULL_PLANS[type(rpc)]
+            if name is None or name not in optional or getattr(rpc, name) is not None
+        )
+        out = bytearray()
+        _dagcbor._head(5, len(items), out)
+        for kb, name in items:
+            out += kb
+            if name is not None:
+                value = getattr(rpc, name)
+                if isinstance(value, Mapping):
+                    value = dict(value)  # event attributes (a read-only mapping)
+                _dagcbor._enc(value, out, 1)
+        return bytes(out)
     head, items = _PLANS[type(rpc)]
     out = bytearray(head)
     enc = _dagcbor._enc

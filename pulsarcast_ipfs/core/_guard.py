@@ -258,6 +258,8 @@ class RelayGuard:
         self._pending: OrderedDict[CID, _Pending] = OrderedDict()
         self._scores: OrderedDict[tuple[CID, str, str | None], deque[bool]] = OrderedDict()
         self._penalised: OrderedDict[str, float] = OrderedDict()
+        self._penalised_low = float("inf")
+        """No entry of ``_penalised`` ends before this (a lower bound)."""
         self._own: OrderedDict[CID, _Own] = OrderedDict()
         self._own_heap: list[tuple[float, int, CID]] = []
         self._own_seq = 0
@@ -367,10 +369,16 @@ class RelayGuard:
         """Every peer still penalised (few: each was caught lying)."""
         if not self._penalised:
             return []
-        return [p for p in list(self._penalised) if self.penalised(now, p)]
+        if now < self._penalised_low:  # none has ended: no check per peer (a JOIN hop's)
+            return list(self._penalised)
+        out = [p for p in list(self._penalised) if self.penalised(now, p)]
+        self._penalised_low = min(self._penalised.values(), default=float("inf"))
+        return out
 
     def penalise(self, now: float, peer: str) -> None:
-        self._penalised[peer] = now + self.penalty_ttl
+        until = now + self.penalty_ttl
+        self._penalised_low = min(self._penalised_low, until)
+        self._penalised[peer] = until
         self._penalised.move_to_end(peer)
         while len(self._penalised) > MAX_PENALISED:
             self._penalised.popitem(last=False)

@@ -70,6 +70,7 @@ class Membership(NodeBase):
         tree.versions[root.cid] = root
         tree.depth[root.cid] = 0
         self._trees[root.cid] = tree
+        tree.dues = self._tree_dues  # no deadline yet: the earliest stands
         self._version_of[root.cid] = root.cid
         self._topic_blocks.put(root.cid, root)
         if root.author == self.peer_id:
@@ -79,7 +80,10 @@ class Membership(NodeBase):
 
     def _drop_tree(self, tree: Tree) -> None:
         self._release_history(tree)
-        self._trees.pop(tree.key, None)
+        gone = self._trees.pop(tree.key, None)
+        if gone is not None:
+            gone.dues = None
+            self._tree_dues.valid = False  # its deadlines no longer count
         self._guard.forget(tree.key)
         for v in tree.versions:
             if self._version_of.get(v) == tree.key:

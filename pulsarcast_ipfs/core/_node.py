@@ -124,7 +124,7 @@ from ._requests import PublishRequests
 from ._signqueue import SigningQueue
 from ._summaries import Summaries
 from ._topics import Topics
-from ._tree import LRU
+from ._tree import LRU, TreeDues
 
 __all__ = ["PulsarcastNode"]
 
@@ -172,6 +172,7 @@ class PulsarcastNode(
         self._keyspace = Keyspace(peer_id)
         self._outputs = []
         self._trees = {}
+        self._tree_dues = TreeDues()
         self._version_of = {}
         c = self.config
         self._topic_blocks = LRU(1024)
@@ -328,22 +329,10 @@ class PulsarcastNode(
         best: float | None = None
         if self._trees:
             best = self._ping_at if self._ping_at <= self._heads_at else self._heads_at
-            for tree in self._trees.values():
-                join = tree.join
-                if join is not None and join.deadline < best:
-                    best = join.deadline
-                at = tree.recheck_at
-                if at is not None and at < best:
-                    best = at
-                at = tree.heads_due
-                if at is not None and at < best:
-                    best = at
-                at = tree.members_due
-                if at is not None and at < best:
-                    best = at
-                at = tree.summary_due
-                if at is not None and at < best:
-                    best = at
+            dues = self._tree_dues  # the trees' earliest, kept as they change
+            earliest = dues.best if dues.valid else dues.earliest(self._trees.values())
+            if earliest < best:
+                best = earliest
         at = self._links.due
         if at is not None and (best is None or at < best):
             best = at
@@ -385,20 +374,25 @@ class PulsarcastNode(
         at = self._guard.next_due()
         if at is not None and now >= at:
             self._score_parents(now)
-        for tree in list(self._trees.values()):
-            if tree.key not in self._trees:
-                continue
-            if tree.join is not None and tree.join.deadline <= now:
-                self._join_timed_out(now, tree)
-            elif tree.recheck_at is not None and tree.recheck_at <= now:
-                self._recheck_root(now, tree)
-        for tree in list(self._trees.values()):
-            if tree.heads_due is not None and tree.heads_due <= now:
-                self._heads_due(now, tree)
-            if tree.members_due is not None and tree.members_due <= now:
-                self._send_members(now, tree)
-            if tree.summary_due is not None and tree.summary_due <= now:
-                self._summary_timer(now, tree)
+        # The trees' deadlines, when one is due (a timer that fired for another
+        # deadline does not walk every tree).
+        dues = self._tree_dues
+        if dues.earliest(self._trees.values()) <= now:
+            for key, tree in list(self._trees.items()):
+                if key not in self._trees:  # dropped meanwhile (the key is tree.key)
+                    continue
+                if tree.join is not None and tree.join.deadline <= now:
+                    self._join_timed_out(now, tree)
+                elif tree.recheck_at is not None and tree.recheck_at <= now:
+                    self._recheck_root(now, tree)
+        if dues.earliest(self._trees.values()) <= now:
+            for tree in list(self._trees.values()):
+                if tree.heads_due is not None and tree.heads_due <= now:
+                    self._heads_due(now, tree)
+                if tree.members_due is not None and tree.members_due <= now:
+                    self._send_members(now, tree)
+                if tree.summary_due is not None and tree.summary_due <= now:
+                    self._summary_timer(now, tree)
         self._fetch_timers(now)
         self._requests.timers(now)
         if self._acks.waiting:

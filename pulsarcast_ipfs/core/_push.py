@@ -204,7 +204,8 @@ class FirstHopPush(NodeBase):
                 self._want_members(now, tree)
                 return
             # the kept members' summaries; the delta's own come below
-            summaries = {m: f for m, f in tree.member_summaries.items() if m in members}
+            listed = set(members)  # not the tuple: a scan per kept member
+            summaries = {m: f for m, f in tree.member_summaries.items() if m in listed}
         tree.members = members
         tree.members_epoch = rpc.epoch
         tree.members_from = peer
@@ -216,9 +217,10 @@ class FirstHopPush(NodeBase):
         # Deeper nodes push straight to the root's children too (two hops at most
         # for the rest): the list goes down the tree unchanged. A delta applies below
         # as here: our children hold the list we held (we sent them each one).
-        data = encode_frame(rpc)
-        for child in tree.children:
-            self._send(now, child, rpc, tree.name, data)
+        if tree.children:  # encoded once for all of them, and not for none
+            data = encode_frame(rpc)
+            for child in tree.children:
+                self._send(now, child, rpc, tree.name, data)
         self._room_at_root(now, tree)
 
     def _want_members(self, now: float, tree: Tree) -> None:
@@ -269,10 +271,19 @@ class FirstHopPush(NodeBase):
                 summaries = tuple(
                     tuple(render_filter(f) for f in tree.member_summaries[m]) for m in tree.members
                 )
-            rpc = Members(
-                topic=tree.key, epoch=tree.members_epoch, members=tree.members, summaries=summaries
-            )
-            self._send(now, peer, rpc, tree.name)
+            # Built and encoded once per list: a relay adopting child after child
+            # (JOIN churn) sends each the same message.
+            made = (tree.members_epoch, tree.members, summaries)
+            held = tree.members_frame
+            if held is None or held[0] != made:
+                rpc = Members(
+                    topic=tree.key,
+                    epoch=tree.members_epoch,
+                    members=tree.members,
+                    summaries=summaries,
+                )
+                held = tree.members_frame = (made, rpc, encode_frame(rpc))
+            self._send(now, peer, held[1], tree.name, held[2])
 
     def _push_own(self, now: float, tree: Tree, cid: CID) -> None:
         """Send an event this node published: to its tree neighbours, and straight to

@@ -15,7 +15,7 @@ from ._history import TopicHistory
 from ._io import Role
 from ._window import WindowIndex
 
-__all__ = ["LRU", "EdgeSync", "JoinAttempt", "Tree"]
+__all__ = ["LRU", "EdgeSync", "JoinAttempt", "Tree", "TreeDues"]
 
 
 class LRU:
@@ -94,6 +94,47 @@ class LRU:
             self._stale.clear()
 
 
+class TreeDues:
+    """The earliest deadline of a node's trees (``Tree.join``'s, ``recheck_at``,
+    ``heads_due``, ``members_due``, ``summary_due``), kept as they change.
+
+    The node's ``get_timer()`` runs after every input, and scanning every tree for
+    it was the largest single cost of a simulation where each node is in many
+    trees (a Sybil run: every identity subscribes to every topic). Each tree tells
+    this object of every change (the five are properties): a deadline that moves
+    earlier lowers :attr:`best`; one that was the earliest and moves or goes marks
+    it stale, and the next :meth:`earliest` scans the trees once. A tree that
+    leaves the node marks it stale too (:meth:`~._membership.Membership._drop_tree`).
+    ``JoinAttempt.deadline`` is set once, when the attempt is made.
+    """
+
+    __slots__ = ("best", "valid")
+
+    def __init__(self) -> None:
+        self.best = float("inf")
+        self.valid = False
+
+    def changed(self, old: float | None, new: float | None) -> None:
+        if not self.valid:
+            return
+        if old is not None and old <= self.best:
+            self.valid = False  # it was (one of) the earliest
+        elif new is not None and new < self.best:
+            self.best = new
+
+    def earliest(self, trees: Any) -> float:
+        """The earliest deadline of ``trees`` (an iterable of :class:`Tree`; ``inf``: none)."""
+        if not self.valid:
+            best = float("inf")
+            for tree in trees:
+                at = tree.earliest_due()
+                if at < best:
+                    best = at
+            self.best = best
+            self.valid = True
+        return self.best
+
+
 @dataclass(slots=True, kw_only=True)
 class JoinAttempt:
     peer: str
@@ -168,9 +209,10 @@ class Tree:
     parent: str | None = None
     children: dict[str, None] = field(default_factory=dict)
     joined: bool = False
-    join: JoinAttempt | None = None
-    recheck_at: float | None = None
-    heads_due: float | None = None
+    join_: JoinAttempt | None = field(default=None, repr=False)
+    """``join`` (a property: see :class:`TreeDues`)."""
+    recheck_at_: float | None = field(default=None, repr=False)
+    heads_due_: float | None = field(default=None, repr=False)
     recent: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     older: OrderedDict[CID, float] = field(default_factory=OrderedDict)
     window: WindowIndex = field(default_factory=WindowIndex)
@@ -216,10 +258,13 @@ class Tree:
     """(root) The epoch of the last MEMBERS sent."""
     member_sets: dict[int, frozenset[str]] = field(default_factory=dict)
     """(root) The member sets of the last few epochs (what a ``pushed`` event covered)."""
-    members_due: float | None = None
-    """(root) Send MEMBERS then (children changed)."""
+    members_due_: float | None = field(default=None, repr=False)
+    """(root) Send MEMBERS then (children changed): ``members_due``."""
     summaries_listed: tuple[tuple[str, ...], ...] | None = None
     """(root, tree filters) The members' summaries in the last MEMBERS sent."""
+    members_frame: tuple[object, Any, bytes] | None = field(default=None, repr=False)
+    """(child of a root) The MEMBERS a new child gets, with its frame, and what it was
+    built from: sent again as it is while the list is the same (:mod:`._push`)."""
     members_listed: tuple[str, ...] = ()
     """(root) The list of the last MEMBERS sent (epoch ``member_epoch``)."""
     members_sent: dict[str, int] = field(default_factory=dict)
@@ -246,8 +291,8 @@ class Tree:
     member_summaries: dict[str, tuple[Filter, ...]] = field(default_factory=dict)
     """(tree_filters, child of a root) Each member's summary from the root's MEMBERS:
     a publisher's first hop is pruned by it (:mod:`._pruning`)."""
-    summary_due: float | None = None
-    """(tree_filters) Send SUMMARY then, if the summary changed."""
+    summary_due_: float | None = field(default=None, repr=False)
+    """(tree_filters) Send SUMMARY then, if the summary changed: ``summary_due``."""
     summary_at: float = float("-inf")
     """(tree_filters) When the last SUMMARY went (rate limit: summary_interval)."""
     summary_repeats: int = 0
@@ -255,6 +300,77 @@ class Tree:
     (``_summaries.SUMMARY_REPEATS``: SUMMARY has no acknowledgement)."""
     fast: FastState | None = None
     """Fast groups of this topic: as a member, a publisher, a helper (:mod:`._fastgroup`)."""
+    dues: TreeDues | None = field(default=None, repr=False, compare=False)
+    """The node's :class:`TreeDues`, told of every change of a deadline below while
+    the tree is one of the node's (``None`` otherwise)."""
+
+    @property
+    def join(self) -> JoinAttempt | None:
+        return self.join_
+
+    @join.setter
+    def join(self, value: JoinAttempt | None) -> None:
+        old = self.join_
+        self.join_ = value
+        if self.dues is not None:
+            self.dues.changed(
+                None if old is None else old.deadline, None if value is None else value.deadline
+            )
+
+    @property
+    def recheck_at(self) -> float | None:
+        return self.recheck_at_
+
+    @recheck_at.setter
+    def recheck_at(self, value: float | None) -> None:
+        old = self.recheck_at_
+        self.recheck_at_ = value
+        if self.dues is not None:
+            self.dues.changed(old, value)
+
+    @property
+    def heads_due(self) -> float | None:
+        return self.heads_due_
+
+    @heads_due.setter
+    def heads_due(self, value: float | None) -> None:
+        old = self.heads_due_
+        self.heads_due_ = value
+        if self.dues is not None:
+            self.dues.changed(old, value)
+
+    @property
+    def members_due(self) -> float | None:
+        return self.members_due_
+
+    @members_due.setter
+    def members_due(self, value: float | None) -> None:
+        old = self.members_due_
+        self.members_due_ = value
+        if self.dues is not None:
+            self.dues.changed(old, value)
+
+    @property
+    def summary_due(self) -> float | None:
+        return self.summary_due_
+
+    @summary_due.setter
+    def summary_due(self, value: float | None) -> None:
+        old = self.summary_due_
+        self.summary_due_ = value
+        if self.dues is not None:
+            self.dues.changed(old, value)
+
+    def earliest_due(self) -> float:
+        """The earliest of the five deadlines (``inf``: none)."""
+        best = float("inf")
+        join = self.join_
+        if join is not None and join.deadline < best:
+            best = join.deadline
+        for at in (self.recheck_at_, self.heads_due_, self.members_due_, self.summary_due_):
+            if at is not None and at < best:
+                best = at
+        return best
 
     @property
     def key(self) -> CID:
