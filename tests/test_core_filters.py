@@ -388,3 +388,15 @@ def test_any_map_validates_or_raises_invalid_attributes_only(attrs: dict[object,
     assert out == attrs and len(out) <= MAX_ATTRIBUTES
     f = parse_filter("*")
     assert matches(f, out)  # type: ignore[arg-type]
+
+
+def test_a_value_list_and_a_range_on_one_name_are_both_kept() -> None:
+    """``a in [0, 2] and a between 0 and 1`` accepts 0 only: it does not cover
+    ``a = 2``, and merging the two keeps 2 (found by test_merge_never_narrows: the
+    value list alone was kept, and the summary lost ``a = 2``)."""
+    both = parse_filter("a in [0, 2] and a between 0 and 1")
+    two = parse_filter("a = 2")
+    assert not covers(both, two)
+    assert covers(parse_filter("a in [0, 2]"), both)
+    summary = merge([two, both], 1)
+    assert matches_any(summary, {"a": 2}) and matches_any(summary, {"a": 0})

@@ -743,7 +743,10 @@ def _normalize(c: _Constraint) -> _Constraint:
     if c.kind is None:
         return _EMPTY
     if c.values is not None:
-        vals = frozenset(v for v in c.values if c.contains(v))
+        # The interval and exclusions too (``contains`` of a constraint with values
+        # looks at the values only): "in [0, 2] and between 0 and 1" is {0}.
+        rest = _Constraint(c.kind, None, c.lo, c.lo_incl, c.hi, c.hi_incl, c.excluded)
+        vals = frozenset(v for v in c.values if rest.contains(v))
         return _Constraint(kind=c.kind, values=vals) if vals else _EMPTY
     if c.lo is not None and c.hi is not None:
         if c.lo > c.hi or (c.lo == c.hi and not (c.lo_incl and c.hi_incl)):  # type: ignore[operator]
